@@ -1,0 +1,275 @@
+//! Time, injectable: the engine never reads the wall clock or sleeps except
+//! through a [`Clock`], so tests run days of workflow time in milliseconds.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::{Notify, oneshot};
+
+/// A future that completes at a point in time.
+pub type Sleep = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
+
+/// The engine's source of time.
+pub trait Clock: Send + Sync + 'static {
+    /// The current time.
+    fn now(&self) -> SystemTime;
+
+    /// Completes at `deadline` (at once if it has passed). Used for durable
+    /// sleeps, event-wait deadlines and retry delays.
+    fn sleep_until(&self, deadline: SystemTime) -> Sleep;
+
+    /// Completes at `deadline`, for a per-attempt timeout. A clock that skips
+    /// time forward (such as [`TestClock::auto_advancing`]) must not skip to
+    /// these, or every running attempt would time out.
+    fn timeout_at(&self, deadline: SystemTime) -> Sleep {
+        self.sleep_until(deadline)
+    }
+}
+
+/// The real clock: the system's wall time and Tokio's timers.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SystemClock;
+
+/// Tokio's timer wheel cannot hold deadlines far in the future; longer
+/// waits wake early and sleep again.
+const LONGEST_TIMER: Duration = Duration::from_secs(60 * 60 * 24 * 365);
+
+impl Clock for SystemClock {
+    fn now(&self) -> SystemTime {
+        SystemTime::now()
+    }
+
+    fn sleep_until(&self, deadline: SystemTime) -> Sleep {
+        Box::pin(async move {
+            while let Ok(left) = deadline.duration_since(SystemTime::now()) {
+                if left.is_zero() {
+                    break;
+                }
+                tokio::time::sleep(left.min(LONGEST_TIMER)).await;
+            }
+        })
+    }
+}
+
+/// A clock for tests: time moves only when the test says so.
+///
+/// [`TestClock::new`] stands still until [`advance`](TestClock::advance);
+/// [`TestClock::auto_advancing`] jumps to the next sleep's deadline as soon
+/// as one starts, so retry delays and durable sleeps pass at once while
+/// still being recorded with their real lengths.
+#[derive(Clone)]
+pub struct TestClock {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    changed: Notify,
+}
+
+struct State {
+    now: SystemTime,
+    auto: bool,
+    next_id: u64,
+    sleepers: BTreeMap<(SystemTime, u64), Sleeper>,
+}
+
+struct Sleeper {
+    wake: oneshot::Sender<()>,
+    is_timeout: bool,
+}
+
+impl TestClock {
+    /// A clock standing still at 2030-01-01T00:00:00Z.
+    pub fn new() -> Self {
+        TestClock::starting_at(UNIX_EPOCH + Duration::from_secs(1_893_456_000))
+    }
+
+    /// A clock standing still at `start`.
+    pub fn starting_at(start: SystemTime) -> Self {
+        TestClock {
+            shared: Arc::new(Shared {
+                state: Mutex::new(State {
+                    now: start,
+                    auto: false,
+                    next_id: 0,
+                    sleepers: BTreeMap::new(),
+                }),
+                changed: Notify::new(),
+            }),
+        }
+    }
+
+    /// A clock that jumps to each sleep's deadline as soon as the sleep
+    /// starts (timeouts excepted).
+    pub fn auto_advancing() -> Self {
+        let clock = TestClock::new();
+        clock.lock().auto = true;
+        clock
+    }
+
+    /// Moves time forward by `by`, waking every sleep whose deadline passed.
+    pub fn advance(&self, by: Duration) {
+        let mut state = self.lock();
+        let to = state.now + by;
+        state.advance_to(to);
+        drop(state);
+        self.shared.changed.notify_waiters();
+    }
+
+    /// Moves time to the earliest pending sleep's deadline (timeouts
+    /// excepted) and wakes it; returns that time, or `None` if nothing sleeps.
+    pub fn advance_to_next_wake(&self) -> Option<SystemTime> {
+        let mut state = self.lock();
+        let next = state
+            .sleepers
+            .iter()
+            .find(|(_, s)| !s.is_timeout)
+            .map(|((at, _), _)| *at)?;
+        let to = next.max(state.now);
+        state.advance_to(to);
+        drop(state);
+        self.shared.changed.notify_waiters();
+        Some(to)
+    }
+
+    /// How many sleeps (timeouts excepted) are waiting for time to pass.
+    pub fn sleepers(&self) -> usize {
+        self.lock()
+            .sleepers
+            .values()
+            .filter(|s| !s.is_timeout)
+            .count()
+    }
+
+    /// Waits until at least `n` sleeps (timeouts excepted) are pending.
+    pub async fn wait_for_sleepers(&self, n: usize) {
+        loop {
+            let changed = self.shared.changed.notified();
+            if self.sleepers() >= n {
+                return;
+            }
+            changed.await;
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding this lock leaves plain data behind; keep going.
+        self.shared
+            .state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn sleep(&self, deadline: SystemTime, is_timeout: bool) -> Sleep {
+        let mut state = self.lock();
+        if deadline <= state.now {
+            return Box::pin(std::future::ready(()));
+        }
+        let (wake, woken) = oneshot::channel();
+        let key = (deadline, state.next_id);
+        state.next_id += 1;
+        state.sleepers.insert(key, Sleeper { wake, is_timeout });
+        if state.auto && !is_timeout {
+            state.advance_to(deadline);
+        }
+        drop(state);
+        self.shared.changed.notify_waiters();
+        Box::pin(TestSleep {
+            clock: self.clone(),
+            key,
+            woken,
+        })
+    }
+}
+
+impl Default for TestClock {
+    fn default() -> Self {
+        TestClock::new()
+    }
+}
+
+impl std::fmt::Debug for TestClock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = self.lock();
+        f.debug_struct("TestClock")
+            .field("now", &state.now)
+            .field("auto", &state.auto)
+            .field("sleepers", &state.sleepers.len())
+            .finish()
+    }
+}
+
+impl State {
+    fn advance_to(&mut self, to: SystemTime) {
+        self.now = self.now.max(to);
+        while let Some(entry) = self.sleepers.first_entry() {
+            if entry.key().0 > self.now {
+                break;
+            }
+            // The sleep may have been dropped already; nothing to wake then.
+            let _ = entry.remove().wake.send(());
+        }
+    }
+}
+
+impl Clock for TestClock {
+    fn now(&self) -> SystemTime {
+        self.lock().now
+    }
+
+    fn sleep_until(&self, deadline: SystemTime) -> Sleep {
+        self.sleep(deadline, false)
+    }
+
+    fn timeout_at(&self, deadline: SystemTime) -> Sleep {
+        self.sleep(deadline, true)
+    }
+}
+
+struct TestSleep {
+    clock: TestClock,
+    key: (SystemTime, u64),
+    woken: oneshot::Receiver<()>,
+}
+
+impl Future for TestSleep {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        // The sender is only dropped by waking or by removal on drop.
+        Pin::new(&mut self.woken).poll(cx).map(|_| ())
+    }
+}
+
+impl Drop for TestSleep {
+    fn drop(&mut self) {
+        let removed = self.clock.lock().sleepers.remove(&self.key).is_some();
+        if removed {
+            self.clock.shared.changed.notify_waiters();
+        }
+    }
+}
+
+/// Milliseconds since the Unix epoch, the unit times are stored in.
+pub(crate) fn to_millis(time: SystemTime) -> u64 {
+    time.duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+/// The inverse of [`to_millis`].
+pub(crate) fn from_millis(millis: u64) -> SystemTime {
+    UNIX_EPOCH
+        .checked_add(Duration::from_millis(millis))
+        .unwrap_or(UNIX_EPOCH + Duration::from_secs(u64::from(u32::MAX) * 1000))
+}
+
+/// `at + by` in stored milliseconds, saturating instead of overflowing.
+pub(crate) fn add_millis(at: u64, by: Duration) -> u64 {
+    at.saturating_add(u64::try_from(by.as_millis()).unwrap_or(u64::MAX))
+}

@@ -1,0 +1,199 @@
+//! The one error type of the engine's API.
+
+use std::path::PathBuf;
+
+use crate::failure::Failure;
+use crate::status::Status;
+
+/// A `Result` whose error is [`enum@Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong when talking to the engine.
+///
+/// Every variant says what happened and, in its documentation and message,
+/// what to do about it. Nothing that was already stored is lost when one of
+/// these is returned.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The instance id is not 1–100 characters of `[A-Za-z0-9_-]` starting
+    /// with a letter, digit or `_`. Choose another id.
+    #[error(
+        "invalid instance id {id:?}: {reason}; use 1-100 characters of [A-Za-z0-9_-], not starting with '-'"
+    )]
+    InvalidInstanceId {
+        /// The id as given.
+        id: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+
+    /// No instance with this id exists (it was never started, or it finished
+    /// and the retention period removed it). Check the id, or start it.
+    #[error("no instance {id:?} exists; start it with engine.start(..) or check the id")]
+    UnknownInstance {
+        /// The id asked for.
+        id: String,
+    },
+
+    /// The id is already used by an instance of another workflow. Ids are
+    /// unique across workflows; pick another id.
+    #[error(
+        "instance id {id:?} is already used by workflow {existing:?}, not {requested:?}; choose another id"
+    )]
+    InstanceIdInUse {
+        /// The id.
+        id: String,
+        /// The workflow the existing instance runs.
+        existing: String,
+        /// The workflow that was asked for.
+        requested: String,
+    },
+
+    /// `restart_from(step)` named a step the instance never started.
+    /// Use a name from `history()`.
+    #[error(
+        "instance {id:?} has no step named {step:?} in its history; pick a step from history()"
+    )]
+    UnknownStep {
+        /// The instance.
+        id: String,
+        /// The step asked for.
+        step: String,
+    },
+
+    /// The instance's workflow is not registered in this process, so it
+    /// cannot run. Call `engine.register(workflow)` with it.
+    #[error(
+        "instance {id:?} runs workflow {workflow:?}, which is not registered in this process; call engine.register(..) with it"
+    )]
+    WorkflowNotRegistered {
+        /// The instance.
+        id: String,
+        /// The workflow name stored with it.
+        workflow: String,
+    },
+
+    /// The operation does not apply to an instance in this status (pausing a
+    /// finished instance, sending an event to a finished instance, ...).
+    #[error("instance {id:?} is {status}: cannot {operation}")]
+    InvalidState {
+        /// The instance.
+        id: String,
+        /// Its status when the operation was asked for.
+        status: Status,
+        /// What was asked.
+        operation: &'static str,
+    },
+
+    /// The instance ended `Errored`. `failure` is the error that failed the
+    /// workflow; `rollback_failure`, when set, is a compensation that failed
+    /// too (the remaining compensations did not run).
+    #[error("instance {id:?} failed: {failure}{}", rollback_failure.as_ref().map(|f| format!("; rollback also failed: {f}")).unwrap_or_default())]
+    WorkflowFailed {
+        /// The instance.
+        id: String,
+        /// Why the workflow failed.
+        failure: Box<Failure>,
+        /// The compensation that failed, if one did.
+        rollback_failure: Option<Box<Failure>>,
+    },
+
+    /// The instance was terminated by a user before it finished.
+    #[error("instance {id:?} was terminated")]
+    Terminated {
+        /// The instance.
+        id: String,
+        /// A compensation that failed during `terminate_with_rollback`, if one did.
+        rollback_failure: Option<Box<Failure>>,
+    },
+
+    /// Another process holds the store's lock. Only one process may open a
+    /// data directory at a time: stop the other one, or use another directory.
+    #[error(
+        "the store at {path:?} is locked by another process; stop that process or open another directory"
+    )]
+    StoreLocked {
+        /// The data directory.
+        path: PathBuf,
+    },
+
+    /// The store failed (I/O error, disk full, ...). Nothing acknowledged
+    /// before was lost; fix the cause and reopen.
+    #[error("store error: {0}")]
+    Store(String),
+
+    /// A stored record does not decode: the store was damaged, or written by
+    /// an incompatible version. The record is left as it is.
+    #[error("corrupt record ({what}): {detail}; the record was left untouched")]
+    Corrupt {
+        /// Which record.
+        what: String,
+        /// What the decoder said.
+        detail: String,
+    },
+
+    /// A payload (workflow input, step output, event payload) is over the
+    /// configured size limit. Store a reference (a key, a URL) instead, or
+    /// raise the limit with `EngineBuilder::max_payload_bytes`.
+    #[error(
+        "{what} is {size} bytes, over the limit of {limit} bytes; store a reference instead or raise EngineBuilder::max_payload_bytes"
+    )]
+    PayloadTooLarge {
+        /// What was too large.
+        what: String,
+        /// Its encoded size.
+        size: usize,
+        /// The limit in force.
+        limit: usize,
+    },
+
+    /// A value could not be encoded with serde.
+    #[error("could not encode {what}: {detail}")]
+    Encode {
+        /// What was encoded.
+        what: String,
+        /// What serde said.
+        detail: String,
+    },
+
+    /// A stored value no longer decodes into the type the code asks for (the
+    /// type changed since it was stored). Keep the old type, or restart the
+    /// instance.
+    #[error(
+        "stored {what} does not decode as `{type_name}`: {detail}; keep the old type or restart the instance"
+    )]
+    Decode {
+        /// What was decoded.
+        what: String,
+        /// The Rust type asked for.
+        type_name: &'static str,
+        /// What the decoder said.
+        detail: String,
+    },
+
+    /// An argument is out of range (a duration, a limit). The message says which.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+
+    /// The engine needs a Tokio runtime: call it from within one
+    /// (`#[tokio::main]`, `#[tokio::test]`).
+    #[error("no Tokio runtime is running; open the engine from within #[tokio::main] or a Runtime")]
+    NoRuntime,
+
+    /// The engine was closed.
+    #[error("the engine was closed")]
+    Closed,
+}
+
+impl From<sled::Error> for Error {
+    fn from(e: sled::Error) -> Self {
+        match e {
+            sled::Error::Corruption { at, .. } => Error::Corrupt {
+                what: "sled page".into(),
+                detail: format!("corruption at {at:?}"),
+            },
+            other => Error::Store(other.to_string()),
+        }
+    }
+}

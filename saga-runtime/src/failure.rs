@@ -1,0 +1,279 @@
+//! Failures inside workflow code: what a step body returns, what a step call
+//! resolves to when it gives up, what a workflow returns, and how a failure
+//! is stored.
+
+use std::any::Any;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// Why an instance (or one of its compensations) failed, as stored in its
+/// record and shown by `status`/`result`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Failure {
+    kind: FailureKind,
+    message: String,
+}
+
+/// What kind of failure a [`Failure`] is.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum FailureKind {
+    /// The workflow function returned an error of its own.
+    Workflow,
+    /// A step gave up (retries exhausted or a fatal error) and the workflow
+    /// propagated its error.
+    Step {
+        /// The step's name.
+        step: String,
+    },
+    /// The workflow function (or a rollback handler) panicked.
+    Panic,
+    /// Replay reached a different step than history recorded: the workflow
+    /// code changed under a running instance.
+    NonDeterminism {
+        /// What history recorded at this point.
+        expected: String,
+        /// What the code asked for.
+        found: String,
+    },
+    /// A stored value no longer decodes into the type the code asks for.
+    Decode,
+    /// A rollback handler gave up.
+    Rollback {
+        /// The step whose compensation failed.
+        step: String,
+    },
+    /// The store failed while the instance ran.
+    Store,
+}
+
+impl Failure {
+    pub(crate) fn new(kind: FailureKind, message: impl Into<String>) -> Self {
+        Failure {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    /// What kind of failure this is.
+    pub fn kind(&self) -> &FailureKind {
+        &self.kind
+    }
+
+    /// The message, as a person should read it.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// The error a step body (or a rollback handler) returns.
+///
+/// `StepError::retryable(e)` lets the engine try again after the configured
+/// delay; `StepError::fatal(e)` skips the remaining attempts. `?` on any
+/// `std::error::Error` gives a retryable error.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepError {
+    message: String,
+    retryable: bool,
+}
+
+impl StepError {
+    /// A failure worth another attempt (a timeout, a 503, a lost connection).
+    pub fn retryable(error: impl fmt::Display) -> Self {
+        StepError {
+            message: error.to_string(),
+            retryable: true,
+        }
+    }
+
+    /// A failure no retry will fix (invalid input, insufficient funds): the
+    /// step gives up at once.
+    pub fn fatal(error: impl fmt::Display) -> Self {
+        StepError {
+            message: error.to_string(),
+            retryable: false,
+        }
+    }
+
+    /// Whether the engine may try again.
+    pub fn is_retryable(&self) -> bool {
+        self.retryable
+    }
+
+    /// The error message.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl fmt::Display for StepError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl<E: std::error::Error + Send + Sync + 'static> From<E> for StepError {
+    fn from(error: E) -> Self {
+        StepError::retryable(error)
+    }
+}
+
+/// What a step call resolves to when the step gave up: its retries are
+/// exhausted, or it returned [`StepError::fatal`].
+///
+/// The workflow may catch it (then the workflow goes on and no rollback
+/// starts) or propagate it with `?` (then the workflow fails and rollback
+/// runs).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepFailed {
+    pub(crate) step: String,
+    pub(crate) attempts: u32,
+    pub(crate) error: StepError,
+}
+
+impl StepFailed {
+    /// The step's name.
+    pub fn step(&self) -> &str {
+        &self.step
+    }
+
+    /// How many attempts ran.
+    pub fn attempts(&self) -> u32 {
+        self.attempts
+    }
+
+    /// The last attempt's error.
+    pub fn error(&self) -> &StepError {
+        &self.error
+    }
+}
+
+impl fmt::Display for StepFailed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = if self.attempts == 1 { "" } else { "s" };
+        write!(
+            f,
+            "step {:?} failed after {} attempt{s}: {}",
+            self.step, self.attempts, self.error
+        )
+    }
+}
+
+impl std::error::Error for StepFailed {}
+
+/// What a durable wait (`ctx.sleep`, `ctx.wait_for_event`) resolves to when
+/// it does not succeed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WaitError {
+    /// No event of the type arrived before the timeout. The workflow may
+    /// catch this and go on.
+    Timeout {
+        /// The wait's name.
+        name: String,
+        /// The event type it waited for.
+        event_type: String,
+    },
+    /// A duration string did not parse.
+    InvalidDuration {
+        /// The string as given.
+        input: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The event's payload does not decode into the type the wait asked for.
+    Decode {
+        /// The wait's name.
+        name: String,
+        /// The type asked for.
+        type_name: &'static str,
+        /// What the decoder said.
+        detail: String,
+    },
+}
+
+impl fmt::Display for WaitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WaitError::Timeout { name, event_type } => {
+                write!(
+                    f,
+                    "wait {name:?} timed out before an event of type {event_type:?} arrived"
+                )
+            }
+            WaitError::InvalidDuration { input, reason } => {
+                write!(f, "invalid duration {input:?}: {reason}")
+            }
+            WaitError::Decode {
+                name,
+                type_name,
+                detail,
+            } => write!(
+                f,
+                "event received by wait {name:?} does not decode as `{type_name}`: {detail}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for WaitError {}
+
+/// The error a workflow function returns. It fails the instance, and the
+/// compensations of the steps it started run.
+///
+/// Any `std::error::Error` converts into it with `?` (a [`StepFailed`] keeps
+/// the step's name), and [`WorkflowError::new`] makes one from a message.
+pub struct WorkflowError {
+    failure: Failure,
+}
+
+impl WorkflowError {
+    /// A workflow error with this message.
+    pub fn new(message: impl fmt::Display) -> Self {
+        WorkflowError {
+            failure: Failure::new(FailureKind::Workflow, message.to_string()),
+        }
+    }
+
+    /// The failure this error is stored as.
+    pub fn failure(&self) -> &Failure {
+        &self.failure
+    }
+
+    pub(crate) fn into_failure(self) -> Failure {
+        self.failure
+    }
+}
+
+impl<E: std::error::Error + Send + Sync + 'static> From<E> for WorkflowError {
+    fn from(error: E) -> Self {
+        let kind = match (&error as &dyn Any).downcast_ref::<StepFailed>() {
+            Some(failed) => FailureKind::Step {
+                step: failed.step.clone(),
+            },
+            None => FailureKind::Workflow,
+        };
+        WorkflowError {
+            failure: Failure::new(kind, error.to_string()),
+        }
+    }
+}
+
+impl fmt::Debug for WorkflowError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.failure, f)
+    }
+}
+
+impl fmt::Display for WorkflowError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.failure, f)
+    }
+}

@@ -1,0 +1,136 @@
+//! Durable workflows with saga rollback for async Rust.
+//!
+//! A workflow is an ordinary `async fn` made of named, durable steps. A
+//! completed step is never run twice, even across crashes: its output is
+//! stored (and flushed) before the workflow sees it, and replay after a
+//! restart returns the stored output. When a workflow fails for good, the
+//! compensations of the steps it started run in reverse start order,
+//! durably.
+//!
+//! ```
+//! use saga_runtime::prelude::*;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), saga_runtime::Error> {
+//! let charge = workflow_fn("charge", |ctx: WorkflowContext, cents: u64| async move {
+//!     let receipt: String = ctx
+//!         .step("charge-card", StepConfig::default().retries(3), move |key| async move {
+//!             // payments.charge(cents, key.as_str()).await.map_err(StepError::retryable)
+//!             Ok(format!("charged {cents} with key {key}"))
+//!         })
+//!         .await?;
+//!     Ok::<_, WorkflowError>(receipt)
+//! });
+//!
+//! let engine = Engine::temporary()?; // Engine::open("./saga-data") for a durable store
+//! let run = engine.start(charge, "order-7", 1250).await?;
+//! assert_eq!(run.result().await?, "charged 1250 with key order-7:charge-card");
+//! # Ok(())
+//! # }
+//! ```
+
+#![cfg_attr(
+    not(test),
+    warn(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
+
+mod attempt;
+mod clock;
+mod codec;
+mod config;
+mod context;
+mod driver;
+mod duration;
+mod engine;
+mod error;
+mod failure;
+mod history;
+mod instance;
+mod live;
+mod macro_support;
+mod panic;
+mod record;
+mod retention;
+mod saga;
+mod status;
+mod step;
+mod store;
+mod subscription;
+mod wait;
+mod workflow;
+
+pub use crate::clock::{Clock, Sleep, SystemClock, TestClock};
+pub use crate::config::{Backoff, MAX_RETRIES, StepConfig};
+pub use crate::context::WorkflowContext;
+pub use crate::duration::IntoDuration;
+pub use crate::engine::{DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_RETENTION, Engine, EngineBuilder};
+pub use crate::error::{Error, Result};
+pub use crate::failure::{Failure, FailureKind, StepError, StepFailed, WaitError, WorkflowError};
+pub use crate::history::{Event, EventKind};
+pub use crate::instance::{Instance, InstanceInfo, ListFilter, Run};
+pub use crate::saga::{BoxFuture, RollbackContext, RollbackInput, RollbackRegistration};
+pub use crate::status::Status;
+pub use crate::step::{IdempotencyKey, StepContext, StepFuture};
+pub use crate::subscription::{RecvError, Subscription};
+pub use crate::workflow::{FnWorkflow, Workflow, WorkflowFuture, workflow_fn};
+
+#[cfg(feature = "macros")]
+pub use saga_macros::{rollback, step, workflow};
+
+/// Everything a workflow file needs: `use saga_runtime::prelude::*;`.
+pub mod prelude {
+    pub use crate::{
+        Backoff, Engine, IdempotencyKey, RollbackContext, RollbackInput, RollbackRegistration,
+        Status, StepConfig, StepContext, StepError, StepFailed, WaitError, Workflow,
+        WorkflowContext, WorkflowError, WorkflowFuture, workflow_fn,
+    };
+    #[cfg(feature = "macros")]
+    pub use saga_macros::{rollback, step, workflow};
+    pub use serde::{Deserialize, Serialize};
+}
+
+/// Support for the code the macros generate. Not a public API: it changes
+/// without notice.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::macro_support::*;
+    pub use ::core;
+    pub use ::serde;
+    pub use ::std;
+
+    /// Starts a step now (its start order is the call order) and returns
+    /// the future of its result.
+    pub fn start_step<T, F, Fut>(
+        ctx: &crate::WorkflowContext,
+        name: &'static str,
+        config: crate::StepConfig,
+        read_only: bool,
+        body: F,
+        rollback: Option<crate::RollbackRegistration<T>>,
+    ) -> crate::StepFuture<T>
+    where
+        T: ::serde::Serialize + ::serde::de::DeserializeOwned + Send + 'static,
+        F: FnMut(crate::StepContext) -> Fut + Send + 'static,
+        Fut: ::std::future::Future<Output = Result<T, crate::StepError>> + Send + 'static,
+    {
+        let _ = read_only;
+        crate::step::start_step(ctx, name, config, body, rollback)
+    }
+}
+
+/// Types users hold across `.await` must stay `Send` (and `Sync` where
+/// shared), or every user's spawned future breaks.
+#[allow(dead_code)]
+fn compile_time_assertions() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+    send_sync::<Engine>();
+    send_sync::<Instance>();
+    send_sync::<WorkflowContext>();
+    send_sync::<IdempotencyKey>();
+    send_sync::<StepContext>();
+    send_sync::<Error>();
+    send::<StepFuture<u64>>();
+    send::<Subscription>();
+    send_sync::<TestClock>();
+}

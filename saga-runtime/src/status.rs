@@ -1,0 +1,61 @@
+//! The life of an instance.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// Where an instance is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Status {
+    /// Stored, not yet picked up (its workflow may not be registered yet).
+    Queued,
+    /// Running its workflow code.
+    Running,
+    /// In a durable sleep or waiting for an event.
+    Waiting,
+    /// Paused by a user at a step boundary; `resume()` continues it.
+    Paused,
+    /// The workflow failed (or was terminated with rollback) and the
+    /// compensations are running.
+    RollingBack,
+    /// Finished with an output.
+    Complete,
+    /// Finished with an error (after its compensations ran).
+    Errored,
+    /// Ended by a user.
+    Terminated,
+}
+
+impl Status {
+    /// Whether the instance has finished for good.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            Status::Complete | Status::Errored | Status::Terminated
+        )
+    }
+
+    /// Whether a process that opens the store should resume this instance.
+    pub(crate) fn resumes_on_open(self) -> bool {
+        matches!(
+            self,
+            Status::Queued | Status::Running | Status::Waiting | Status::RollingBack
+        )
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = match self {
+            Status::Queued => "queued",
+            Status::Running => "running",
+            Status::Waiting => "waiting",
+            Status::Paused => "paused",
+            Status::RollingBack => "rolling back",
+            Status::Complete => "complete",
+            Status::Errored => "errored",
+            Status::Terminated => "terminated",
+        };
+        f.write_str(s)
+    }
+}

@@ -1,0 +1,161 @@
+//! Group commit: many writers that each need their write on disk share one
+//! `flush` at a time, so durable throughput grows with concurrency while
+//! every writer still waits for its own durability.
+//!
+//! A dedicated thread does the flushing: sled 0.34's `flush_async` can
+//! deadlock (sled issue 1308), so the blocking `flush` runs off the async
+//! runtime.
+
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+
+use tokio::sync::{broadcast, watch};
+
+use super::Store;
+use crate::error::{Error, Result};
+use crate::history::Event;
+
+pub(crate) struct Flusher {
+    shared: Arc<Shared>,
+    done: watch::Receiver<u64>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    wake: Condvar,
+    done: watch::Sender<u64>,
+    events: broadcast::Sender<Event>,
+}
+
+#[derive(Default)]
+struct State {
+    /// The highest ticket handed out; a flush that starts later covers it.
+    requested: u64,
+    /// The highest ticket known to be on disk.
+    completed: u64,
+    /// Lifecycle events waiting for the flush that makes them durable.
+    unpublished: Vec<(u64, Event)>,
+    failure: Option<String>,
+    stopping: bool,
+}
+
+impl Flusher {
+    pub(crate) fn start(store: Arc<dyn Store>, events: broadcast::Sender<Event>) -> Result<Self> {
+        let (done_tx, done) = watch::channel(0);
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State::default()),
+            wake: Condvar::new(),
+            done: done_tx,
+            events,
+        });
+        let worker = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("saga-flusher".into())
+            .spawn(move || worker.run(store.as_ref()))
+            .map_err(|e| Error::Store(format!("could not start the flusher thread: {e}")))?;
+        Ok(Flusher {
+            shared,
+            done,
+            thread: Mutex::new(Some(thread)),
+        })
+    }
+
+    /// Waits until everything written before this call is on disk.
+    pub(crate) async fn flush(&self) -> Result<()> {
+        let ticket = self.shared.request(None).ok_or(Error::Closed)?;
+        let mut done = self.done.clone();
+        let reached = done.wait_for(|completed| *completed >= ticket).await;
+        let state = self.shared.lock();
+        match (&state.failure, reached) {
+            (Some(failure), _) => Err(Error::Store(failure.clone())),
+            (None, Ok(_)) => Ok(()),
+            (None, Err(_)) => Err(Error::Closed),
+        }
+    }
+
+    /// Sends `event` to subscribers once everything written before this
+    /// call is on disk, without waiting for it.
+    pub(crate) fn publish_when_durable(&self, event: Event) {
+        self.shared.request(Some(event));
+    }
+
+    /// Flushes what is pending and stops the thread.
+    pub(crate) fn stop(&self) {
+        self.shared.lock().stopping = true;
+        self.shared.wake.notify_all();
+        let thread = self
+            .thread
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take();
+        if let Some(thread) = thread {
+            // A panic in the flusher thread already reported itself.
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for Flusher {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// A ticket that a later flush will cover; `None` once stopped.
+    fn request(&self, event: Option<Event>) -> Option<u64> {
+        let mut state = self.lock();
+        if state.stopping {
+            return None;
+        }
+        state.requested += 1;
+        let ticket = state.requested;
+        if let Some(event) = event {
+            state.unpublished.push((ticket, event));
+        }
+        drop(state);
+        self.wake.notify_one();
+        Some(ticket)
+    }
+
+    fn run(&self, store: &dyn Store) {
+        let mut state = self.lock();
+        loop {
+            if state.requested > state.completed {
+                let target = state.requested;
+                drop(state);
+                let result = store.flush();
+                state = self.lock();
+                if let Err(e) = result {
+                    tracing::error!(error = %e, "saga store flush failed");
+                    state.failure = Some(e.to_string());
+                }
+                state.completed = target;
+                let ready = state.unpublished.partition_point(|(t, _)| *t <= target);
+                let events: Vec<_> = state.unpublished.drain(..ready).collect();
+                self.done.send_replace(target);
+                if state.failure.is_none() {
+                    for (_, event) in events {
+                        // No subscriber is fine.
+                        let _ = self.events.send(event);
+                    }
+                }
+                continue;
+            }
+            if state.stopping {
+                return;
+            }
+            state = self
+                .wake
+                .wait(state)
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+        }
+    }
+}

@@ -1,0 +1,176 @@
+//! What a workflow is to the engine.
+
+use std::future::Future;
+use std::marker::PhantomData;
+use std::pin::Pin;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::codec::{decode_payload, encode_payload};
+use crate::context::WorkflowContext;
+use crate::failure::{Failure, FailureKind, WorkflowError};
+
+/// The future a workflow's `run` returns.
+pub type WorkflowFuture<O> =
+    Pin<Box<dyn Future<Output = Result<O, WorkflowError>> + Send + 'static>>;
+
+/// A workflow: a name that never changes, an input, an output, and the code.
+///
+/// `#[workflow(name = "...")]` implements it for you; by hand, or with
+/// [`workflow_fn`], it reads:
+///
+/// ```
+/// use saga_runtime::prelude::*;
+///
+/// struct Greet;
+///
+/// impl Workflow for Greet {
+///     type Input = String;
+///     type Output = String;
+///     fn name(&self) -> &'static str { "greet" }
+///     fn run(&self, ctx: WorkflowContext, who: String) -> WorkflowFuture<String> {
+///         Box::pin(async move {
+///             let greeting = ctx
+///                 .step("compose", StepConfig::default(), move |_key| {
+///                     let who = who.clone();
+///                     async move { Ok(format!("hello, {who}")) }
+///                 })
+///                 .await?;
+///             Ok(greeting)
+///         })
+///     }
+/// }
+/// ```
+pub trait Workflow: Send + Sync + 'static {
+    /// What `engine.start` takes.
+    type Input: Serialize + DeserializeOwned + Send + 'static;
+    /// What the instance's `result()` gives.
+    type Output: Serialize + DeserializeOwned + Send + 'static;
+
+    /// The name stored with every instance. Never change it while
+    /// instances run: recovery finds the code by this name.
+    fn name(&self) -> &'static str;
+
+    /// The workflow code. It is run again from the start on every recovery
+    /// (replay): completed steps return their stored outputs instead of
+    /// running, so it must make the same durable calls in the same order.
+    fn run(&self, ctx: WorkflowContext, input: Self::Input) -> WorkflowFuture<Self::Output>;
+}
+
+/// A workflow made of a name and an async closure.
+///
+/// ```
+/// use saga_runtime::prelude::*;
+///
+/// let double = workflow_fn("double", |ctx: WorkflowContext, n: u64| async move {
+///     let doubled = ctx
+///         .step("double", StepConfig::default(), move |_key| async move { Ok(n * 2) })
+///         .await?;
+///     Ok::<_, WorkflowError>(doubled)
+/// });
+/// # let _ = double;
+/// ```
+pub fn workflow_fn<I, O, F, Fut>(name: &'static str, run: F) -> FnWorkflow<F, I, O, Fut>
+where
+    I: Serialize + DeserializeOwned + Send + 'static,
+    O: Serialize + DeserializeOwned + Send + 'static,
+    F: Fn(WorkflowContext, I) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<O, WorkflowError>> + Send + 'static,
+{
+    FnWorkflow {
+        name,
+        run,
+        types: PhantomData,
+    }
+}
+
+/// The workflow [`workflow_fn`] makes. `Copy` when the closure is.
+pub struct FnWorkflow<F, I, O, Fut> {
+    name: &'static str,
+    run: F,
+    types: PhantomData<fn(I) -> (O, Fut)>,
+}
+
+impl<F: Clone, I, O, Fut> Clone for FnWorkflow<F, I, O, Fut> {
+    fn clone(&self) -> Self {
+        FnWorkflow {
+            name: self.name,
+            run: self.run.clone(),
+            types: PhantomData,
+        }
+    }
+}
+
+impl<F: Copy, I, O, Fut> Copy for FnWorkflow<F, I, O, Fut> {}
+
+impl<I, O, F, Fut> Workflow for FnWorkflow<F, I, O, Fut>
+where
+    I: Serialize + DeserializeOwned + Send + 'static,
+    O: Serialize + DeserializeOwned + Send + 'static,
+    F: Fn(WorkflowContext, I) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<O, WorkflowError>> + Send + 'static,
+{
+    type Input = I;
+    type Output = O;
+
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn run(&self, ctx: WorkflowContext, input: I) -> WorkflowFuture<O> {
+        Box::pin((self.run)(ctx, input))
+    }
+}
+
+/// A workflow with its types erased, as the engine's registry holds it.
+pub(crate) trait ErasedWorkflow: Send + Sync + 'static {
+    fn run_erased(
+        &self,
+        ctx: WorkflowContext,
+        input: &[u8],
+    ) -> Pin<Box<dyn Future<Output = Result<Vec<u8>, Failure>> + Send + 'static>>;
+}
+
+impl<W: Workflow> ErasedWorkflow for W {
+    fn run_erased(
+        &self,
+        ctx: WorkflowContext,
+        input: &[u8],
+    ) -> Pin<Box<dyn Future<Output = Result<Vec<u8>, Failure>> + Send + 'static>> {
+        let input = match decode_payload::<W::Input>(input) {
+            Ok(input) => input,
+            Err(detail) => {
+                let failure = Failure::new(
+                    FailureKind::Decode,
+                    format!(
+                        "stored input does not decode as `{}`: {detail}",
+                        std::any::type_name::<W::Input>()
+                    ),
+                );
+                return Box::pin(std::future::ready(Err(failure)));
+            }
+        };
+        let max = ctx.ctx.shared.engine.max_payload;
+        let run = self.run(ctx, input);
+        Box::pin(async move {
+            let output = run.await.map_err(WorkflowError::into_failure)?;
+            let bytes = encode_payload(&output).map_err(|detail| {
+                Failure::new(
+                    FailureKind::Workflow,
+                    format!("could not encode the workflow output: {detail}"),
+                )
+            })?;
+            if bytes.len() > max {
+                return Err(Failure::new(
+                    FailureKind::Workflow,
+                    format!(
+                        "the workflow output is {} bytes, over the limit of {max}; return a reference instead",
+                        bytes.len()
+                    ),
+                ));
+            }
+            Ok(bytes)
+        })
+    }
+}
