@@ -1,21 +1,104 @@
-//! Attribute macros for `saga-runtime`; they arrive in a later commit.
+//! Attribute macros for `saga-runtime`: `#[workflow]`, `#[step]` and
+//! `#[rollback]`. Use them through `saga_runtime::prelude`; the generated code
+//! refers to `::saga_runtime::__private`, so this crate is not useful alone.
+//!
+//! Each macro runs the same pipeline: parse the attribute arguments
+//! (`attr`), parse the function into our own AST (`ast`), validate it
+//! (`check`) and generate code (`expand`). Every error is collected
+//! (`errors`) and reported in one build, next to a best-effort expansion, so
+//! a mistake never hides behind follow-on errors.
+
+mod ast;
+mod attr;
+mod body;
+mod check;
+mod duration;
+mod errors;
+mod expand;
+mod forbidden;
+mod name;
+mod types;
+mod usage;
 
 use proc_macro::TokenStream;
 
-/// Marks an `async fn` as a workflow (not implemented yet).
+/// Turns an `async fn(ctx: WorkflowContext, input: I) -> Result<O, WorkflowError>`
+/// into a value of the same name that implements `saga_runtime::Workflow`,
+/// for `engine.register(name)` and `engine.start(name, id, input)`.
+///
+/// ```ignore
+/// #[workflow(name = "bank-transfer")]
+/// async fn bank_transfer(ctx: WorkflowContext, t: Transfer) -> Result<Receipt, WorkflowError> {
+///     let debit = debit_bank_a(&ctx, t.clone()).await?;
+///     ctx.sleep("settle", "7 days").await?;
+///     Ok(Receipt { debit })
+/// }
+/// ```
+///
+/// `name` (required) is stored with every instance: a string literal of
+/// `[a-z0-9][a-z0-9-]*`, at most 64 characters, without dates or timestamps.
+/// The body is checked at compile time:
+///
+/// - the names given to `ctx.step`, `ctx.step_with_context`, `ctx.sleep`,
+///   `ctx.sleep_until` and `ctx.wait_for_event` follow the same rules, and
+///   no name is used at two call sites; literal durations parse;
+/// - a `#[step]` function (a call `f(&ctx, ..)`) is called from one place
+///   only (a loop is one place);
+/// - no call reads the clock (`SystemTime::now`, `Instant::now`), draws
+///   random numbers (`rand::…`), spawns tasks (`tokio::spawn`), sleeps
+///   (`tokio::time::sleep`, `std::thread::sleep`) or does file or network
+///   I/O: replay would not see the same values. Use `ctx.now()`,
+///   `ctx.random()`, `ctx.sleep(..)` or a step instead.
 #[proc_macro_attribute]
-pub fn workflow(_args: TokenStream, input: TokenStream) -> TokenStream {
-    input
+pub fn workflow(args: TokenStream, item: TokenStream) -> TokenStream {
+    expand::workflow(args.into(), item.into()).into()
 }
 
-/// Marks an `async fn` as a durable step (not implemented yet).
+/// Turns an `async fn(key: IdempotencyKey, inputs..) -> Result<T, StepError>`
+/// into a durable step: a function `fn(&WorkflowContext, inputs..)` that
+/// starts the step when it is called and returns the future of its result.
+///
+/// ```ignore
+/// #[step(name = "debit-bank-a", rollback = refund_bank_a, retries = 10,
+///        delay = "1 second", backoff = "exponential", timeout = "30 seconds")]
+/// async fn debit_bank_a(key: IdempotencyKey, t: Transfer) -> Result<DebitId, StepError> {
+///     bank_a().debit(&t.from, t.amount, key.as_str()).await.map_err(StepError::retryable)
+/// }
+/// ```
+///
+/// Keys: `name` (required, same rules as a workflow name), `rollback` (the
+/// path of an `async fn` marked `#[rollback]`), `retries` (0 to 10,000),
+/// `delay` and `timeout` (`"30 seconds"`, `"2 minutes"`, `"7 days"`, or
+/// integer milliseconds), `backoff` (`"constant"`, `"linear"` or
+/// `"exponential"`), `read_only`.
+///
+/// The engine supplies an `IdempotencyKey` parameter and a `StepContext`
+/// parameter (attempt number, instance id, ...) wherever they appear; the
+/// other parameters are the step's inputs, owned and `Clone` (they are
+/// cloned for every attempt and for the rollback handler). A step that is
+/// not `read_only` must take the key and use it.
 #[proc_macro_attribute]
-pub fn step(_args: TokenStream, input: TokenStream) -> TokenStream {
-    input
+pub fn step(args: TokenStream, item: TokenStream) -> TokenStream {
+    expand::step(args.into(), item.into()).into()
 }
 
-/// Marks an `async fn` as a rollback handler (not implemented yet).
+/// Marks an `async fn(ctx: RollbackContext<'_, T>, inputs..) -> Result<(), StepError>`
+/// as the compensation of a step whose output is `T` and whose inputs are
+/// `inputs`, with its own retry settings.
+///
+/// ```ignore
+/// #[rollback(retries = 10, delay = "30 seconds", backoff = "exponential", timeout = "2 minutes")]
+/// async fn refund_bank_a(ctx: RollbackContext<'_, DebitId>, t: Transfer) -> Result<(), StepError> {
+///     bank_a().credit(&t.from, t.amount, ctx.key().as_str()).await.map_err(StepError::retryable)
+/// }
+/// ```
+///
+/// Keys: `retries`, `delay`, `backoff`, `timeout`, as on `#[step]`; a bare
+/// `#[rollback]` keeps the defaults. A handler named by
+/// `#[step(rollback = ..)]` must carry this attribute, which is how the step
+/// finds its settings and checks its signature. The handler must use
+/// `ctx.key()`, its own idempotency key.
 #[proc_macro_attribute]
-pub fn rollback(_args: TokenStream, input: TokenStream) -> TokenStream {
-    input
+pub fn rollback(args: TokenStream, item: TokenStream) -> TokenStream {
+    expand::rollback(args.into(), item.into()).into()
 }

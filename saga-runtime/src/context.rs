@@ -194,9 +194,13 @@ impl Shared {
         self.live.interrupt(Interrupt::Fail(failure));
     }
 
-    /// Reports a store failure of a durable call to the driver.
+    /// Reports a store failure of a durable call to the driver. The
+    /// instance stops where it is without recording an end (the store is
+    /// what failed, and an `Errored` written now would skip the
+    /// compensations); it resumes by replay when the store opens again.
     pub(crate) fn store_failed(&self, error: crate::Error) {
-        self.fail(Failure::new(FailureKind::Store, error.to_string()));
+        tracing::error!(instance = %self.id, error = %error, "store failure: the instance stops and resumes when the store is opened again");
+        self.live.interrupt(Interrupt::Stop);
     }
 
     pub(crate) fn write<R>(&self, f: impl FnOnce(&mut Txn<'_>) -> Result<R>) -> Result<R> {

@@ -15,7 +15,7 @@ use crate::failure::{Failure, FailureKind};
 use crate::history::EventKind;
 use crate::live::{Interrupt, Live};
 use crate::panic::CatchUnwind;
-use crate::record::{InstanceRecord, RollbackPlan, RollbackState, SlotState};
+use crate::record::{InstanceRecord, RollbackPlan, RollbackState, SlotKind, SlotRecord, SlotState};
 use crate::saga::{Registered, compensate};
 use crate::status::Status;
 use crate::store::Op;
@@ -183,6 +183,22 @@ async fn fail(ctx: &Arc<Ctx>, cause: Failure, then: Status) -> Result<()> {
                 slot.state = SlotState::Cancelled;
                 txn.put(Op::PutSlot(shared.id.to_string(), *index, slot));
             }
+        }
+        // A step that was called but stopped before its task stored
+        // anything is started too: record it, or a crash from here on
+        // would forget its compensation (recovery rebuilds handlers only
+        // for steps history knows).
+        let recorded: BTreeSet<u32> = slots.iter().map(|(i, _)| *i).collect();
+        for handler in handlers.iter().filter(|h| !recorded.contains(&h.index)) {
+            let slot = SlotRecord {
+                kind: SlotKind::Step,
+                name: handler.step.clone(),
+                occurrence: handler.occurrence,
+                has_rollback: true,
+                history_seq: txn.next_seq(),
+                state: SlotState::Cancelled,
+            };
+            txn.put(Op::PutSlot(shared.id.to_string(), handler.index, slot));
         }
         let record = txn.record()?;
         record.status = Status::RollingBack;

@@ -261,7 +261,11 @@ impl Instance {
             }
             live.interrupt(Interrupt::Terminate { rollback });
             live.wait_stopped().await;
-            return Ok(());
+            // The driver may have stopped for a pause it saw first; then
+            // ours was not acted on and the end is written below.
+            if self.status()?.is_terminal() {
+                return Ok(());
+            }
         }
         // No driver runs it: write the end (or the start of the rollback)
         // here.

@@ -43,6 +43,7 @@ mod driver;
 mod duration;
 mod engine;
 mod error;
+mod failpoint;
 mod failure;
 mod history;
 mod instance;

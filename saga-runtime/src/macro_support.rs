@@ -13,16 +13,13 @@
 
 use serde::de::DeserializeOwned;
 
-use crate::saga::{BoxFuture, RollbackInput, RollbackRegistration};
-
-// The public types generated code names, so that it names only `__private`
-// (`BoxFuture`, `RollbackInput`, `RollbackRegistration` and `StepFuture` are
-// re-exported there already).
+// Every type generated code names, so that it names only `__private` (and
+// `start_step`, defined there).
 pub use crate::config::{Backoff, StepConfig};
 pub use crate::context::WorkflowContext;
 pub use crate::failure::{StepError, WorkflowError};
-pub use crate::saga::RollbackContext;
-pub use crate::step::{IdempotencyKey, StepContext};
+pub use crate::saga::{BoxFuture, RollbackContext, RollbackInput, RollbackRegistration};
+pub use crate::step::{IdempotencyKey, StepContext, StepFuture};
 pub use crate::workflow::{Workflow, WorkflowFuture};
 
 /// Implemented by the hidden type `#[rollback]` generates beside a handler.

@@ -163,8 +163,8 @@ impl<T: DeserializeOwned + Send + 'static> ErasedRollback for RollbackRegistrati
 /// A compensation registered by a started step.
 pub(crate) struct Registered {
     pub(crate) index: u32,
-    step: String,
-    occurrence: u32,
+    pub(crate) step: String,
+    pub(crate) occurrence: u32,
     handler: Box<dyn ErasedRollback>,
 }
 
@@ -210,59 +210,68 @@ pub(crate) async fn compensate(
     eligible.dedup();
 
     for index in eligible {
-        let previous = done.get(&index);
-        if previous.is_some_and(|r| r.state == RollbackState::Completed) {
-            continue;
-        }
+        let previous = done.get(&index).map(|r| &r.state);
+        let resumed_after = match previous {
+            Some(RollbackState::Completed) => continue,
+            // It gave up before a crash that came before the instance's
+            // end was stored: it stays given up, the rest stay skipped.
+            Some(RollbackState::Failed { error }) => {
+                let step = done.get(&index).map(|r| r.step.clone()).unwrap_or_default();
+                return Ok(Some(gave_up(step, error)));
+            }
+            Some(RollbackState::Running { attempts }) => Some(*attempts),
+            None => None,
+        };
         let slot = slots.get(&index);
         let Some(mut handler) = handlers.remove(&index) else {
             let (step, occurrence) = slot
                 .map(|s| (s.name.clone(), s.occurrence))
                 .unwrap_or_else(|| (format!("#{index}"), 0));
             let error = format!(
-                "the compensation of step {step:?} could not be rebuilt: replaying the workflow code did not reach that step again"
+                "it could not be rebuilt: replaying the workflow code did not reach step {step:?} again"
             );
             record_failure(shared, index, &step, occurrence, &error)?;
-            return Ok(Some(Failure::new(FailureKind::Rollback { step }, error)));
+            return Ok(Some(gave_up(step, &error)));
         };
         let output = slot.and_then(|s| match &s.state {
             SlotState::Completed { output, .. } => Some(output.as_slice()),
             _ => None,
         });
-        let attempts = match previous.map(|r| &r.state) {
-            Some(RollbackState::Running { attempts }) => *attempts,
-            _ => 0,
-        };
-        if let Err(error) = run_compensation(shared, &mut handler, output, cause, attempts).await? {
+        if let Err(error) =
+            run_compensation(shared, &mut handler, output, cause, resumed_after).await?
+        {
             record_failure(shared, index, &handler.step, handler.occurrence, &error)?;
-            return Ok(Some(Failure::new(
-                FailureKind::Rollback {
-                    step: handler.step.clone(),
-                },
-                format!(
-                    "the compensation of step {:?} failed: {error}",
-                    handler.step
-                ),
-            )));
+            return Ok(Some(gave_up(handler.step, &error)));
         }
     }
     Ok(None)
 }
 
+/// The rollback failure of the compensation of `step`, which gave up with
+/// `error`.
+fn gave_up(step: String, error: &str) -> Failure {
+    let message = format!("the compensation of step {step:?} failed: {error}");
+    Failure::new(FailureKind::Rollback { step }, message)
+}
+
 /// Runs one compensation's attempts; `Ok(Err(message))` when it gave up.
+/// `resumed_after` is the number of attempts that failed before a crash,
+/// when the compensation had started then.
 async fn run_compensation(
     shared: &Shared,
     handler: &mut Registered,
     output: Option<&[u8]>,
     cause: &Failure,
-    mut attempts: u32,
+    resumed_after: Option<u32>,
 ) -> Result<std::result::Result<(), String>> {
     let engine = &shared.engine;
     let config = handler.handler.config();
     let key = IdempotencyKey::rollback(&shared.id, &handler.step, handler.occurrence);
-    let put = |attempts: u32, kind: EventKind, state: RollbackState| {
+    let put = |kind: Option<EventKind>, state: RollbackState| {
         shared.write(|txn| {
-            txn.event(kind);
+            if let Some(kind) = kind {
+                txn.event(kind);
+            }
             txn.put(Op::PutRollback(
                 shared.id.to_string(),
                 handler.index,
@@ -272,20 +281,33 @@ async fn run_compensation(
                     state,
                 },
             ));
-            let _ = attempts;
             Ok(())
         })
     };
-    if attempts == 0 {
-        put(
-            0,
-            EventKind::RollbackStepStarted {
-                step: handler.step.clone(),
-                occurrence: handler.occurrence,
-            },
-            RollbackState::Running { attempts: 0 },
-        )?;
-    }
+    let mut attempts = match resumed_after {
+        // Its start is durable before it runs: after a crash it resumes
+        // (with the same key), it does not start over.
+        None => {
+            put(
+                Some(EventKind::RollbackStepStarted {
+                    step: handler.step.clone(),
+                    occurrence: handler.occurrence,
+                }),
+                RollbackState::Running { attempts: 0 },
+            )?;
+            engine.flush().await?;
+            0
+        }
+        Some(attempts) => {
+            // When the next retry was due is not stored: wait the whole
+            // delay again rather than hammer a callee that was failing.
+            if attempts > 0 {
+                let at = add_millis(engine.now_millis(), config.delay_after(attempts));
+                engine.clock.sleep_until(from_millis(at)).await;
+            }
+            attempts
+        }
+    };
     loop {
         attempts += 1;
         let span = tracing::info_span!(
@@ -310,11 +332,10 @@ async fn run_compensation(
         match result {
             Ok(()) => {
                 put(
-                    attempts,
-                    EventKind::RollbackStepCompleted {
+                    Some(EventKind::RollbackStepCompleted {
                         step: handler.step.clone(),
                         occurrence: handler.occurrence,
-                    },
+                    }),
                     RollbackState::Completed,
                 )?;
                 engine.flush().await?;
@@ -323,18 +344,7 @@ async fn run_compensation(
             Err(error) if error.is_retryable() && config.allows_retry_after(attempts) => {
                 let delay = config.delay_after(attempts);
                 tracing::warn!(instance = %shared.id, step = %handler.step, attempt = attempts, error = %error, ?delay, "compensation attempt failed; retrying");
-                shared.write(|txn| {
-                    txn.put(Op::PutRollback(
-                        shared.id.to_string(),
-                        handler.index,
-                        RollbackRecord {
-                            step: handler.step.clone(),
-                            occurrence: handler.occurrence,
-                            state: RollbackState::Running { attempts },
-                        },
-                    ));
-                    Ok(())
-                })?;
+                put(None, RollbackState::Running { attempts })?;
                 let at = add_millis(engine.now_millis(), delay);
                 engine.clock.sleep_until(from_millis(at)).await;
             }

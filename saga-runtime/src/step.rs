@@ -256,6 +256,11 @@ where
     let Some(slot) = ctx.take_slot(SlotKind::Step, name) else {
         return StepFuture::never();
     };
+    // A pause stops the workflow before a step that never began: it is not
+    // started, so its compensation is not registered either.
+    if slot.recorded.is_none() && shared.mode == Mode::Forward && shared.pause_here() {
+        return StepFuture::never();
+    }
     let has_rollback = rollback.is_some();
     if let Some(rollback) = rollback {
         // In rebuild mode only steps that history says started get their

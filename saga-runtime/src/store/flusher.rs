@@ -65,12 +65,19 @@ impl Flusher {
     pub(crate) async fn flush(&self) -> Result<()> {
         let ticket = self.shared.request(None).ok_or(Error::Closed)?;
         let mut done = self.done.clone();
-        let reached = done.wait_for(|completed| *completed >= ticket).await;
+        // `wait_for` answers with a guard that holds the watch's read lock;
+        // drop it before taking the state lock, which the flusher thread
+        // holds while it takes the watch's write lock (a deadlock the crash
+        // suite found).
+        let reached = done
+            .wait_for(|completed| *completed >= ticket)
+            .await
+            .is_ok();
         let state = self.shared.lock();
         match (&state.failure, reached) {
             (Some(failure), _) => Err(Error::Store(failure.clone())),
-            (None, Ok(_)) => Ok(()),
-            (None, Err(_)) => Err(Error::Closed),
+            (None, true) => Ok(()),
+            (None, false) => Err(Error::Closed),
         }
     }
 

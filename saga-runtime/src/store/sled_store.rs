@@ -13,6 +13,7 @@ use sled::Transactional;
 use super::{Batch, Op, Store};
 use crate::codec::{decode_record, encode_record};
 use crate::error::{Error, Result};
+use crate::failpoint::{self, Call};
 use crate::record::{HistoryRecord, InstanceRecord, PendingEvent, RollbackRecord, SlotRecord};
 
 pub(crate) struct SledStore {
@@ -114,6 +115,7 @@ impl SledStore {
             &self.rollbacks,
             &self.events,
         );
+        let n = failpoint::before(Call::Write)?;
         let result = trees.transaction(|(instances, slots, history, rollbacks, events)| {
             if !guard(instances)? {
                 return Ok(false);
@@ -125,11 +127,13 @@ impl SledStore {
             events.apply_batch(&b_events)?;
             Ok(true)
         });
-        match result {
-            Ok(written) => Ok(written),
-            Err(sled::transaction::TransactionError::Storage(e)) => Err(e.into()),
-            Err(sled::transaction::TransactionError::Abort(())) => Ok(false),
-        }
+        let written = match result {
+            Ok(written) => written,
+            Err(sled::transaction::TransactionError::Storage(e)) => return Err(e.into()),
+            Err(sled::transaction::TransactionError::Abort(())) => false,
+        };
+        failpoint::after(Call::Write, n)?;
+        Ok(written)
     }
 }
 
@@ -204,8 +208,9 @@ impl Store for SledStore {
     }
 
     fn flush(&self) -> Result<()> {
+        let n = failpoint::before(Call::Flush)?;
         self.db.flush()?;
-        Ok(())
+        failpoint::after(Call::Flush, n)
     }
 }
 

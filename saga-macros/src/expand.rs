@@ -1,0 +1,350 @@
+//! Stage 4: code generation, and the entry points that run the pipeline.
+//!
+//! Generated code names nothing but `::saga_runtime::__private::…`, `::core`
+//! and `::std` items; generated locals start with `__saga_`. Whatever goes
+//! wrong, something is emitted: the best expansion available plus the
+//! `compile_error!`s, or the user's function unchanged plus the errors.
+
+use proc_macro2::{Span, TokenStream};
+use quote::{ToTokens, format_ident, quote, quote_spanned};
+use syn::spanned::Spanned;
+use syn::{Ident, ItemFn, LitStr};
+
+use crate::ast::{ParamKind, RollbackFn, StepFn, WorkflowFn};
+use crate::attr::{Backoff, RetryConfig, RollbackArgs, StepArgs, WorkflowArgs};
+use crate::check;
+use crate::errors::Errors;
+
+/// `#[step(..)]`.
+pub(crate) fn step(args: TokenStream, item: TokenStream) -> TokenStream {
+    let shape =
+        "#[step] goes on an `async fn(key: IdempotencyKey, inputs..) -> Result<Output, StepError>`";
+    run(shape, args, item, |args, item, errors| {
+        let args = StepArgs::parse(args, errors);
+        let step = StepFn::from_syn(item, errors)?;
+        check::step(&args, &step, errors);
+        Some(step_tokens(&args, &step))
+    })
+}
+
+/// `#[rollback(..)]`.
+pub(crate) fn rollback(args: TokenStream, item: TokenStream) -> TokenStream {
+    let shape = "#[rollback] goes on an \
+        `async fn(ctx: RollbackContext<'_, Output>, inputs..) -> Result<(), StepError>`";
+    run(shape, args, item, |args, item, errors| {
+        let args = RollbackArgs::parse(args, errors);
+        let Some(handler) = RollbackFn::from_syn(item.clone(), errors) else {
+            return Some(rollback_fallback_tokens(&item));
+        };
+        check::rollback(&handler, errors);
+        Some(rollback_tokens(&args, &handler))
+    })
+}
+
+/// `#[workflow(..)]`.
+pub(crate) fn workflow(args: TokenStream, item: TokenStream) -> TokenStream {
+    let shape = "#[workflow] goes on an \
+        `async fn(ctx: WorkflowContext, input: Input) -> Result<Output, WorkflowError>`";
+    run(shape, args, item, |args, item, errors| {
+        let args = WorkflowArgs::parse(args, errors);
+        let mut workflow = WorkflowFn::from_syn(item, errors)?;
+        check::workflow(&mut workflow, errors);
+        Some(workflow_tokens(&args, &workflow))
+    })
+}
+
+/// Runs one macro's pipeline. `expand` returns `None` when the function
+/// cannot be expanded; it is then emitted unchanged. Errors are appended;
+/// `shape` is the error for an item that is not a function.
+fn run(
+    shape: &str,
+    args: TokenStream,
+    item: TokenStream,
+    expand: impl FnOnce(TokenStream, ItemFn, &mut Errors) -> Option<TokenStream>,
+) -> TokenStream {
+    let mut errors = Errors::default();
+    let expanded = match syn::parse2::<ItemFn>(item.clone()) {
+        Ok(function) => expand(args, function, &mut errors).unwrap_or(item),
+        Err(_) => {
+            errors.push(syn::Error::new(Span::call_site(), shape));
+            item
+        }
+    };
+    let errors = errors.into_compile_errors();
+    quote!(#expanded #errors)
+}
+
+/// The step function: takes `&WorkflowContext` and the caller's inputs,
+/// starts the step, returns its future.
+fn step_tokens(args: &StepArgs, step: &StepFn) -> TokenStream {
+    let item = &step.item;
+    let (attrs, vis, ident) = (&item.attrs, &item.vis, &item.sig.ident);
+    let output = &step.output;
+    let name = name_or_ident(args.name.as_ref(), ident);
+    let config = config_tokens(&args.config);
+    let read_only = args.read_only;
+    let body = inner_async_fn(item, &format_ident!("__saga_body"));
+
+    let inputs: Vec<_> = step.inputs().collect();
+    let input_vars: Vec<Ident> = inputs
+        .iter()
+        .enumerate()
+        .map(|(index, param)| input_var(param.binding.as_ref(), index))
+        .collect();
+    let input_types: Vec<_> = inputs.iter().map(|param| &param.ty).collect();
+    // Spanned on the type, so a type that cannot be cloned gets one error
+    // (rustc merges the identical ones of each clone site) pointing at it.
+    let clones: Vec<TokenStream> = input_vars
+        .iter()
+        .zip(&input_types)
+        .map(|(var, ty)| quote_spanned!(ty.span()=> ::saga_runtime::__private::clone_input(&#var)))
+        .collect();
+    let mut next_input = input_vars.iter();
+    let call_args = step.params.iter().map(|param| match param.kind {
+        ParamKind::Key => quote!(__saga_key),
+        ParamKind::StepContext => quote!(__saga_step),
+        ParamKind::Input => next_input.next().to_token_stream(),
+    });
+    let take_key = step
+        .injected(ParamKind::Key)
+        .map(|_| quote!(let __saga_key = __saga_step.key();));
+    let rollback = match &args.rollback {
+        Some(handler) => rollback_registration(handler, output, &input_types, &clones),
+        None => quote!(::core::option::Option::None),
+    };
+
+    quote! {
+        #(#attrs)*
+        #vis fn #ident(
+            __saga_ctx: &::saga_runtime::__private::WorkflowContext,
+            #(#input_vars: #input_types),*
+        ) -> ::saga_runtime::__private::StepFuture<#output> {
+            #body
+            let __saga_rollback = #rollback;
+            // The explicit output type puts its bound errors on the user's type.
+            ::saga_runtime::__private::start_step::<#output, _, _>(
+                __saga_ctx,
+                #name,
+                #config,
+                #read_only,
+                move |__saga_step: ::saga_runtime::__private::StepContext| {
+                    #(let #input_vars = #clones;)*
+                    #take_key
+                    __saga_body(#(#call_args),*)
+                },
+                __saga_rollback,
+            )
+        }
+    }
+}
+
+/// `Some(registration)` of the handler at `handler`. The handler's hidden
+/// type (from `#[rollback]`) carries its config and signature; a handler
+/// without `#[rollback]` resolves, through the glob import, to a stand-in
+/// whose trait bound fails with "add #[rollback]".
+fn rollback_registration(
+    handler: &syn::Path,
+    output: &syn::Type,
+    input_types: &[&syn::Type],
+    input_clones: &[TokenStream],
+) -> TokenStream {
+    let span = handler.span();
+    let handler_type = quote_spanned!(span=> __SagaRollbackHandler);
+    quote! {{
+        #[allow(unused_imports)]
+        use ::saga_runtime::__private::rollback_fallback::*;
+        use #handler as __SagaRollbackHandler;
+        ::core::option::Option::Some(
+            ::saga_runtime::__private::register_rollback::<#handler_type, #output, (#(#input_types,)*)>(
+                (#(#input_clones,)*)
+            )
+        )
+    }}
+}
+
+/// The handler unchanged (made `async` if it was not: that error is already
+/// reported) and its hidden type with config and signature.
+fn rollback_tokens(args: &RollbackArgs, handler: &RollbackFn) -> TokenStream {
+    let mut item = handler.item.clone();
+    item.sig.asyncness = Some(Default::default());
+    let ident = &item.sig.ident;
+    let output = &handler.step_output;
+    let inputs = &handler.inputs;
+    let vars: Vec<Ident> = (0..inputs.len())
+        .map(|index| format_ident!("__saga_input{index}"))
+        .collect();
+    let config = config_tokens(&args.config);
+    let hidden_type = hidden_handler_type(&item);
+    let cfgs = cfg_attrs(&item);
+    quote! {
+        #item
+        #hidden_type
+        #(#cfgs)*
+        #[automatically_derived]
+        impl ::saga_runtime::__private::RollbackHandler<#output, (#(#inputs,)*)> for #ident {
+            const CONFIG: ::saga_runtime::__private::StepConfig = #config;
+            fn call(
+                __saga_rollback: ::saga_runtime::__private::RollbackInput<#output>,
+                __saga_inputs: (#(#inputs,)*),
+            ) -> ::saga_runtime::__private::BoxFuture<
+                ::core::result::Result<(), ::saga_runtime::__private::StepError>,
+            > {
+                let (#(#vars,)*) = __saga_inputs;
+                ::std::boxed::Box::pin(async move {
+                    #ident(__saga_rollback.context(), #(#vars),*).await
+                })
+            }
+        }
+    }
+}
+
+/// A handler whose signature could not be read: emitted unchanged, with a
+/// hidden type that fits any step, so the steps naming it report nothing
+/// more than the handler's own error.
+fn rollback_fallback_tokens(item: &ItemFn) -> TokenStream {
+    let ident = &item.sig.ident;
+    let hidden_type = hidden_handler_type(item);
+    let cfgs = cfg_attrs(item);
+    quote! {
+        #item
+        #hidden_type
+        #(#cfgs)*
+        #[automatically_derived]
+        impl<__SagaOutput, __SagaInputs> ::saga_runtime::__private::RollbackHandler<__SagaOutput, __SagaInputs> for #ident {
+            const CONFIG: ::saga_runtime::__private::StepConfig =
+                ::saga_runtime::__private::StepConfig::new();
+            fn call(
+                __saga_rollback: ::saga_runtime::__private::RollbackInput<__SagaOutput>,
+                __saga_inputs: __SagaInputs,
+            ) -> ::saga_runtime::__private::BoxFuture<
+                ::core::result::Result<(), ::saga_runtime::__private::StepError>,
+            > {
+                <::saga_runtime::__private::NotARollbackHandler
+                    as ::saga_runtime::__private::RollbackHandler<__SagaOutput, __SagaInputs>>
+                    ::call(__saga_rollback, __saga_inputs)
+            }
+        }
+    }
+}
+
+/// The type named like the handler function (a braced struct lives in the
+/// type namespace only, so it coexists with the function) that steps find
+/// through `rollback = handler`.
+fn hidden_handler_type(item: &ItemFn) -> TokenStream {
+    let (vis, ident) = (&item.vis, &item.sig.ident);
+    let doc =
+        format!("The rollback handler `{ident}` as a type, for `#[step(rollback = {ident})]`.");
+    let cfgs = cfg_attrs(item);
+    quote! {
+        #(#cfgs)*
+        #[doc = #doc]
+        #[doc(hidden)]
+        #[allow(non_camel_case_types, dead_code, unreachable_pub)]
+        #vis struct #ident {}
+        #(#cfgs)*
+        #[automatically_derived]
+        impl ::saga_runtime::__private::RollbackAttribute for #ident {}
+    }
+}
+
+/// The workflow value: a unit struct named like the function, implementing
+/// `Workflow` by running the function's body.
+fn workflow_tokens(args: &WorkflowArgs, workflow: &WorkflowFn) -> TokenStream {
+    let item = &workflow.item;
+    let (vis, ident) = (&item.vis, &item.sig.ident);
+    let (input, output) = (&workflow.input, &workflow.output);
+    let name = name_or_ident(args.name.as_ref(), ident);
+    // Lint levels are meant for the body; the rest (docs, ...) for the value.
+    let (lints, attrs): (Vec<_>, Vec<_>) = item
+        .attrs
+        .iter()
+        .partition(|attr| LINT_LEVELS.iter().any(|level| attr.path().is_ident(level)));
+    let body = inner_async_fn(item, &format_ident!("__saga_run"));
+    let cfgs = cfg_attrs(item);
+    quote! {
+        #(#attrs)*
+        #[allow(non_camel_case_types)]
+        #[derive(::core::clone::Clone, ::core::marker::Copy, ::core::fmt::Debug)]
+        #vis struct #ident;
+
+        #(#cfgs)*
+        #[automatically_derived]
+        impl ::saga_runtime::__private::Workflow for #ident {
+            type Input = #input;
+            type Output = #output;
+
+            fn name(&self) -> &'static str {
+                #name
+            }
+
+            fn run(
+                &self,
+                __saga_ctx: ::saga_runtime::__private::WorkflowContext,
+                __saga_input: #input,
+            ) -> ::saga_runtime::__private::WorkflowFuture<#output> {
+                #(#lints)*
+                #body
+                ::std::boxed::Box::pin(__saga_run(__saga_ctx, __saga_input))
+            }
+        }
+    }
+}
+
+/// The attributes that set lint levels.
+const LINT_LEVELS: &[&str] = &["allow", "expect", "warn", "deny", "forbid"];
+
+/// The `#[cfg(..)]`s of the function, for the items generated beside it.
+fn cfg_attrs(item: &ItemFn) -> Vec<&syn::Attribute> {
+    item.attrs
+        .iter()
+        .filter(|attr| attr.path().is_ident("cfg"))
+        .collect()
+}
+
+/// The user's function as a private `async fn` named `ident`, nested in the
+/// generated one: its body, parameters and spans stay as written.
+fn inner_async_fn(item: &ItemFn, ident: &Ident) -> TokenStream {
+    let mut sig = item.sig.clone();
+    sig.ident = ident.clone();
+    sig.asyncness = Some(Default::default());
+    let block = &item.block;
+    quote!(#sig #block)
+}
+
+/// `StepConfig::new()` with the settings given in the attribute.
+fn config_tokens(config: &RetryConfig) -> TokenStream {
+    let mut tokens = quote!(::saga_runtime::__private::StepConfig::new());
+    if let Some(retries) = config.retries {
+        tokens.extend(quote!(.retries(#retries)));
+    }
+    if let Some(millis) = config.delay_millis {
+        tokens.extend(quote!(.delay(::core::time::Duration::from_millis(#millis))));
+    }
+    if let Some(backoff) = config.backoff {
+        let variant = match backoff {
+            Backoff::Constant => quote!(Constant),
+            Backoff::Linear => quote!(Linear),
+            Backoff::Exponential => quote!(Exponential),
+        };
+        tokens.extend(quote!(.backoff(::saga_runtime::__private::Backoff::#variant)));
+    }
+    if let Some(millis) = config.timeout_millis {
+        tokens.extend(quote!(.timeout(::core::time::Duration::from_millis(#millis))));
+    }
+    tokens
+}
+
+/// The name literal, or (when it is missing or invalid, an error already
+/// reported) the function's name, so the expansion still type-checks.
+fn name_or_ident(name: Option<&LitStr>, ident: &Ident) -> LitStr {
+    name.cloned()
+        .unwrap_or_else(|| LitStr::new(&ident.to_string(), ident.span()))
+}
+
+/// The variable of a caller-visible input in the generated function: the
+/// user's own name when the pattern is a plain identifier.
+fn input_var(binding: Option<&Ident>, index: usize) -> Ident {
+    binding
+        .cloned()
+        .unwrap_or_else(|| format_ident!("__saga_arg{index}"))
+}

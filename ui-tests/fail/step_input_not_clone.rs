@@ -1,0 +1,13 @@
+use saga_runtime::prelude::*;
+
+struct Card {
+    number: String,
+}
+
+#[step(name = "charge-card")]
+async fn charge_card(key: IdempotencyKey, card: Card) -> Result<u64, StepError> {
+    let _ = (key.as_str(), card.number);
+    Ok(1)
+}
+
+fn main() {}

@@ -1,0 +1,11 @@
+use saga_runtime::prelude::*;
+
+const NAME: &str = "charge-card";
+
+#[step(name = NAME)]
+async fn charge_card(key: IdempotencyKey, amount: u64) -> Result<u64, StepError> {
+    let _ = key.as_str();
+    Ok(amount)
+}
+
+fn main() {}

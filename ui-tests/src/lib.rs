@@ -1,0 +1,1 @@
+//! Placeholder crate so trybuild cases can depend on saga-runtime.
