@@ -1,10 +1,19 @@
-//! Moves money between two banks; when the credit fails for good, the debit
-//! is refunded. Both fake banks dedupe on idempotency keys.
+//! Moves money between two banks, as in Cloudflare's saga-rollback post:
+//! debit bank A, credit bank B, let the transfer settle for 7 days, wait for
+//! an approval, notify. When the credit fails for good, the debit is
+//! refunded: the compensation runs in reverse step-start order, durably.
+//!
+//! Both fake banks apply each idempotency key once, as real payment APIs do.
+//! The engine runs on a simulated clock, so the 7-day settlement passes at
+//! once; `Engine::open(dir)` with the default clock would really wait.
+//!
+//! `cargo run --example bank_transfer`
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
+use std::sync::{LazyLock, Mutex};
 
 use saga_runtime::prelude::*;
+use saga_runtime::{EventKind, TestClock};
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 struct Transfer {
@@ -13,92 +22,160 @@ struct Transfer {
     amount: u64,
 }
 
-/// A bank that applies each idempotency key once.
-#[derive(Clone, Default)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Receipt {
+    debit: String,
+    credit: String,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Approval {
+    approved: bool,
+}
+
+/// A bank whose ledger applies each idempotency key at most once.
 struct Bank {
-    applied: Arc<Mutex<HashMap<String, i64>>>,
-    fail_credits: bool,
+    name: &'static str,
+    ledger: Mutex<BTreeMap<String, (String, i64)>>,
 }
 
 impl Bank {
-    fn apply(&self, key: &str, delta: i64) -> Result<u64, StepError> {
-        if self.fail_credits && delta > 0 {
-            return Err(StepError::fatal("bank B rejects the account"));
+    const fn new(name: &'static str) -> Self {
+        Bank {
+            name,
+            ledger: Mutex::new(BTreeMap::new()),
         }
-        let mut applied = self.applied.lock().expect("bank lock");
-        let n = applied.len() as u64;
-        applied.entry(key.to_owned()).or_insert(delta);
-        Ok(n)
     }
-    fn balance(&self) -> i64 {
-        self.applied.lock().expect("bank lock").values().sum()
+
+    fn post(&self, account: &str, delta: i64, key: &str) -> Result<String, StepError> {
+        if account == "mallory" {
+            return Err(StepError::fatal(format!(
+                "{} closed account {account}",
+                self.name
+            )));
+        }
+        let mut ledger = self.ledger.lock().map_err(StepError::fatal)?;
+        ledger
+            .entry(key.to_owned())
+            .or_insert((account.to_owned(), delta));
+        Ok(format!("{}:{key}", self.name))
     }
+
+    fn balance(&self, account: &str) -> i64 {
+        let ledger = self.ledger.lock().expect("ledger lock");
+        ledger
+            .values()
+            .filter(|(a, _)| a == account)
+            .map(|(_, d)| d)
+            .sum()
+    }
+}
+
+static BANK_A: LazyLock<Bank> = LazyLock::new(|| Bank::new("bank-a"));
+static BANK_B: LazyLock<Bank> = LazyLock::new(|| Bank::new("bank-b"));
+
+#[step(name = "debit-bank-a", rollback = refund_bank_a, retries = 10,
+       delay = "1 second", backoff = "exponential", timeout = "30 seconds")]
+async fn debit_bank_a(key: IdempotencyKey, t: Transfer) -> Result<String, StepError> {
+    BANK_A.post(&t.from, -(t.amount as i64), key.as_str())
+}
+
+#[rollback(
+    retries = 10,
+    delay = "30 seconds",
+    backoff = "exponential",
+    timeout = "2 minutes"
+)]
+async fn refund_bank_a(ctx: RollbackContext<'_, String>, t: Transfer) -> Result<(), StepError> {
+    println!(
+        "  compensating debit {:?} because: {}",
+        ctx.output(),
+        ctx.cause()
+    );
+    BANK_A
+        .post(&t.from, t.amount as i64, ctx.key().as_str())
+        .map(drop)
+}
+
+#[step(name = "credit-bank-b", rollback = reverse_credit_b, retries = 3, delay = "1 second")]
+async fn credit_bank_b(key: IdempotencyKey, t: Transfer) -> Result<String, StepError> {
+    BANK_B.post(&t.to, t.amount as i64, key.as_str())
+}
+
+#[rollback]
+async fn reverse_credit_b(ctx: RollbackContext<'_, String>, t: Transfer) -> Result<(), StepError> {
+    // The credit failed before it was stored: nothing to take back.
+    if ctx.output().is_none() {
+        println!(
+            "  credit never landed; nothing to reverse (key {})",
+            ctx.key()
+        );
+        return Ok(());
+    }
+    BANK_B
+        .post(&t.to, -(t.amount as i64), ctx.key().as_str())
+        .map(drop)
+}
+
+#[step(name = "notify", read_only)]
+async fn notify(t: Transfer) -> Result<(), StepError> {
+    println!("  notify: {} sent {} to {}", t.from, t.amount, t.to);
+    Ok(())
+}
+
+#[workflow(name = "bank-transfer")]
+async fn bank_transfer(ctx: WorkflowContext, t: Transfer) -> Result<Receipt, WorkflowError> {
+    let debit = debit_bank_a(&ctx, t.clone()).await?;
+    let credit = credit_bank_b(&ctx, t.clone()).await?;
+    ctx.sleep("settle", "7 days").await?;
+    let approval: Approval = ctx
+        .wait_for_event("wait-approval", "approval", "7 days")
+        .await?;
+    if !approval.approved {
+        return Err(WorkflowError::new("the transfer was not approved"));
+    }
+    notify(&ctx, t).await?;
+    Ok(Receipt { debit, credit })
+}
+
+async fn transfer(engine: &Engine, id: &str, to: &str) -> Result<(), saga_runtime::Error> {
+    println!("{id}: alice -> {to}, 100");
+    let input = Transfer {
+        from: "alice".into(),
+        to: to.into(),
+        amount: 100,
+    };
+    let run = engine.start(bank_transfer, id, input).await?;
+    engine
+        .send_event(id, "approval", &Approval { approved: true })
+        .await?;
+    match run.result().await {
+        Ok(receipt) => println!("  complete: {receipt:?}"),
+        Err(e) => println!("  {e}"),
+    }
+    for event in run.history()? {
+        if !matches!(event.kind, EventKind::InstanceResumed) {
+            println!("    #{:<2} {:?}", event.seq, event.kind);
+        }
+    }
+    Ok(())
 }
 
 #[tokio::main]
 async fn main() -> Result<(), saga_runtime::Error> {
-    let bank_a = Bank::default();
-    let bank_b = Bank {
-        fail_credits: true,
-        ..Bank::default()
-    };
-    let (a, b) = (bank_a.clone(), bank_b.clone());
-    let transfer = workflow_fn("bank-transfer", move |ctx: WorkflowContext, t: Transfer| {
-        let (a, b) = (a.clone(), b.clone());
-        async move {
-            let (amount, refund_bank) = (t.amount as i64, a.clone());
-            let debit = ctx
-                .step_with_rollback(
-                    "debit-bank-a",
-                    StepConfig::default(),
-                    move |key| {
-                        let a = a.clone();
-                        async move { a.apply(key.as_str(), -amount) }
-                    },
-                    RollbackRegistration::new(
-                        StepConfig::default(),
-                        move |input: RollbackInput<u64>| {
-                            let bank = refund_bank.clone();
-                            Box::pin(async move {
-                                bank.apply(input.context().key().as_str(), amount)
-                                    .map(|_| ())
-                            })
-                        },
-                    ),
-                )
-                .await?;
-            let credit = ctx
-                .step(
-                    "credit-bank-b",
-                    StepConfig::default().retries(2),
-                    move |key| {
-                        let b = b.clone();
-                        async move { b.apply(key.as_str(), amount) }
-                    },
-                )
-                .await?;
-            Ok::<_, WorkflowError>((debit, credit))
-        }
-    });
     let dir = std::env::temp_dir().join(format!("saga-bank-transfer-{}", std::process::id()));
-    let engine = Engine::open(&dir)?;
-    let t = Transfer {
-        from: "alice".into(),
-        to: "bob".into(),
-        amount: 100,
-    };
-    let run = engine.start(transfer, "transfer-42", t).await?;
-    match run.result().await {
-        Ok(receipt) => println!("transfer done: {receipt:?}"),
-        Err(e) => println!("transfer failed: {e}"),
-    }
-    for event in run.history()? {
-        println!("  #{:<2} {:?}", event.seq, event.kind);
-    }
+    let engine = Engine::builder()
+        .clock(TestClock::auto_advancing())
+        .open(&dir)?;
+    engine.register(bank_transfer);
+
+    transfer(&engine, "transfer-42", "bob").await?;
+    transfer(&engine, "transfer-43", "mallory").await?;
+
     println!(
-        "bank A balance change: {}, bank B: {}",
-        bank_a.balance(),
-        bank_b.balance()
+        "balances: alice {} (bank A), bob {} (bank B)",
+        BANK_A.balance("alice"),
+        BANK_B.balance("bob")
     );
     engine.close().await;
     let _ = std::fs::remove_dir_all(&dir);
