@@ -8,12 +8,16 @@
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use tokio::sync::{broadcast, watch};
 
 use super::Store;
 use crate::error::{Error, Result};
 use crate::history::Event;
+
+/// How long an event that no writer waits on may wait for a flush.
+const PUBLISH_DELAY: Duration = Duration::from_millis(2);
 
 pub(crate) struct Flusher {
     shared: Arc<Shared>,
@@ -34,6 +38,8 @@ struct State {
     requested: u64,
     /// The highest ticket known to be on disk.
     completed: u64,
+    /// The highest ticket a writer waits on (not only a publication).
+    awaited: u64,
     /// Lifecycle events waiting for the flush that makes them durable.
     unpublished: Vec<(u64, Event)>,
     failure: Option<String>,
@@ -124,8 +130,9 @@ impl Shared {
         }
         state.requested += 1;
         let ticket = state.requested;
-        if let Some(event) = event {
-            state.unpublished.push((ticket, event));
+        match event {
+            Some(event) => state.unpublished.push((ticket, event)),
+            None => state.awaited = ticket,
         }
         drop(state);
         self.wake.notify_one();
@@ -136,6 +143,15 @@ impl Shared {
         let mut state = self.lock();
         loop {
             if state.requested > state.completed {
+                if state.awaited <= state.completed && !state.stopping {
+                    // Only publications wait: give a writer that needs its
+                    // own flush a moment to ask, so one flush serves both.
+                    state = self
+                        .wake
+                        .wait_timeout(state, PUBLISH_DELAY)
+                        .unwrap_or_else(|poisoned| poisoned.into_inner())
+                        .0;
+                }
                 let target = state.requested;
                 drop(state);
                 let result = store.flush();
