@@ -402,23 +402,12 @@ impl StepTask {
             match outcome {
                 Ok((value, output)) => {
                     record.state = SlotState::Completed { output, attempts };
-                    let written = shared.write(|txn| {
-                        txn.event(EventKind::StepCompleted {
-                            step: self.name.to_owned(),
-                            occurrence: self.slot.occurrence,
-                            attempts,
-                        });
-                        txn.put(Op::PutSlot(
-                            shared.id.to_string(),
-                            self.slot.index,
-                            record.clone(),
-                        ));
-                        Ok(())
-                    });
-                    if let Err(e) = written {
-                        return self.store_failed(e);
-                    }
-                    if let Err(e) = engine.flush().await {
+                    let completed = EventKind::StepCompleted {
+                        step: self.name.to_owned(),
+                        occurrence: self.slot.occurrence,
+                        attempts,
+                    };
+                    if let Err(e) = self.save(&record, completed, true).await {
                         return self.store_failed(e);
                     }
                     return Some(Ok(value));
@@ -431,22 +420,14 @@ impl StepTask {
                         retry_at: Some(at),
                     };
                     tracing::warn!(instance = %shared.id, step = self.name, attempt = attempts, error = %error, ?delay, "step attempt failed; retrying");
-                    let written = shared.write(|txn| {
-                        txn.event(EventKind::StepRetrying {
-                            step: self.name.to_owned(),
-                            occurrence: self.slot.occurrence,
-                            attempt: attempts,
-                            error: error.to_string(),
-                            delay,
-                        });
-                        txn.put(Op::PutSlot(
-                            shared.id.to_string(),
-                            self.slot.index,
-                            record.clone(),
-                        ));
-                        Ok(())
-                    });
-                    if let Err(e) = written {
+                    let retrying = EventKind::StepRetrying {
+                        step: self.name.to_owned(),
+                        occurrence: self.slot.occurrence,
+                        attempt: attempts,
+                        error: error.to_string(),
+                        delay,
+                    };
+                    if let Err(e) = self.save(&record, retrying, false).await {
                         return self.store_failed(e);
                     }
                     engine.clock.sleep_until(from_millis(at)).await;
@@ -456,24 +437,13 @@ impl StepTask {
                         error: error.clone(),
                         attempts,
                     };
-                    let written = shared.write(|txn| {
-                        txn.event(EventKind::StepFailed {
-                            step: self.name.to_owned(),
-                            occurrence: self.slot.occurrence,
-                            attempts,
-                            error: error.to_string(),
-                        });
-                        txn.put(Op::PutSlot(
-                            shared.id.to_string(),
-                            self.slot.index,
-                            record.clone(),
-                        ));
-                        Ok(())
-                    });
-                    if let Err(e) = written {
-                        return self.store_failed(e);
-                    }
-                    if let Err(e) = engine.flush().await {
+                    let failed = EventKind::StepFailed {
+                        step: self.name.to_owned(),
+                        occurrence: self.slot.occurrence,
+                        attempts,
+                        error: error.to_string(),
+                    };
+                    if let Err(e) = self.save(&record, failed, true).await {
                         return self.store_failed(e);
                     }
                     return Some(Err(StepFailed {
@@ -484,6 +454,31 @@ impl StepTask {
                 }
             }
         }
+    }
+
+    /// Stores the slot with its history event, and with `durable` waits
+    /// until both are on disk. An outcome the workflow will see (output or
+    /// failure) is durable before it sees it, so replay gives the same.
+    async fn save(
+        &self,
+        record: &SlotRecord,
+        event: EventKind,
+        durable: bool,
+    ) -> crate::Result<()> {
+        let shared = &self.shared;
+        shared.write(|txn| {
+            txn.event(event);
+            txn.put(Op::PutSlot(
+                shared.id.to_string(),
+                self.slot.index,
+                record.clone(),
+            ));
+            Ok(())
+        })?;
+        if durable {
+            shared.engine.flush().await?;
+        }
+        Ok(())
     }
 
     /// Encodes an output; one over the size limit fails the step for good
