@@ -38,21 +38,24 @@ fn calls(dir: &Path) -> Vec<String> {
 /// killed with two steps completed and one in flight.
 fn transfer(dir: PathBuf, hang_last: bool) -> impl Workflow<Input = u64, Output = u64> + Copy {
     let dir: &'static Path = Box::leak(dir.into_boxed_path());
-    workflow_fn("transfer", move |ctx: WorkflowContext, amount: u64| async move {
-        let mut done = 0;
-        for name in ["debit", "credit", "notify"] {
-            done += ctx
-                .step(name, StepConfig::default(), move |key| async move {
-                    record_call(dir, &format!("{name} {key}"));
-                    if name == "notify" && hang_last {
-                        std::future::pending::<()>().await;
-                    }
-                    Ok(amount)
-                })
-                .await?;
-        }
-        Ok::<_, WorkflowError>(done)
-    })
+    workflow_fn(
+        "transfer",
+        move |ctx: WorkflowContext, amount: u64| async move {
+            let mut done = 0;
+            for name in ["debit", "credit", "notify"] {
+                done += ctx
+                    .step(name, StepConfig::default(), move |key| async move {
+                        record_call(dir, &format!("{name} {key}"));
+                        if name == "notify" && hang_last {
+                            std::future::pending::<()>().await;
+                        }
+                        Ok(amount)
+                    })
+                    .await?;
+            }
+            Ok::<_, WorkflowError>(done)
+        },
+    )
 }
 
 fn data_dir(name: &str) -> PathBuf {
@@ -100,7 +103,10 @@ async fn a_step_completed_before_sigkill_never_runs_again() {
     if let Some((role, dir)) = child_role() {
         assert_eq!(role, "transfer");
         let engine = Engine::open(dir.join("store")).unwrap();
-        engine.start(transfer(dir.clone(), true), "t-1", 5).await.unwrap();
+        engine
+            .start(transfer(dir.clone(), true), "t-1", 5)
+            .await
+            .unwrap();
         loop {
             if calls(&dir).iter().any(|c| c.starts_with("notify")) {
                 println!("IN-NOTIFY");
@@ -109,7 +115,11 @@ async fn a_step_completed_before_sigkill_never_runs_again() {
         }
     }
     let dir = data_dir("sigkill");
-    let mut child = spawn_child("a_step_completed_before_sigkill_never_runs_again", "transfer", &dir);
+    let mut child = spawn_child(
+        "a_step_completed_before_sigkill_never_runs_again",
+        "transfer",
+        &dir,
+    );
     wait_for_line(&mut child, "IN-NOTIFY");
     child.kill().expect("SIGKILL the child");
     child.wait().expect("reap the child");
@@ -147,7 +157,11 @@ async fn a_second_open_of_a_directory_in_use_is_store_locked() {
     let dir = data_dir("locked");
     let engine = Engine::open(dir.join("store")).unwrap();
     // Another process…
-    let mut child = spawn_child("a_second_open_of_a_directory_in_use_is_store_locked", "second-open", &dir);
+    let mut child = spawn_child(
+        "a_second_open_of_a_directory_in_use_is_store_locked",
+        "second-open",
+        &dir,
+    );
     wait_for_line(&mut child, "LOCKED");
     child.wait().expect("reap the child");
     // …and this one, a second time.
@@ -168,12 +182,19 @@ async fn an_instance_of_an_unregistered_workflow_waits_and_says_so() {
     if let Some((role, dir)) = child_role() {
         assert_eq!(role, "unregistered");
         let engine = Engine::open(dir.join("store")).unwrap();
-        engine.start(transfer(dir.clone(), true), "t-2", 1).await.unwrap();
+        engine
+            .start(transfer(dir.clone(), true), "t-2", 1)
+            .await
+            .unwrap();
         println!("STARTED");
         std::future::pending::<()>().await;
     }
     let dir = data_dir("unregistered");
-    let mut child = spawn_child("an_instance_of_an_unregistered_workflow_waits_and_says_so", "unregistered", &dir);
+    let mut child = spawn_child(
+        "an_instance_of_an_unregistered_workflow_waits_and_says_so",
+        "unregistered",
+        &dir,
+    );
     wait_for_line(&mut child, "STARTED");
     child.kill().expect("SIGKILL the child");
     child.wait().expect("reap the child");
@@ -197,7 +218,10 @@ async fn subscribers_see_each_event_once_in_history_order() {
     let engine = Engine::temporary().unwrap();
     let mut events = engine.subscribe();
     let dir = data_dir("subscribe");
-    let run = engine.start(transfer(dir.clone(), false), "t-3", 2).await.unwrap();
+    let run = engine
+        .start(transfer(dir.clone(), false), "t-3", 2)
+        .await
+        .unwrap();
     assert_eq!(run.result().await.unwrap(), 6);
     let history = run.history().unwrap();
     let mut seen = Vec::new();

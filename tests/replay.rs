@@ -69,7 +69,8 @@ async fn a_replay_that_reaches_another_step_is_a_non_determinism_error() {
                 async { Ok(1u32) }
             })
             .await?;
-            ctx.step("charge", StepConfig::default(), |_| async { Ok(2u32) }).await?;
+            ctx.step("charge", StepConfig::default(), |_| async { Ok(2u32) })
+                .await?;
             pending::<()>().await;
             Ok::<_, WorkflowError>(())
         }
@@ -84,7 +85,8 @@ async fn a_replay_that_reaches_another_step_is_a_non_determinism_error() {
             })
             .await?;
             // Renamed from "charge": history says otherwise.
-            ctx.step("charge-card", StepConfig::default(), |_| async { Ok(2u32) }).await?;
+            ctx.step("charge-card", StepConfig::default(), |_| async { Ok(2u32) })
+                .await?;
             Ok::<_, WorkflowError>(())
         }
     });
@@ -104,7 +106,11 @@ async fn a_replay_that_reaches_another_step_is_a_non_determinism_error() {
         other => panic!("expected a non-determinism failure, got {other:?}"),
     }
     assert_eq!(info.status, Status::Errored);
-    assert_eq!(a_runs.load(Ordering::SeqCst), 1, "the completed step ran again");
+    assert_eq!(
+        a_runs.load(Ordering::SeqCst),
+        1,
+        "the completed step ran again"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -112,14 +118,19 @@ async fn a_replay_that_reaches_another_step_is_a_non_determinism_error() {
 async fn a_stored_output_that_no_longer_decodes_names_the_step_and_type() {
     let dir = temp_dir("decode");
     let v1 = workflow_fn("quote", |ctx: WorkflowContext, (): ()| async move {
-        ctx.step("price", StepConfig::default(), |_| async { Ok(vec![1u8, 2, 3]) }).await?;
+        ctx.step("price", StepConfig::default(), |_| async {
+            Ok(vec![1u8, 2, 3])
+        })
+        .await?;
         pending::<()>().await;
         Ok::<_, WorkflowError>(())
     });
     let v2 = workflow_fn("quote", |ctx: WorkflowContext, (): ()| async move {
         // The output type changed from Vec<u8> to (String, u64, u64).
         let price: (String, u64, u64) = ctx
-            .step("price", StepConfig::default(), |_| async { Ok(("x".to_string(), 1, 2)) })
+            .step("price", StepConfig::default(), |_| async {
+                Ok(("x".to_string(), 1, 2))
+            })
             .await?;
         Ok::<_, WorkflowError>(price.1)
     });

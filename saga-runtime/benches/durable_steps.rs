@@ -57,7 +57,12 @@ async fn engine_steps_per_second(instances: u64, steps: u64) -> f64 {
     let start = Instant::now();
     let mut runs = Vec::new();
     for i in 0..instances {
-        runs.push(engine.start(workflow, &format!("bench-{i}"), ()).await.expect("start"));
+        runs.push(
+            engine
+                .start(workflow, &format!("bench-{i}"), ())
+                .await
+                .expect("start"),
+        );
     }
     for run in runs {
         run.result().await.expect("instance completed");

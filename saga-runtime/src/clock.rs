@@ -116,8 +116,9 @@ impl TestClock {
     pub fn advance(&self, by: Duration) {
         let mut state = self.lock();
         let to = state.now + by;
-        state.advance_to(to);
+        let due = state.advance_to(to);
         drop(state);
+        wake_all(due);
         self.shared.changed.notify_waiters();
     }
 
@@ -131,8 +132,9 @@ impl TestClock {
             .find(|(_, s)| !s.is_timeout)
             .map(|((at, _), _)| *at)?;
         let to = next.max(state.now);
-        state.advance_to(to);
+        let due = state.advance_to(to);
         drop(state);
+        wake_all(due);
         self.shared.changed.notify_waiters();
         Some(to)
     }
@@ -174,10 +176,13 @@ impl TestClock {
         let key = (deadline, state.next_id);
         state.next_id += 1;
         state.sleepers.insert(key, Sleeper { wake, is_timeout });
-        if state.auto && !is_timeout {
-            state.advance_to(deadline);
-        }
+        let due = if state.auto && !is_timeout {
+            state.advance_to(deadline)
+        } else {
+            Vec::new()
+        };
         drop(state);
+        wake_all(due);
         self.shared.changed.notify_waiters();
         Box::pin(TestSleep {
             clock: self.clone(),
@@ -205,15 +210,27 @@ impl std::fmt::Debug for TestClock {
 }
 
 impl State {
-    fn advance_to(&mut self, to: SystemTime) {
+    /// Moves time to `to`; returns the sleeps that are due, to be woken
+    /// once the lock is released.
+    fn advance_to(&mut self, to: SystemTime) -> Vec<Sleeper> {
         self.now = self.now.max(to);
+        let mut due = Vec::new();
         while let Some(entry) = self.sleepers.first_entry() {
             if entry.key().0 > self.now {
                 break;
             }
-            // The sleep may have been dropped already; nothing to wake then.
-            let _ = entry.remove().wake.send(());
+            due.push(entry.remove());
         }
+        due
+    }
+}
+
+/// Wakes sleeps. Never called with the clock's lock held: a wake-up (or
+/// dropping a sender) runs task code that may take the lock again.
+fn wake_all(due: Vec<Sleeper>) {
+    for sleeper in due {
+        // The sleep may have been dropped already; nothing to wake then.
+        let _ = sleeper.wake.send(());
     }
 }
 
@@ -248,8 +265,9 @@ impl Future for TestSleep {
 
 impl Drop for TestSleep {
     fn drop(&mut self) {
-        let removed = self.clock.lock().sleepers.remove(&self.key).is_some();
-        if removed {
+        let removed = self.clock.lock().sleepers.remove(&self.key);
+        // The sender is dropped here, after the lock is released.
+        if removed.is_some() {
             self.clock.shared.changed.notify_waiters();
         }
     }

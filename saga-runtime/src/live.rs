@@ -7,7 +7,7 @@
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use tokio::sync::{Notify, watch};
+use tokio::sync::Notify;
 
 use crate::failure::Failure;
 
@@ -31,7 +31,11 @@ pub(crate) struct Live {
     pause_requested: AtomicBool,
     /// Woken when an event is sent to the instance.
     pub(crate) event_sent: Notify,
-    stopped: watch::Sender<bool>,
+    /// Set once the driver let go. A flag and a `Notify` rather than a
+    /// `watch` channel: every waiting instance holds one, and a watch
+    /// channel is ten times the size.
+    stopped: AtomicBool,
+    stopped_changed: Notify,
 }
 
 impl Live {
@@ -41,7 +45,8 @@ impl Live {
             interrupted: Notify::new(),
             pause_requested: AtomicBool::new(false),
             event_sent: Notify::new(),
-            stopped: watch::Sender::new(false),
+            stopped: AtomicBool::new(false),
+            stopped_changed: Notify::new(),
         }
     }
 
@@ -87,13 +92,20 @@ impl Live {
     }
 
     pub(crate) fn mark_stopped(&self) {
-        self.stopped.send_replace(true);
+        self.stopped.store(true, Ordering::SeqCst);
+        self.stopped_changed.notify_waiters();
     }
 
     /// Completes once the driver has let go of the instance.
     pub(crate) async fn wait_stopped(&self) {
-        let mut stopped = self.stopped.subscribe();
-        // The sender lives in `self`, so the channel cannot close here.
-        let _ = stopped.wait_for(|s| *s).await;
+        loop {
+            // Registered before the check, so a `mark_stopped` in between
+            // still wakes it.
+            let changed = self.stopped_changed.notified();
+            if self.stopped.load(Ordering::SeqCst) {
+                return;
+            }
+            changed.await;
+        }
     }
 }

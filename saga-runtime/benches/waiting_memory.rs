@@ -1,0 +1,139 @@
+//! Memory per waiting instance: 10,000 instances each sleeping "1 hour" on
+//! a test clock, the process's resident memory (VmRSS) measured before and
+//! after they all wait; then the clock moves on and every one must wake.
+//!
+//! `cargo bench -p saga-runtime --bench waiting_memory`
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime};
+
+use saga_runtime::prelude::*;
+use saga_runtime::{Instance, ListFilter, TestClock};
+
+const INSTANCES: usize = 10_000;
+/// Instances run before measuring, so the runtime, the store and the
+/// allocator have their steady-state overhead already.
+const WARM_UP: usize = 200;
+
+fn scratch() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("saga-bench-waiting-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+/// The process's resident set size in bytes, from /proc/self/status.
+fn rss_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("read /proc/self/status");
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .expect("a VmRSS line (Linux only)");
+    let kib: u64 = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .expect("VmRSS in kB");
+    kib * 1024
+}
+
+fn nap() -> impl Workflow<Input = (), Output = SystemTime> + Copy {
+    workflow_fn("nap", |ctx: WorkflowContext, (): ()| async move {
+        ctx.sleep("nap", "1 hour").await?;
+        Ok::<_, WorkflowError>(ctx.now().await)
+    })
+}
+
+/// Starts `ids` concurrently and returns their handles.
+async fn start_all(engine: &Engine, ids: impl Iterator<Item = String>) -> Vec<Instance> {
+    let mut starts = tokio::task::JoinSet::new();
+    for id in ids {
+        let engine = engine.clone();
+        starts.spawn(async move { engine.start(nap(), &id, ()).await });
+    }
+    let mut runs = Vec::new();
+    while let Some(started) = starts.join_next().await {
+        let run = started.expect("start task").expect("start");
+        runs.push(run.instance().clone());
+    }
+    runs
+}
+
+async fn wake_all(clock: &TestClock, runs: &[Instance]) -> Duration {
+    let woke_at = Instant::now();
+    let expected = saga_runtime::Clock::now(clock) + Duration::from_secs(60 * 60);
+    clock.advance(Duration::from_secs(60 * 60));
+    for run in runs {
+        let at: SystemTime = run.result().await.expect("a woken instance completes");
+        assert_eq!(at, expected, "{} woke at the hour", run.id());
+    }
+    woke_at.elapsed()
+}
+
+async fn measure() {
+    let dir = scratch();
+    let clock = TestClock::new();
+    let engine = Engine::builder()
+        .clock(clock.clone())
+        .register(nap())
+        .open(&dir)
+        .expect("open the store");
+
+    let warm = start_all(&engine, (0..WARM_UP).map(|i| format!("warm-{i}"))).await;
+    clock.wait_for_sleepers(WARM_UP).await;
+    wake_all(&clock, &warm).await;
+    drop(warm);
+
+    let before = rss_bytes();
+    let started_at = Instant::now();
+    let runs = start_all(&engine, (0..INSTANCES).map(|i| format!("nap-{i}"))).await;
+    clock.wait_for_sleepers(INSTANCES).await;
+    let start_time = started_at.elapsed();
+    let waiting = engine
+        .list(&ListFilter::all().status(Status::Waiting))
+        .expect("list");
+    assert_eq!(waiting.len(), INSTANCES, "every instance waits");
+    drop(waiting);
+    let after = rss_bytes();
+
+    let growth = after.saturating_sub(before);
+    println!(
+        "{INSTANCES} instances waiting: RSS {:.1} MiB -> {:.1} MiB, growth {:.1} MiB = {} bytes per waiting instance",
+        before as f64 / 1048576.0,
+        after as f64 / 1048576.0,
+        growth as f64 / 1048576.0,
+        growth / INSTANCES as u64,
+    );
+    println!(
+        "started and put to sleep in {:.2} s ({:.0} instances/s)",
+        start_time.as_secs_f64(),
+        INSTANCES as f64 / start_time.as_secs_f64()
+    );
+
+    let wake_time = wake_all(&clock, &runs).await;
+    println!(
+        "all {INSTANCES} woke and completed in {:.2} s after the clock passed the hour",
+        wake_time.as_secs_f64()
+    );
+    assert_eq!(clock.sleepers(), 0);
+    drop(runs);
+    engine.close().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; a filter that names another bench
+    // means this one is not wanted.
+    let wanted = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .all(|filter| "waiting_memory".contains(&filter));
+    if !wanted {
+        return;
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a Tokio runtime");
+    runtime.block_on(measure());
+}

@@ -1,0 +1,461 @@
+//! Instance control through the handle: pause stops at the next step
+//! boundary and resume goes on; terminate ends the instance for good;
+//! restart runs it again from the beginning, restart_from from one step;
+//! operations that do not apply to an instance's status are typed errors.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use saga_runtime::prelude::*;
+use saga_runtime::{Error, EventKind, Instance, TestClock};
+use tokio::sync::Semaphore;
+
+const HOUR: u64 = 60 * 60;
+const DAY: u64 = 24 * HOUR;
+
+async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(30), future)
+        .await
+        .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
+}
+
+/// Lets the engine's tasks run for a few real milliseconds, for checks
+/// that something did *not* happen.
+async fn settle() {
+    tokio::time::sleep(Duration::from_millis(50)).await;
+}
+
+async fn until(what: &str, condition: impl Fn() -> bool) {
+    within(what, async {
+        while !condition() {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await;
+}
+
+fn engine_on(clock: &TestClock) -> Engine {
+    Engine::builder().clock(clock.clone()).temporary().unwrap()
+}
+
+fn kinds(run: &Instance) -> Vec<EventKind> {
+    run.history().unwrap().into_iter().map(|e| e.kind).collect()
+}
+
+fn completed(step: &str) -> impl Fn(&EventKind) -> bool + '_ {
+    move |k| matches!(k, EventKind::StepCompleted { step: s, .. } if s == step)
+}
+
+fn started(step: &str) -> impl Fn(&EventKind) -> bool + '_ {
+    move |k| matches!(k, EventKind::StepStarted { step: s, .. } if s == step)
+}
+
+fn count(run: &Instance, pred: impl Fn(&EventKind) -> bool) -> usize {
+    kinds(run).iter().filter(|k| pred(k)).count()
+}
+
+/// What the steps of `three_steps` did, seen from outside the engine.
+struct Probe {
+    one: AtomicU32,
+    two: AtomicU32,
+    three: AtomicU32,
+    /// Step "one" takes a permit before it finishes; none are given unless
+    /// the test says so.
+    gate: Semaphore,
+    /// The inputs step "one" was called with.
+    inputs: std::sync::Mutex<Vec<u64>>,
+}
+
+impl Default for Probe {
+    fn default() -> Self {
+        Probe {
+            one: AtomicU32::new(0),
+            two: AtomicU32::new(0),
+            three: AtomicU32::new(0),
+            gate: Semaphore::new(0),
+            inputs: std::sync::Mutex::default(),
+        }
+    }
+}
+
+impl Probe {
+    fn runs(&self) -> [u32; 3] {
+        [
+            self.one.load(Ordering::SeqCst),
+            self.two.load(Ordering::SeqCst),
+            self.three.load(Ordering::SeqCst),
+        ]
+    }
+}
+
+/// Steps "one" (gated), "two", "three" in a row; the output is built from
+/// the input and every step's output.
+fn three_steps(probe: &Arc<Probe>) -> impl Workflow<Input = u64, Output = String> + Clone + use<> {
+    let probe = probe.clone();
+    workflow_fn("three-steps", move |ctx: WorkflowContext, input: u64| {
+        let probe = probe.clone();
+        async move {
+            let p = probe.clone();
+            let one = ctx
+                .step("one", StepConfig::default(), move |_| {
+                    let p = p.clone();
+                    async move {
+                        p.one.fetch_add(1, Ordering::SeqCst);
+                        p.inputs.lock().unwrap().push(input);
+                        p.gate.acquire().await.unwrap().forget();
+                        Ok(input + 1)
+                    }
+                })
+                .await?;
+            let p = probe.clone();
+            let two = ctx
+                .step("two", StepConfig::default(), move |_| {
+                    p.two.fetch_add(1, Ordering::SeqCst);
+                    async move { Ok(one * 10) }
+                })
+                .await?;
+            let p = probe.clone();
+            let three = ctx
+                .step("three", StepConfig::default(), move |_| {
+                    p.three.fetch_add(1, Ordering::SeqCst);
+                    async move { Ok(two + 5) }
+                })
+                .await?;
+            Ok::<_, WorkflowError>(format!("{input}/{one}/{two}/{three}"))
+        }
+    })
+}
+
+/// Step "one", a day's sleep, step "two"; counts the runs of "two".
+fn nap_between_steps(
+    twos: &Arc<AtomicU32>,
+) -> impl Workflow<Input = (), Output = ()> + Clone + use<> {
+    let twos = twos.clone();
+    workflow_fn("nap-between", move |ctx: WorkflowContext, (): ()| {
+        let twos = twos.clone();
+        async move {
+            ctx.step("one", StepConfig::default(), |_| async { Ok(()) })
+                .await?;
+            ctx.sleep("nap", "1 day").await?;
+            ctx.step("two", StepConfig::default(), move |_| {
+                twos.fetch_add(1, Ordering::SeqCst);
+                async { Ok(()) }
+            })
+            .await?;
+            Ok::<_, WorkflowError>(())
+        }
+    })
+}
+
+#[tokio::test]
+async fn pause_stops_at_the_next_step_boundary_and_resume_goes_on() {
+    let clock = TestClock::new();
+    let engine = engine_on(&clock);
+    let probe = Arc::new(Probe::default());
+    let run = engine
+        .start(three_steps(&probe), "pause-1", 4)
+        .await
+        .unwrap();
+    until("step one to run", || probe.runs()[0] == 1).await;
+
+    run.pause().await.unwrap();
+    assert_eq!(run.status().unwrap(), Status::Paused);
+    // The step in flight finishes...
+    probe.gate.add_permits(1);
+    until("step one to complete", || {
+        count(&run, completed("one")) == 1
+    })
+    .await;
+    // ...but the next one does not start.
+    settle().await;
+    assert_eq!(probe.runs(), [1, 0, 0]);
+    assert_eq!(run.status().unwrap(), Status::Paused);
+    assert_eq!(count(&run, started("two")), 0);
+
+    run.resume().await.unwrap();
+    assert_eq!(
+        within("the result", run.result()).await.unwrap(),
+        "4/5/50/55"
+    );
+    assert_eq!(probe.runs(), [1, 1, 1], "nothing ran twice");
+    let kinds = kinds(&run);
+    assert!(kinds.contains(&EventKind::Paused) && kinds.contains(&EventKind::Resumed));
+}
+
+#[tokio::test]
+async fn a_pause_during_a_sleep_holds_the_instance_after_it() {
+    let clock = TestClock::new();
+    let engine = engine_on(&clock);
+    let twos = Arc::new(AtomicU32::new(0));
+    let run = engine
+        .start(nap_between_steps(&twos), "pause-nap-1", ())
+        .await
+        .unwrap();
+    within("the nap", clock.wait_for_sleepers(1)).await;
+    run.pause().await.unwrap();
+    clock.advance(Duration::from_secs(2 * DAY));
+    until("the nap to end", || {
+        kinds(&run)
+            .iter()
+            .any(|k| matches!(k, EventKind::SleepCompleted { .. }))
+    })
+    .await;
+    settle().await;
+    assert_eq!(twos.load(Ordering::SeqCst), 0);
+    assert_eq!(run.status().unwrap(), Status::Paused);
+    run.resume().await.unwrap();
+    within("the result", run.result()).await.unwrap();
+    assert_eq!(twos.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_and_resume_right_after_start_never_lose_the_instance() {
+    let clock = TestClock::new();
+    let engine = engine_on(&clock);
+    let probe = Arc::new(Probe::default());
+    probe.gate.add_permits(100);
+    for i in 0..100 {
+        let id = format!("quick-{i}");
+        let run = engine.start(three_steps(&probe), &id, 1).await.unwrap();
+        run.pause().await.unwrap();
+        for _ in 0..i % 4 {
+            tokio::task::yield_now().await;
+        }
+        run.resume().await.unwrap();
+        assert_eq!(
+            within("the result", run.result()).await.unwrap(),
+            "1/2/20/25"
+        );
+        assert_eq!(probe.runs(), [i + 1; 3]);
+    }
+}
+
+#[tokio::test]
+async fn terminate_ends_a_waiting_instance_and_no_further_step_runs() {
+    let clock = TestClock::new();
+    let engine = engine_on(&clock);
+    let twos = Arc::new(AtomicU32::new(0));
+    let run = engine
+        .start(nap_between_steps(&twos), "term-1", ())
+        .await
+        .unwrap();
+    within("the nap", clock.wait_for_sleepers(1)).await;
+    run.terminate().await.unwrap();
+    assert_eq!(run.status().unwrap(), Status::Terminated);
+    match within("the result", run.result()).await {
+        Err(Error::Terminated { id, .. }) => assert_eq!(id, "term-1"),
+        other => panic!("expected Terminated, got {other:?}"),
+    }
+    assert_eq!(clock.sleepers(), 0, "the sleep was let go");
+    clock.advance(Duration::from_secs(2 * DAY));
+    settle().await;
+    assert_eq!(twos.load(Ordering::SeqCst), 0);
+    assert_eq!(run.status().unwrap(), Status::Terminated);
+    assert_eq!(kinds(&run).last(), Some(&EventKind::InstanceTerminated));
+    match run.terminate().await {
+        Err(Error::InvalidState { status, .. }) => assert_eq!(status, Status::Terminated),
+        other => panic!("expected InvalidState, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn terminate_stops_a_step_in_flight_and_a_paused_instance() {
+    let clock = TestClock::new();
+    let engine = engine_on(&clock);
+    let probe = Arc::new(Probe::default());
+    let run = engine
+        .start(three_steps(&probe), "term-2", 1)
+        .await
+        .unwrap();
+    until("step one to run", || probe.runs()[0] == 1).await;
+    within("terminate", run.terminate()).await.unwrap();
+    assert_eq!(run.status().unwrap(), Status::Terminated);
+    probe.gate.add_permits(1);
+    settle().await;
+    assert_eq!(probe.runs(), [1, 0, 0]);
+    assert_eq!(count(&run, completed("one")), 0, "the step was stopped");
+
+    // A paused instance has no driver: terminate writes the end itself.
+    // (A new engine: the first registration of a workflow name is the one
+    // that runs, with its own probe.)
+    let engine = engine_on(&clock);
+    let probe = Arc::new(Probe::default());
+    let run = engine
+        .start(three_steps(&probe), "term-3", 1)
+        .await
+        .unwrap();
+    until("step one to run", || probe.runs()[0] == 1).await;
+    run.pause().await.unwrap();
+    probe.gate.add_permits(1);
+    until("step one to complete", || {
+        count(&run, completed("one")) == 1
+    })
+    .await;
+    settle().await;
+    run.terminate().await.unwrap();
+    assert_eq!(run.status().unwrap(), Status::Terminated);
+    assert!(matches!(run.result().await, Err(Error::Terminated { .. })));
+    assert!(matches!(
+        run.resume().await,
+        Err(Error::InvalidState {
+            status: Status::Terminated,
+            ..
+        })
+    ));
+    settle().await;
+    assert_eq!(probe.runs(), [1, 0, 0]);
+}
+
+#[tokio::test]
+async fn restart_runs_again_from_the_beginning_with_the_same_input_and_new_history() {
+    let clock = TestClock::new();
+    let engine = engine_on(&clock);
+    let probe = Arc::new(Probe::default());
+    probe.gate.add_permits(2);
+    let run = engine
+        .start(three_steps(&probe), "restart-1", 7)
+        .await
+        .unwrap();
+    assert_eq!(
+        within("the result", run.result()).await.unwrap(),
+        "7/8/80/85"
+    );
+
+    run.restart().await.unwrap();
+    assert_eq!(
+        within("the second result", run.result()).await.unwrap(),
+        "7/8/80/85"
+    );
+    assert_eq!(probe.runs(), [2, 2, 2], "every step ran again");
+    assert_eq!(*probe.inputs.lock().unwrap(), vec![7, 7]);
+
+    let kinds = kinds(&run);
+    assert!(matches!(kinds[0], EventKind::InstanceCreated { .. }));
+    assert_eq!(
+        kinds[1],
+        EventKind::InstanceRestarted { from_step: None },
+        "the old history is gone: {kinds:?}"
+    );
+    for step in ["one", "two", "three"] {
+        assert_eq!(kinds.iter().filter(|k| completed(step)(k)).count(), 1);
+    }
+    assert_eq!(
+        kinds
+            .iter()
+            .filter(|k| **k == EventKind::InstanceCompleted)
+            .count(),
+        1
+    );
+}
+
+#[tokio::test]
+async fn restart_from_a_step_keeps_the_steps_before_it() {
+    let clock = TestClock::new();
+    let engine = engine_on(&clock);
+    let probe = Arc::new(Probe::default());
+    probe.gate.add_permits(2);
+    let run = engine
+        .start(three_steps(&probe), "restart-2", 3)
+        .await
+        .unwrap();
+    assert_eq!(
+        within("the result", run.result()).await.unwrap(),
+        "3/4/40/45"
+    );
+
+    run.restart_from("two").await.unwrap();
+    assert_eq!(
+        within("the second result", run.result()).await.unwrap(),
+        "3/4/40/45"
+    );
+    assert_eq!(probe.runs(), [1, 2, 2], "step one was not run again");
+
+    let kinds = kinds(&run);
+    let restarted = kinds
+        .iter()
+        .position(|k| {
+            *k == EventKind::InstanceRestarted {
+                from_step: Some("two".into()),
+            }
+        })
+        .unwrap();
+    let one = kinds.iter().position(completed("one")).unwrap();
+    let two = kinds.iter().position(completed("two")).unwrap();
+    assert!(one < restarted && restarted < two, "{kinds:?}");
+    assert_eq!(kinds.iter().filter(|k| completed("one")(k)).count(), 1);
+    assert_eq!(kinds.iter().filter(|k| completed("two")(k)).count(), 1);
+
+    match run.restart_from("no-such-step").await {
+        Err(Error::UnknownStep { step, .. }) => assert_eq!(step, "no-such-step"),
+        other => panic!("expected UnknownStep, got {other:?}"),
+    }
+    assert_eq!(run.status().unwrap(), Status::Complete);
+}
+
+#[tokio::test]
+async fn restart_of_a_waiting_instance_lets_go_of_its_sleep() {
+    let clock = TestClock::new();
+    let engine = engine_on(&clock);
+    let twos = Arc::new(AtomicU32::new(0));
+    let run = engine
+        .start(nap_between_steps(&twos), "restart-3", ())
+        .await
+        .unwrap();
+    within("the nap", clock.wait_for_sleepers(1)).await;
+    clock.advance(Duration::from_secs(12 * HOUR));
+    run.restart().await.unwrap();
+    // The new run sleeps a full day from now, and the old sleep is gone.
+    until("the new nap", || {
+        count(&run, |k| matches!(k, EventKind::SleepStarted { .. })) == 1
+    })
+    .await;
+    within("the new nap", clock.wait_for_sleepers(1)).await;
+    settle().await;
+    assert_eq!(clock.sleepers(), 1);
+    clock.advance(Duration::from_secs(12 * HOUR));
+    settle().await;
+    assert_eq!(run.status().unwrap(), Status::Waiting);
+    clock.advance(Duration::from_secs(12 * HOUR));
+    within("the result", run.result()).await.unwrap();
+    assert_eq!(twos.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn control_of_a_finished_or_unknown_instance_is_a_typed_error() {
+    let clock = TestClock::new();
+    let engine = engine_on(&clock);
+    let probe = Arc::new(Probe::default());
+    probe.gate.add_permits(1);
+    let run = engine
+        .start(three_steps(&probe), "done-1", 1)
+        .await
+        .unwrap();
+    within("the result", run.result()).await.unwrap();
+    for (what, result) in [
+        ("pause", run.pause().await),
+        ("resume", run.resume().await),
+        ("terminate", run.terminate().await),
+        (
+            "terminate_with_rollback",
+            run.terminate_with_rollback().await,
+        ),
+    ] {
+        match result {
+            Err(Error::InvalidState { status, id, .. }) => {
+                assert_eq!(
+                    (status, id.as_str()),
+                    (Status::Complete, "done-1"),
+                    "{what}"
+                )
+            }
+            other => panic!("{what}: expected InvalidState, got {other:?}"),
+        }
+    }
+    assert_eq!(run.status().unwrap(), Status::Complete);
+    match engine.instance("ghost") {
+        Err(Error::UnknownInstance { id }) => assert_eq!(id, "ghost"),
+        other => panic!("expected UnknownInstance, got {other:?}"),
+    }
+}

@@ -1,0 +1,222 @@
+//! Retention: finished instances are removed, history and all, once they
+//! have been finished for longer than the retention period, by
+//! `sweep_expired()` and by the engine's own hourly sweep on its clock;
+//! instances still running or waiting are kept however old.
+
+use std::future::Future;
+use std::time::Duration;
+
+use saga_runtime::prelude::*;
+use saga_runtime::{DEFAULT_RETENTION, Error, EventKind, Instance, TestClock};
+
+const HOUR: u64 = 60 * 60;
+const DAY: u64 = 24 * HOUR;
+
+async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(30), future)
+        .await
+        .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
+}
+
+fn engine_keeping(clock: &TestClock, retention: Duration) -> Engine {
+    Engine::builder()
+        .clock(clock.clone())
+        .retention(retention)
+        .temporary()
+        .unwrap()
+}
+
+fn is_gone(engine: &Engine, id: &str) -> bool {
+    matches!(engine.instance(id), Err(Error::UnknownInstance { .. }))
+}
+
+/// Completes at once with its input.
+fn echo() -> impl Workflow<Input = u32, Output = u32> + Copy {
+    workflow_fn("echo", |ctx: WorkflowContext, n: u32| async move {
+        let n = ctx
+            .step("echo", StepConfig::default(), move |_| async move { Ok(n) })
+            .await?;
+        Ok::<_, WorkflowError>(n)
+    })
+}
+
+/// Fails at once (no compensation): an `Errored` instance.
+fn doomed() -> impl Workflow<Input = (), Output = ()> + Copy {
+    workflow_fn("doomed", |_ctx: WorkflowContext, (): ()| async move {
+        Err::<(), _>(WorkflowError::new("no luck"))
+    })
+}
+
+/// Sleeps for a year: stays `Waiting`.
+fn sleeper() -> impl Workflow<Input = (), Output = ()> + Copy {
+    workflow_fn("sleeper", |ctx: WorkflowContext, (): ()| async move {
+        ctx.sleep("long-nap", "365 days").await?;
+        Ok::<_, WorkflowError>(())
+    })
+}
+
+/// Runs a step that never finishes: stays `Running`.
+fn busy() -> impl Workflow<Input = (), Output = ()> + Copy {
+    workflow_fn("busy", |ctx: WorkflowContext, (): ()| async move {
+        ctx.step("forever", StepConfig::default(), |_| async {
+            std::future::pending::<Result<(), StepError>>().await
+        })
+        .await?;
+        Ok::<_, WorkflowError>(())
+    })
+}
+
+/// An instance of each kind: `done` (Complete), `failed` (Errored),
+/// `asleep` (Waiting), `busy` (Running), `paused` (Paused), `ended`
+/// (Terminated); returns once each is where it should be.
+async fn one_of_each(engine: &Engine, clock: &TestClock) {
+    let done = engine.start(echo(), "done", 1).await.unwrap();
+    within("done", done.result()).await.unwrap();
+    let failed = engine.start(doomed(), "failed", ()).await.unwrap();
+    assert!(within("failed", failed.result()).await.is_err());
+    engine.start(sleeper(), "asleep", ()).await.unwrap();
+    within("the sleep", clock.wait_for_sleepers(1)).await;
+    let busy = engine.start(busy(), "busy", ()).await.unwrap();
+    within("the busy step", until_started(&busy)).await;
+    let paused = engine.start(sleeper(), "paused", ()).await.unwrap();
+    within("the second sleep", clock.wait_for_sleepers(2)).await;
+    paused.pause().await.unwrap();
+    let ended = engine.start(sleeper(), "ended", ()).await.unwrap();
+    within("the third sleep", clock.wait_for_sleepers(3)).await;
+    ended.terminate().await.unwrap();
+    assert_eq!(
+        engine.instance("asleep").unwrap().status().unwrap(),
+        Status::Waiting
+    );
+    assert_eq!(busy.status().unwrap(), Status::Running);
+    assert_eq!(paused.status().unwrap(), Status::Paused);
+    assert_eq!(ended.status().unwrap(), Status::Terminated);
+}
+
+async fn until_started(run: &Instance) {
+    while !run
+        .history()
+        .unwrap()
+        .iter()
+        .any(|e| matches!(e.kind, EventKind::StepStarted { .. }))
+    {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+#[tokio::test]
+async fn sweep_removes_instances_finished_longer_ago_than_the_retention() {
+    let clock = TestClock::new();
+    let engine = engine_keeping(&clock, Duration::from_secs(DAY));
+    one_of_each(&engine, &clock).await;
+    let done = engine.instance("done").unwrap();
+
+    // Younger than a day: nothing goes.
+    clock.advance(Duration::from_secs(DAY - 1));
+    assert_eq!(engine.sweep_expired().await.unwrap(), 0);
+    assert!(!is_gone(&engine, "done"));
+
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(engine.sweep_expired().await.unwrap(), 3);
+    for id in ["done", "failed", "ended"] {
+        assert!(is_gone(&engine, id), "{id} was removed");
+    }
+    // A handle taken before sees the removal too, history included.
+    assert!(matches!(done.history(), Err(Error::UnknownInstance { .. })));
+    assert!(matches!(done.status(), Err(Error::UnknownInstance { .. })));
+
+    // Running, waiting and paused instances stay, however old.
+    clock.advance(Duration::from_secs(100 * DAY));
+    engine.sweep_expired().await.unwrap();
+    for (id, status) in [
+        ("asleep", Status::Waiting),
+        ("busy", Status::Running),
+        ("paused", Status::Paused),
+    ] {
+        assert_eq!(
+            engine.instance(id).unwrap().status().unwrap(),
+            status,
+            "{id}"
+        );
+    }
+    let listed: Vec<String> = engine
+        .list(&saga_runtime::ListFilter::all())
+        .unwrap()
+        .into_iter()
+        .map(|info| info.id)
+        .collect();
+    assert_eq!(listed, ["asleep", "busy", "paused"]);
+}
+
+#[tokio::test]
+async fn a_removed_id_starts_afresh_with_an_empty_history() {
+    let clock = TestClock::new();
+    let engine = engine_keeping(&clock, Duration::from_secs(DAY));
+    let run = engine.start(echo(), "again", 1).await.unwrap();
+    assert_eq!(within("the result", run.result()).await.unwrap(), 1);
+    clock.advance(Duration::from_secs(2 * DAY));
+    assert_eq!(engine.sweep_expired().await.unwrap(), 1);
+
+    // Nothing of the old instance is left: same id, new input, new history.
+    let run = engine.start(echo(), "again", 2).await.unwrap();
+    assert_eq!(within("the result", run.result()).await.unwrap(), 2);
+    let history = run.history().unwrap();
+    assert_eq!(history.first().map(|e| e.seq), Some(0));
+    assert_eq!(
+        history
+            .iter()
+            .filter(|e| matches!(e.kind, EventKind::InstanceCreated { .. }))
+            .count(),
+        1,
+        "{history:?}"
+    );
+}
+
+#[tokio::test]
+async fn the_engine_sweeps_on_its_own_every_hour_of_its_clock() {
+    let clock = TestClock::new();
+    let engine = engine_keeping(&clock, Duration::from_secs(DAY));
+    one_of_each(&engine, &clock).await;
+
+    clock.advance(Duration::from_secs(DAY + HOUR));
+    within("the sweeper", async {
+        while !["done", "failed", "ended"]
+            .iter()
+            .all(|id| is_gone(&engine, id))
+        {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    for id in ["asleep", "busy", "paused"] {
+        assert!(!is_gone(&engine, id), "{id} is kept");
+    }
+
+    // It goes on sweeping: an instance finished now goes a day later.
+    let late = engine.start(echo(), "late", 3).await.unwrap();
+    within("late", late.result()).await.unwrap();
+    clock.advance(Duration::from_secs(12 * HOUR));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!is_gone(&engine, "late"), "only half a day old");
+    clock.advance(Duration::from_secs(13 * HOUR));
+    within("the next sweeps", async {
+        while !is_gone(&engine, "late") {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn the_default_retention_is_seven_days() {
+    assert_eq!(DEFAULT_RETENTION, Duration::from_secs(7 * DAY));
+    let clock = TestClock::new();
+    let engine = Engine::builder().clock(clock.clone()).temporary().unwrap();
+    let run = engine.start(echo(), "week", 1).await.unwrap();
+    within("the result", run.result()).await.unwrap();
+    clock.advance(Duration::from_secs(7 * DAY - 1));
+    assert_eq!(engine.sweep_expired().await.unwrap(), 0);
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(engine.sweep_expired().await.unwrap(), 1);
+    assert!(is_gone(&engine, "week"));
+}

@@ -1,0 +1,289 @@
+//! Durable sleeps on the injectable clock: the wake time is stored, so a
+//! process that dies mid-sleep resumes it for the rest (or goes on at once
+//! when it has passed); a sleep's cache key is its name, never its length;
+//! `now()`/`random()` replay their recorded values; many instances sleep at
+//! once without holding threads.
+
+#[path = "support/child.rs"]
+mod child;
+
+use std::future::Future;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use saga_runtime::prelude::*;
+use saga_runtime::{EventKind, TestClock};
+
+use child::{DataDir, child_dir, report};
+
+const SECOND: u64 = 1;
+const HOUR: u64 = 60 * 60;
+const DAY: u64 = 24 * HOUR;
+
+/// `TestClock::new()`'s start, 2030-01-01T00:00:00Z, in Unix seconds: every
+/// process of a crash test puts its clock on the same time line.
+const EPOCH: u64 = 1_893_456_000;
+
+/// `secs` after the time line's start.
+fn at(secs: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_secs(EPOCH + secs)
+}
+
+/// Fails the test instead of hanging when something never happens.
+async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(30), future)
+        .await
+        .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
+}
+
+/// Lets the engine's tasks run for a moment (real time, a few
+/// milliseconds), for checks that something did *not* happen.
+async fn settle() {
+    tokio::time::sleep(Duration::from_millis(50)).await;
+}
+
+/// What `settle_for_a_week` saw: the recorded time before its sleep, a
+/// recorded random number, and the time after it woke.
+type Settled = (SystemTime, u64, SystemTime);
+
+/// `now()` and `random()`, then `sleep("settle", "7 days")`, then `now()`.
+fn settle_for_a_week() -> impl Workflow<Input = (), Output = Settled> + Copy {
+    workflow_fn(
+        "settle-for-a-week",
+        |ctx: WorkflowContext, (): ()| async move {
+            let before = ctx.now().await;
+            let lucky = ctx.random().await;
+            // Seen by the parent of a crash test; a replay reports it again.
+            report(&format!("random {lucky}"));
+            ctx.sleep("settle", "7 days").await?;
+            let after = ctx.now().await;
+            Ok::<_, WorkflowError>((before, lucky, after))
+        },
+    )
+}
+
+/// A sleep named "nap" of `length`, then the time it woke at.
+fn nap(length: &'static str) -> impl Workflow<Input = (), Output = SystemTime> + Copy {
+    workflow_fn("nap", move |ctx: WorkflowContext, (): ()| async move {
+        ctx.sleep("nap", length).await?;
+        Ok::<_, WorkflowError>(ctx.now().await)
+    })
+}
+
+/// The child of a crash test: on a clock at the time line's start, starts
+/// `settle_for_a_week`, reports once it sleeps, and waits to be killed.
+async fn run_sleeping_child() {
+    let Some(dir) = child_dir() else { return };
+    let clock = TestClock::starting_at(at(0));
+    let engine = Engine::builder()
+        .clock(clock.clone())
+        .open(&dir)
+        .expect("child opens the store");
+    let run = engine
+        .start(settle_for_a_week(), "settle-1", ())
+        .await
+        .expect("child starts the instance");
+    within("the child's sleep", clock.wait_for_sleepers(1)).await;
+    assert_eq!(run.status().unwrap(), Status::Waiting);
+    report("sleeping");
+    std::future::pending::<()>().await;
+}
+
+/// Runs the child of `test` until it sleeps, kills it, and returns the
+/// random number its workflow drew.
+fn kill_while_sleeping(test: &str, dir: &DataDir) -> u64 {
+    let mut child = child::spawn(test, dir.path());
+    let lucky = child.wait_for("random ").parse().expect("a number");
+    child.wait_for("sleeping");
+    child.kill();
+    lucky
+}
+
+fn sleep_events(history: &[saga_runtime::Event]) -> (Vec<SystemTime>, Vec<SystemTime>) {
+    let started = history
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::SleepStarted { wake_at, .. } => Some(*wake_at),
+            _ => None,
+        })
+        .collect();
+    let completed = history
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::SleepCompleted { .. }))
+        .map(|e| e.at)
+        .collect();
+    (started, completed)
+}
+
+#[tokio::test]
+async fn a_restart_before_the_wake_time_sleeps_only_for_the_rest() {
+    const TEST: &str = "a_restart_before_the_wake_time_sleeps_only_for_the_rest";
+    if child_dir().is_some() {
+        return run_sleeping_child().await;
+    }
+    let dir = DataDir::new("sleep-before-wake");
+    let lucky = kill_while_sleeping(TEST, &dir);
+
+    // One day later, by the clock, a new process opens the store.
+    let clock = TestClock::starting_at(at(DAY));
+    let engine = Engine::builder()
+        .clock(clock.clone())
+        .register(settle_for_a_week())
+        .open(dir.path())
+        .unwrap();
+    let run = engine.instance("settle-1").unwrap();
+    within("the resumed sleep", clock.wait_for_sleepers(1)).await;
+    assert_eq!(run.status().unwrap(), Status::Waiting);
+
+    // Six days minus a second later it still sleeps...
+    clock.advance(Duration::from_secs(6 * DAY - SECOND));
+    settle().await;
+    assert_eq!(run.status().unwrap(), Status::Waiting);
+    assert_eq!(clock.sleepers(), 1);
+
+    // ...and at the stored wake time (seven days after the start, not
+    // seven days after the restart) it goes on.
+    clock.advance(Duration::from_secs(SECOND));
+    let (before, replayed_lucky, after) =
+        within("the result", run.result::<Settled>()).await.unwrap();
+    assert_eq!(before, at(0), "now() before the sleep replays its value");
+    assert_eq!(replayed_lucky, lucky, "random() replays its value");
+    assert_eq!(after, at(7 * DAY));
+
+    let (started, completed) = sleep_events(&run.history().unwrap());
+    assert_eq!(started, vec![at(7 * DAY)], "the sleep started once");
+    assert_eq!(completed, vec![at(7 * DAY)]);
+}
+
+#[tokio::test]
+async fn a_restart_after_the_wake_time_goes_on_at_once() {
+    const TEST: &str = "a_restart_after_the_wake_time_goes_on_at_once";
+    if child_dir().is_some() {
+        return run_sleeping_child().await;
+    }
+    let dir = DataDir::new("sleep-after-wake");
+    let lucky = kill_while_sleeping(TEST, &dir);
+
+    // Eight days later nothing is left to sleep: no advance needed.
+    let clock = TestClock::starting_at(at(8 * DAY));
+    let engine = Engine::builder()
+        .clock(clock.clone())
+        .register(settle_for_a_week())
+        .open(dir.path())
+        .unwrap();
+    let run = engine.instance("settle-1").unwrap();
+    let (before, replayed_lucky, after) =
+        within("the result", run.result::<Settled>()).await.unwrap();
+    assert_eq!(before, at(0));
+    assert_eq!(replayed_lucky, lucky);
+    assert_eq!(after, at(8 * DAY));
+    let (started, completed) = sleep_events(&run.history().unwrap());
+    assert_eq!(started, vec![at(7 * DAY)]);
+    assert_eq!(completed, vec![at(8 * DAY)]);
+}
+
+#[tokio::test]
+async fn a_sleeps_cache_key_is_its_name_not_its_duration() {
+    let dir = DataDir::new("sleep-key");
+    let clock = TestClock::starting_at(at(0));
+    let engine = Engine::builder()
+        .clock(clock.clone())
+        .open(dir.path())
+        .unwrap();
+    let run = engine.start(nap("7 days"), "nap-1", ()).await.unwrap();
+    within("the first sleep", clock.wait_for_sleepers(1)).await;
+    drop(run);
+    engine.close().await;
+
+    // The new release sleeps "1 hour" under the same name: the instance
+    // that already sleeps keeps its stored wake time.
+    let engine = Engine::builder()
+        .clock(clock.clone())
+        .register(nap("1 hour"))
+        .open(dir.path())
+        .unwrap();
+    let run = engine.instance("nap-1").unwrap();
+    within("the replayed sleep", clock.wait_for_sleepers(1)).await;
+    clock.advance(Duration::from_secs(HOUR));
+    settle().await;
+    assert_eq!(run.status().unwrap(), Status::Waiting);
+    clock.advance(Duration::from_secs(7 * DAY - HOUR));
+    let woke = within("the result", run.result::<SystemTime>())
+        .await
+        .unwrap();
+    assert_eq!(woke, at(7 * DAY));
+}
+
+#[tokio::test]
+async fn sleep_until_wakes_at_the_given_time_and_a_past_time_at_once() {
+    let clock = TestClock::starting_at(at(0));
+    let engine = Engine::builder().clock(clock.clone()).temporary().unwrap();
+    let wf = workflow_fn("until", |ctx: WorkflowContext, (): ()| async move {
+        ctx.sleep_until("past", at(0) - Duration::from_secs(HOUR))
+            .await?;
+        let after_past = ctx.now().await;
+        ctx.sleep_until("deadline", at(3 * HOUR)).await?;
+        Ok::<_, WorkflowError>((after_past, ctx.now().await))
+    });
+    let run = engine.start(wf, "until-1", ()).await.unwrap();
+    within("the sleep", clock.wait_for_sleepers(1)).await;
+    clock.advance(Duration::from_secs(3 * HOUR - SECOND));
+    settle().await;
+    assert_eq!(run.status().unwrap(), Status::Waiting);
+    clock.advance(Duration::from_secs(SECOND));
+    let (after_past, after_deadline) = within("the result", run.result()).await.unwrap();
+    assert_eq!(after_past, at(0), "a past time does not wait");
+    assert_eq!(after_deadline, at(3 * HOUR));
+}
+
+#[tokio::test]
+async fn a_zero_length_sleep_completes_at_once() {
+    let clock = TestClock::starting_at(at(0));
+    let engine = Engine::builder().clock(clock.clone()).temporary().unwrap();
+    let wf = workflow_fn("blink", |ctx: WorkflowContext, (): ()| async move {
+        ctx.sleep("blink", Duration::ZERO).await?;
+        ctx.sleep("blink-again", "0 seconds").await?;
+        Ok::<_, WorkflowError>(ctx.now().await)
+    });
+    let run = engine.start(wf, "blink-1", ()).await.unwrap();
+    assert_eq!(within("the result", run.result()).await.unwrap(), at(0));
+    let (started, completed) = sleep_events(&run.history().unwrap());
+    assert_eq!(started, vec![at(0), at(0)]);
+    assert_eq!(completed.len(), 2);
+}
+
+/// Thousands of instances sleep at once, on the tasks of a two-thread
+/// runtime (no thread each), and all wake when their hour has passed.
+/// `benches/waiting_memory.rs` does the same with 10,000 in a release
+/// build and measures their memory; here 2,000 keep a debug build's test
+/// run short.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thousands_of_instances_sleep_at_once_and_all_wake() {
+    const N: usize = 2_000;
+    let clock = TestClock::starting_at(at(0));
+    let engine = Engine::builder().clock(clock.clone()).temporary().unwrap();
+    let mut starts = tokio::task::JoinSet::new();
+    for i in 0..N {
+        let engine = engine.clone();
+        starts.spawn(async move { engine.start(nap("1 hour"), &format!("nap-{i}"), ()).await });
+    }
+    let mut runs = Vec::with_capacity(N);
+    while let Some(started) = within("the starts", starts.join_next()).await {
+        runs.push(started.unwrap().unwrap());
+    }
+    within("every sleep", clock.wait_for_sleepers(N)).await;
+    let waiting = engine
+        .list(&saga_runtime::ListFilter::all().status(Status::Waiting))
+        .unwrap();
+    assert_eq!(waiting.len(), N);
+
+    clock.advance(Duration::from_secs(HOUR));
+    let mut woke = 0;
+    for run in &runs {
+        let at_wake = within("a wake-up", run.result()).await.unwrap();
+        assert_eq!(at_wake, at(HOUR));
+        woke += 1;
+    }
+    println!("{woke} of {N} sleeping instances woke at the hour");
+    assert_eq!(woke, N);
+    assert_eq!(clock.sleepers(), 0);
+}
