@@ -10,7 +10,7 @@ use std::task::Poll;
 
 use crate::context::{Ctx, Mode, Shared, WorkflowContext};
 use crate::engine::{EngineInner, RegisteredWorkflow};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::failure::{Failure, FailureKind};
 use crate::history::EventKind;
 use crate::live::{Interrupt, Live};
@@ -32,8 +32,40 @@ pub(crate) async fn drive(engine: &Arc<EngineInner>, id: &Arc<str>, live: &Arc<L
         Ok(exit) => exit == Exit::Suspended,
         Err(e) => {
             tracing::error!(instance = %id, error = %e, "instance driver stopped on an error");
+            if let Error::Corrupt { .. } = e {
+                end_corrupt(engine, id, &e).await;
+            }
             false
         }
+    }
+}
+
+/// A record of the instance no longer decodes, so replay cannot go on:
+/// the instance ends `Errored` with a `Decode` failure naming the record,
+/// instead of waiting forever for a driver that cannot run it.
+async fn end_corrupt(engine: &Arc<EngineInner>, id: &str, error: &Error) {
+    let message =
+        format!("the instance cannot be replayed and its compensations did not run: {error}");
+    let written = engine.write(id, |txn| {
+        let now = txn.now();
+        let record = txn.record()?;
+        if record.status.is_terminal() {
+            return Ok(());
+        }
+        record.status = Status::Errored;
+        record.finished_at = Some(now);
+        record.failure = Some(Failure::new(FailureKind::Decode, message.clone()));
+        txn.event(EventKind::InstanceErrored {
+            error: message.clone(),
+        });
+        Ok(())
+    });
+    let flushed = match written {
+        Ok(()) => engine.flush().await,
+        Err(e) => Err(e),
+    };
+    if let Err(e) = flushed {
+        tracing::error!(instance = %id, error = %e, "could not record that the instance is corrupt");
     }
 }
 
@@ -71,7 +103,10 @@ async fn drive_once(engine: &Arc<EngineInner>, id: &Arc<str>, live: &Arc<Live>) 
         Status::Queued | Status::Running | Status::Waiting => {
             run_forward(engine, id, live, workflow, record).await
         }
-        Status::Paused | Status::Complete | Status::Errored | Status::Terminated => Ok(Exit::Other),
+        // Paused before this driver got going: a resume may race with it,
+        // so let `after_suspend` look again once this driver is gone.
+        Status::Paused => Ok(Exit::Suspended),
+        Status::Complete | Status::Errored | Status::Terminated => Ok(Exit::Other),
     }
 }
 

@@ -235,8 +235,9 @@ impl Engine {
     }
 
     /// The instances that match `filter`, in id order. An instance whose
-    /// record is corrupt is listed as an error entry rather than hiding the
-    /// others: see [`InstanceInfo`].
+    /// record is corrupt is left out (with a warning in the log) rather
+    /// than hiding the others; `engine.instance(id)` answers
+    /// [`Error::Corrupt`] for it.
     pub fn list(&self, filter: &ListFilter) -> Result<Vec<InstanceInfo>> {
         let inner = self.inner();
         let mut out = Vec::new();

@@ -277,6 +277,12 @@ fn open_error(path: &Path, error: sled::Error) -> Error {
                 path: PathBuf::from(path),
             }
         }
+        sled::Error::Corruption { at, .. } => Error::Corrupt {
+            what: format!("the sled store at {}", path.display()),
+            detail: format!(
+                "sled found damaged data at {at:?} and will not open it; restore the directory from a backup"
+            ),
+        },
         _ => error.into(),
     }
 }

@@ -1,0 +1,529 @@
+//! Corrupt stores give typed errors, never a panic, an OOM or a hang.
+//!
+//! Each test re-executes itself as a child process under a memory limit
+//! (`ulimit -v`, so an unbounded allocation kills the child instead of the
+//! machine) with a panic hook that aborts (so a panic on any thread, sled's
+//! and Tokio's included, fails the test), and the parent kills a child that
+//! does not finish in time (a hang fails the test too).
+//!
+//! What a user sees for a corrupt instance: `engine.instance(id)` and every
+//! handle call answer `Error::Corrupt` naming the record; `list()` leaves
+//! it out (with a warning in the log) and lists the others; an instance
+//! whose history or step records no longer decode ends `Errored` with a
+//! `Decode` failure naming the record (its compensations cannot be rebuilt
+//! from a history that does not decode); every other instance goes on.
+//!
+//! ```text
+//! cargo test -p saga-runtime --test corruption
+//! SAGA_CORRUPTION_SEED=17 cargo test -p saga-runtime --test corruption -- flipped   # one seed
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use saga_runtime::prelude::*;
+use saga_runtime::{Error, FailureKind, ListFilter};
+
+/// Set in the child: the test runs its body instead of spawning.
+const CHILD: &str = "SAGA_CORRUPTION_CHILD";
+/// The child's address-space limit, in KiB: far above what the engine
+/// needs, far below what a corrupt 2^60-byte length prefix would ask for.
+const MEMORY_LIMIT_KIB: u64 = 3 * 1024 * 1024;
+/// A child that runs longer than this hangs.
+const HANG: Duration = Duration::from_secs(120);
+
+/// Runs `body` in a child process under the memory limit (this process is
+/// that child when `CHILD` is set).
+fn in_limited_child<F, Fut>(test: &str, body: F)
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    if std::env::var_os(CHILD).is_some() {
+        std::panic::set_hook(Box::new(|info| {
+            eprintln!("PANIC in the child: {info}");
+            std::process::abort();
+        }));
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("a Tokio runtime");
+        runtime.block_on(body());
+        return;
+    }
+    let exe = std::env::current_exe().expect("the test binary");
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -v {MEMORY_LIMIT_KIB} && exec \"$0\" --exact {test} --nocapture --test-threads=1"
+        ))
+        .arg(exe)
+        .env(CHILD, "1")
+        .env("MALLOC_ARENA_MAX", "2")
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("spawn the child");
+    let deadline = Instant::now() + HANG;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for the child") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{test}: the child hung for {HANG:?} (see its output above)");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(
+        status.success(),
+        "{test}: the child failed ({status}): a panic, an allocation over {MEMORY_LIMIT_KIB} KiB, or a failed check (see its output above)"
+    );
+}
+
+/// A small xorshift generator: the corruption of a seed is always the same.
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Self {
+        Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n.max(1)
+    }
+}
+
+fn fresh_dir(label: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("saga-corruption-{label}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create the test directory");
+    dir
+}
+
+/// One step, then (for ids starting with `wait`) a wait for an event.
+fn workflow() -> impl Workflow<Input = u64, Output = u64> + Copy {
+    workflow_fn("corruptible", |ctx: WorkflowContext, n: u64| async move {
+        let n = ctx
+            .step("add", StepConfig::default(), move |_key| async move {
+                Ok(n + 1)
+            })
+            .await?;
+        if n >= 100 {
+            let m: u64 = ctx
+                .wait_for_event("go", "go", Duration::from_secs(3600))
+                .await?;
+            return Ok(n + m);
+        }
+        Ok::<_, WorkflowError>(n)
+    })
+}
+
+/// Writes a store with three complete instances and two waiting ones.
+async fn healthy_store(path: &Path) {
+    let engine = Engine::open(path).expect("open a fresh store");
+    for (id, n) in [("done-1", 1), ("done-2", 2), ("done-3", 3)] {
+        let run = engine.start(workflow(), id, n).await.expect("start");
+        assert_eq!(run.result().await.expect("complete"), n + 1);
+    }
+    for (id, n) in [("wait-1", 100), ("wait-2", 200)] {
+        let run = engine.start(workflow(), id, n).await.expect("start");
+        wait_for(|| run.status().is_ok_and(|s| s == Status::Waiting)).await;
+    }
+    engine.close().await;
+}
+
+async fn wait_for(mut condition: impl FnMut() -> bool) {
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while !condition() {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await
+    .expect("the condition within 30 s");
+}
+
+/// The errors a damaged store may answer with.
+fn typed(error: &Error) -> bool {
+    matches!(
+        error,
+        Error::Corrupt { .. }
+            | Error::Store(_)
+            | Error::UnknownInstance { .. }
+            | Error::WorkflowFailed { .. }
+    )
+}
+
+/// Opens a damaged store and touches everything a user can: each answer
+/// is a value or a typed error. `Ok(())` if it opened.
+async fn probe(path: &Path) -> Result<(), Error> {
+    let engine = open_when_released(path).await?;
+    engine.register(workflow());
+    let listed = engine.list(&ListFilter::all());
+    assert!(ok_or_typed(&listed), "list: {listed:?}");
+    for id in ["done-1", "done-2", "done-3", "wait-1", "wait-2"] {
+        let instance = match engine.instance(id) {
+            Ok(instance) => instance,
+            Err(e) => {
+                assert!(typed(&e), "instance({id}): {e:?}");
+                continue;
+            }
+        };
+        let status = instance.status();
+        assert!(ok_or_typed(&status), "status({id}): {status:?}");
+        let history = instance.history();
+        assert!(ok_or_typed(&history), "history({id}): {history:?}");
+        let info = instance.info();
+        assert!(ok_or_typed(&info), "info({id}): {info:?}");
+        let sent = engine.send_event(id, "go", &5u64).await;
+        assert!(
+            sent.is_ok()
+                || sent
+                    .as_ref()
+                    .is_err_and(|e| typed(e) || matches!(e, Error::InvalidState { .. })),
+            "send_event({id}): {sent:?}"
+        );
+        // A completed or waiting instance may stay waiting if the damage
+        // took its event; it must not hang the caller beyond its own timeout.
+        if let Ok(result) =
+            tokio::time::timeout(Duration::from_secs(2), instance.result::<u64>()).await
+        {
+            assert!(ok_or_typed(&result), "result({id}): {result:?}");
+        }
+    }
+    engine.close().await;
+    Ok(())
+}
+
+/// Opens the store; sled's I/O threads may hold its file lock a moment
+/// after the previous engine on it closed, so a lock error is retried.
+async fn open_when_released(path: &Path) -> Result<Engine, Error> {
+    for _ in 0..100 {
+        match Engine::open(path) {
+            Err(Error::StoreLocked { .. }) => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            other => return other,
+        }
+    }
+    Engine::open(path)
+}
+
+fn ok_or_typed<T>(result: &Result<T, Error>) -> bool {
+    result.as_ref().err().is_none_or(typed)
+}
+
+/// Every regular file under the sled directory, in a stable order.
+fn sled_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for entry in std::fs::read_dir(&d).expect("read the store dir") {
+            let path = entry.expect("dir entry").path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if std::fs::metadata(&path).is_ok_and(|m| m.len() > 0) {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+fn seeds(count: u64) -> Vec<u64> {
+    match std::env::var("SAGA_CORRUPTION_SEED") {
+        Ok(seed) => vec![seed.parse().expect("SAGA_CORRUPTION_SEED must be a number")],
+        Err(_) => (0..count).collect(),
+    }
+}
+
+/// What a probe of a damaged store came to, for the summary line.
+fn outcome(seed: u64, what: &str, result: Result<(), Error>) {
+    match result {
+        Ok(()) => {
+            println!("seed {seed}: {what}: opened; every call answered a value or a typed error")
+        }
+        Err(e) => {
+            assert!(
+                typed(&e),
+                "seed {seed}: {what}: Engine::open gave an untyped error {e:?}\n  replay: SAGA_CORRUPTION_SEED={seed} cargo test -p saga-runtime --test corruption"
+            );
+            println!("seed {seed}: {what}: Engine::open refused it: {e}");
+        }
+    }
+}
+
+#[test]
+fn flipped_bytes_in_the_sled_files() {
+    in_limited_child("flipped_bytes_in_the_sled_files", || async {
+        for seed in seeds(24) {
+            let dir = fresh_dir(&format!("flip-{seed}"));
+            let store = dir.join("store");
+            healthy_store(&store).await;
+            let mut rng = Rng::new(seed);
+            let files = sled_files(&store);
+            let data = store.join("db");
+            let mut flipped = Vec::new();
+            for _ in 0..1 + rng.below(4) {
+                // Mostly the data log; sometimes any file (conf, snapshots).
+                let file = match rng.below(6) {
+                    0 => &files[rng.below(files.len() as u64) as usize],
+                    _ => &data,
+                };
+                let mut bytes = std::fs::read(file).expect("read a sled file");
+                let at = rng.below(bytes.len() as u64) as usize;
+                bytes[at] ^= 1 << rng.below(8);
+                std::fs::write(file, &bytes).expect("write it back");
+                flipped.push(format!(
+                    "{}@{at}",
+                    file.strip_prefix(&store).unwrap_or(file).display()
+                ));
+            }
+            outcome(seed, &format!("flipped {flipped:?}"), probe(&store).await);
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    });
+}
+
+#[test]
+fn truncated_sled_files() {
+    in_limited_child("truncated_sled_files", || async {
+        for seed in seeds(12) {
+            let dir = fresh_dir(&format!("truncate-{seed}"));
+            let store = dir.join("store");
+            healthy_store(&store).await;
+            let mut rng = Rng::new(seed);
+            let files = sled_files(&store);
+            let file = &files[rng.below(files.len() as u64) as usize];
+            let len = std::fs::metadata(file).expect("metadata").len();
+            let keep = rng.below(len);
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(file)
+                .and_then(|f| f.set_len(keep))
+                .expect("truncate");
+            let what = format!(
+                "truncated {} from {len} to {keep} bytes",
+                file.strip_prefix(&store).unwrap_or(file).display()
+            );
+            outcome(seed, &what, probe(&store).await);
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    });
+}
+
+/// Rewrites one stored value with the `sled` crate directly, as a damaged
+/// disk or a foreign writer would.
+fn tamper(store: &Path, tree: &str, key: &[u8], value: &[u8]) {
+    let db = sled::open(store).expect("open the store with sled");
+    let tree = db.open_tree(tree).expect("tree");
+    assert!(
+        tree.get(key).expect("read").is_some(),
+        "nothing stored at that key"
+    );
+    tree.insert(key, value).expect("insert");
+    db.flush().expect("flush");
+}
+
+/// The key of slot `index` of instance `id`: `<id>/<u32 BE>`.
+fn slot_key(id: &str, index: u32) -> Vec<u8> {
+    let mut key = format!("{id}/").into_bytes();
+    key.extend_from_slice(&index.to_be_bytes());
+    key
+}
+
+#[test]
+fn a_tampered_instance_record_is_corrupt_and_the_others_go_on() {
+    in_limited_child(
+        "a_tampered_instance_record_is_corrupt_and_the_others_go_on",
+        || async {
+            let dir = fresh_dir("tampered-instance");
+            let store = dir.join("store");
+            healthy_store(&store).await;
+            tamper(&store, "instances", b"wait-1", &[1, 7, 7, 7]);
+            let engine = Engine::open(&store).expect("a store with one bad record opens");
+            engine.register(workflow());
+            let error = engine.instance("wait-1").expect_err("a corrupt record");
+            assert!(
+                matches!(&error, Error::Corrupt { what, .. } if what.contains("wait-1")),
+                "{error:?}"
+            );
+            let listed: Vec<String> = engine
+                .list(&ListFilter::all())
+                .expect("list")
+                .into_iter()
+                .map(|i| i.id)
+                .collect();
+            assert_eq!(listed, ["done-1", "done-2", "done-3", "wait-2"]);
+            engine
+                .send_event("wait-2", "go", &5u64)
+                .await
+                .expect("send");
+            let other = engine.instance("wait-2").expect("the other instance");
+            assert_eq!(other.result::<u64>().await.expect("it goes on"), 201 + 5);
+            let sent = engine.send_event("wait-1", "go", &5u64).await;
+            assert!(matches!(sent, Err(Error::Corrupt { .. })), "{sent:?}");
+            engine.close().await;
+            let _ = std::fs::remove_dir_all(&dir);
+        },
+    );
+}
+
+#[test]
+fn a_tampered_stored_output_fails_its_instance_with_a_decode_error() {
+    in_limited_child(
+        "a_tampered_stored_output_fails_its_instance_with_a_decode_error",
+        || async {
+            let dir = fresh_dir("tampered-output");
+            let store = dir.join("store");
+            healthy_store(&store).await;
+            // Slot 0 of wait-1 is step "add": a record that decodes, whose
+            // output is a byte string that is no u64 (varint 253 announces
+            // eight more bytes that are not there).
+            let db = sled::open(&store).expect("open with sled");
+            let slots = db.open_tree("slots").expect("slots");
+            let key = slot_key("wait-1", 0);
+            let value = slots.get(&key).expect("read").expect("slot 0 stored");
+            let output_at = value
+                .windows(2)
+                .rposition(|w| w == [1, 101])
+                .expect("the stored output 101 (length 1, value 101)");
+            let mut bad = value.to_vec();
+            bad[output_at + 1] = 253;
+            slots.insert(&key, bad).expect("insert");
+            db.flush().expect("flush");
+            drop(slots);
+            drop(db);
+
+            let engine = Engine::open(&store).expect("open");
+            engine.register(workflow());
+            let failed = engine.instance("wait-1").expect("handle");
+            let error = tokio::time::timeout(Duration::from_secs(30), failed.result::<u64>())
+                .await
+                .expect("the instance ends instead of hanging")
+                .expect_err("the output does not decode");
+            match &error {
+                Error::WorkflowFailed { failure, .. } => {
+                    assert_eq!(failure.kind(), &FailureKind::Decode, "{error}");
+                    assert!(failure.message().contains("\"add\""), "{error}");
+                }
+                other => panic!("expected WorkflowFailed(Decode), got {other:?}"),
+            }
+            engine
+                .send_event("wait-2", "go", &1u64)
+                .await
+                .expect("send");
+            let other = engine.instance("wait-2").expect("handle");
+            assert_eq!(other.result::<u64>().await.expect("goes on"), 202);
+            engine.close().await;
+            let _ = std::fs::remove_dir_all(&dir);
+        },
+    );
+}
+
+#[test]
+fn an_undecodable_step_record_ends_its_instance_and_the_others_go_on() {
+    in_limited_child(
+        "an_undecodable_step_record_ends_its_instance_and_the_others_go_on",
+        || async {
+            let dir = fresh_dir("tampered-slot");
+            let store = dir.join("store");
+            healthy_store(&store).await;
+            tamper(&store, "slots", &slot_key("wait-1", 0), &[1, 250, 250]);
+            let engine = Engine::open(&store).expect("open");
+            engine.register(workflow());
+            let failed = engine
+                .instance("wait-1")
+                .expect("its instance record is fine");
+            let error = tokio::time::timeout(Duration::from_secs(30), failed.result::<u64>())
+                .await
+                .expect("the instance ends instead of hanging")
+                .expect_err("its history does not decode");
+            match &error {
+                Error::WorkflowFailed { failure, .. } => {
+                    assert_eq!(failure.kind(), &FailureKind::Decode, "{error}");
+                    assert!(failure.message().contains("corrupt"), "{error}");
+                }
+                other => panic!("expected WorkflowFailed(Decode), got {other:?}"),
+            }
+            engine
+                .send_event("wait-2", "go", &1u64)
+                .await
+                .expect("send");
+            let other = engine.instance("wait-2").expect("handle");
+            assert_eq!(other.result::<u64>().await.expect("goes on"), 202);
+            engine.close().await;
+            let _ = std::fs::remove_dir_all(&dir);
+        },
+    );
+}
+
+#[test]
+fn huge_length_prefixes_are_refused_without_allocating() {
+    in_limited_child(
+        "huge_length_prefixes_are_refused_without_allocating",
+        || async {
+            // Varint prefixes: 253 = a u64 follows, 252 = a u32 follows.
+            let mut huge: Vec<Vec<u8>> = vec![
+                [1u8, 253]
+                    .into_iter()
+                    .chain(u64::MAX.to_le_bytes())
+                    .collect(),
+                [1u8, 253]
+                    .into_iter()
+                    .chain((1u64 << 40).to_le_bytes())
+                    .collect(),
+                [1u8, 252]
+                    .into_iter()
+                    .chain(u32::MAX.to_le_bytes())
+                    .collect(),
+                [1u8, 252]
+                    .into_iter()
+                    .chain((63u32 << 20).to_le_bytes())
+                    .collect(),
+            ];
+            // A valid workflow name, then an input claiming 2^50 bytes.
+            huge.push(
+                [1u8, 11]
+                    .into_iter()
+                    .chain(*b"corruptible")
+                    .chain([253])
+                    .chain((1u64 << 50).to_le_bytes())
+                    .collect(),
+            );
+            for (i, value) in huge.iter().enumerate() {
+                let dir = fresh_dir(&format!("huge-{i}"));
+                let store = dir.join("store");
+                healthy_store(&store).await;
+                tamper(&store, "instances", b"done-2", value);
+                tamper(&store, "slots", &slot_key("wait-1", 0), value);
+                let engine = Engine::open(&store).expect("open");
+                engine.register(workflow());
+                let error = engine.instance("done-2").expect_err("corrupt");
+                assert!(
+                    matches!(error, Error::Corrupt { .. }),
+                    "prefix {i}: {error:?}"
+                );
+                let failed = engine.instance("wait-1").expect("handle");
+                let result = tokio::time::timeout(Duration::from_secs(30), failed.result::<u64>())
+                    .await
+                    .expect("no hang");
+                assert!(
+                    matches!(result, Err(Error::WorkflowFailed { .. })),
+                    "prefix {i}: {result:?}"
+                );
+                let fine = engine.instance("done-1").expect("handle");
+                assert_eq!(fine.result::<u64>().await.expect("intact"), 2);
+                engine.close().await;
+                let _ = std::fs::remove_dir_all(&dir);
+            }
+        },
+    );
+}

@@ -1,0 +1,257 @@
+//! The world of the crash tests: a seeded scenario of saga instances, the
+//! child process that runs it against a real store and a fake callee, and
+//! the parent that kills and restarts the child and then checks the
+//! promises of DESIGN.md §3 against what the callee and the store recorded.
+//!
+//! The callee lives outside the store, in files that survive the kills: an
+//! append-only, fsynced log with one line per call (forward or rollback,
+//! instance, step, occurrence, idempotency key) and one file per applied
+//! idempotency key (created with `O_EXCL`, so it dedupes as a real callee
+//! would). Every decision of the callee (fail, fail for good, which value)
+//! is a hash of the seed and the key (and the call's number), so it is the
+//! same across restarts.
+
+#![allow(dead_code, unreachable_pub)]
+
+pub mod check;
+pub mod child;
+pub mod parent;
+
+use serde::{Deserialize, Serialize};
+
+/// Environment of a child process.
+pub const ENV_DIR: &str = "SAGA_CRASH_CHILD_DIR";
+pub const ENV_SEED: &str = "SAGA_CRASH_CHILD_SEED";
+pub const ENV_RUN: &str = "SAGA_CRASH_CHILD_RUN";
+pub const ENV_FINAL: &str = "SAGA_CRASH_CHILD_FINAL";
+pub const ENV_SCENARIO: &str = "SAGA_CRASH_CHILD_SCENARIO";
+
+/// The event a waiting instance is sent.
+pub const EVENT_TYPE: &str = "approved";
+
+/// A small xorshift64* generator: the only source of randomness here, so a
+/// seed replays the same plan.
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(mix(seed, &[b"rng"]) | 1)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// Uniform enough in `0..n` (`n > 0`).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+}
+
+/// A stable hash of the seed and some parts (FNV-1a, then a splitmix
+/// finalizer), for decisions that must not depend on call order.
+pub fn mix(seed: u64, parts: &[&[u8]]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ seed;
+    for part in parts {
+        for &b in *part {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        h ^= 0xff;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h ^= h >> 30;
+    h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h ^= h >> 27;
+    h = h.wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^ (h >> 31)
+}
+
+/// What happens at an instance's event wait.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EventPlan {
+    /// No wait at all.
+    NoWait,
+    /// The child sends the event; the wait gets it.
+    Sent,
+    /// Nobody sends it; the short wait times out and fails the workflow.
+    Missing,
+}
+
+/// One instance's shape: the workflow input, so replay sees the same.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Plan {
+    pub id: String,
+    /// How many times step `reserve` runs (occurrences 0..loops).
+    pub loops: u32,
+    /// `ship-a` and `ship-b` run joined (else one after the other).
+    pub parallel: bool,
+    pub sleep_ms: u64,
+    pub event: EventPlan,
+    /// The workflow returns an error after its last step.
+    pub fail_at_end: bool,
+}
+
+/// One call site of a step in the workflow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StepId {
+    pub name: &'static str,
+    pub occurrence: u32,
+    /// Whether it registers a compensation.
+    pub compensated: bool,
+}
+
+/// The steps of a plan in call (start) order, grouped by the point of the
+/// workflow at which they are called: steps of one group start together
+/// (a join), and the wait comes between groups `notify` and `capture`.
+pub fn program(plan: &Plan) -> Vec<Vec<StepId>> {
+    let step = |name, occurrence, compensated| StepId {
+        name,
+        occurrence,
+        compensated,
+    };
+    let mut groups = vec![vec![step("debit", 0, true)]];
+    for i in 0..plan.loops {
+        groups.push(vec![step("reserve", i, true)]);
+    }
+    if plan.parallel {
+        groups.push(vec![step("ship-a", 0, true), step("ship-b", 0, true)]);
+    } else {
+        groups.push(vec![step("ship-a", 0, true)]);
+        groups.push(vec![step("ship-b", 0, true)]);
+    }
+    groups.push(vec![step("notify", 0, false)]);
+    groups.push(vec![step("capture", 0, true)]);
+    groups
+}
+
+/// The documented forward key: `"{instance}:{step}"`, `#{occurrence}` from the second call.
+pub fn forward_key(instance: &str, step: &StepId) -> String {
+    with_occurrence(format!("{instance}:{}", step.name), step.occurrence)
+}
+
+/// The documented rollback key: `"{instance}:rollback:{step}"`.
+pub fn rollback_key(instance: &str, step: &StepId) -> String {
+    with_occurrence(
+        format!("{instance}:rollback:{}", step.name),
+        step.occurrence,
+    )
+}
+
+fn with_occurrence(key: String, occurrence: u32) -> String {
+    if occurrence == 0 {
+        key
+    } else {
+        format!("{key}#{occurrence}")
+    }
+}
+
+/// How the callee answers calls of one key: the first `flaky` calls fail
+/// (retryably), every call fails for good when `fatal`.
+#[derive(Clone, Copy, Debug)]
+pub struct Answer {
+    pub fatal: bool,
+    pub flaky: u32,
+    pub value: u64,
+}
+
+/// The instances of one seed and how the callee treats their keys.
+#[derive(Clone, Debug)]
+pub struct Scenario {
+    pub seed: u64,
+    pub name: &'static str,
+    pub plans: Vec<Plan>,
+    /// Percent of forward keys that fail for good.
+    pub fatal_percent: u64,
+}
+
+impl Scenario {
+    /// `random`: two to four instances of random shapes.
+    pub fn random(seed: u64) -> Self {
+        let mut rng = Rng::new(seed ^ 0x5eed);
+        let count = 2 + rng.below(3);
+        let plans = (0..count)
+            .map(|i| Plan {
+                id: format!("s{seed}-i{i}"),
+                loops: 1 + rng.below(2) as u32,
+                parallel: rng.below(2) == 0,
+                sleep_ms: rng.below(25),
+                event: match rng.below(6) {
+                    0 => EventPlan::Missing,
+                    1 | 2 => EventPlan::NoWait,
+                    _ => EventPlan::Sent,
+                },
+                fail_at_end: rng.below(8) == 0,
+            })
+            .collect();
+        Scenario {
+            seed,
+            name: "random",
+            plans,
+            fatal_percent: 6,
+        }
+    }
+
+    /// `saga`: one instance that runs every kind of call and then fails,
+    /// so its whole rollback runs too (for the exhaustive failpoint test).
+    pub fn one_saga(seed: u64) -> Self {
+        Scenario {
+            seed,
+            name: "saga",
+            plans: vec![Plan {
+                id: "saga-1".into(),
+                loops: 2,
+                parallel: false,
+                sleep_ms: 5,
+                event: EventPlan::Sent,
+                fail_at_end: true,
+            }],
+            fatal_percent: 0,
+        }
+    }
+
+    pub fn by_name(name: &str, seed: u64) -> Self {
+        match name {
+            "saga" => Scenario::one_saga(seed),
+            _ => Scenario::random(seed),
+        }
+    }
+
+    pub fn answer(&self, key: &str, forward: bool) -> Answer {
+        let k = key.as_bytes();
+        Answer {
+            fatal: forward && mix(self.seed, &[b"fatal", k]) % 100 < self.fatal_percent,
+            flaky: (mix(self.seed, &[b"flaky", k]) % 3) as u32,
+            value: mix(self.seed, &[b"value", k]) % 1000,
+        }
+    }
+
+    /// How an instance must end: `Ok(output)`, or `Err(g)` when it fails
+    /// after calling the steps of groups `0..=g` of its [`program`].
+    pub fn predict(&self, plan: &Plan) -> Result<u64, usize> {
+        let groups = program(plan);
+        let mut total = 0;
+        for (at, group) in groups.iter().enumerate() {
+            if group[0].name == "capture" && plan.event == EventPlan::Missing {
+                return Err(at - 1);
+            }
+            for step in group {
+                let answer = self.answer(&forward_key(&plan.id, step), true);
+                if answer.fatal {
+                    return Err(at);
+                }
+                total += answer.value;
+            }
+        }
+        if plan.fail_at_end {
+            return Err(groups.len() - 1);
+        }
+        Ok(total)
+    }
+}

@@ -1,0 +1,393 @@
+//! Bad input: oversized payloads, invalid and duplicate ids, unknown
+//! instances, zero and enormous durations, events for finished instances.
+//! Each is refused with a typed error before anything is stored, or runs
+//! without a panic or an overflow.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use saga_runtime::prelude::*;
+use saga_runtime::{Error, EventKind, FailureKind, ListFilter, TestClock};
+
+const LIMIT: usize = 1024;
+
+fn engine() -> Engine {
+    Engine::builder()
+        .clock(TestClock::auto_advancing())
+        .max_payload_bytes(LIMIT)
+        .temporary()
+        .expect("temporary engine")
+}
+
+async fn within<T>(future: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(30), future)
+        .await
+        .expect("finished within 30 s")
+}
+
+fn echo() -> impl Workflow<Input = Vec<u8>, Output = usize> + Copy {
+    workflow_fn("echo", |ctx: WorkflowContext, input: Vec<u8>| async move {
+        let len = input.len();
+        let len = ctx
+            .step("measure", StepConfig::default(), move |_key| async move {
+                Ok(len)
+            })
+            .await?;
+        Ok::<_, WorkflowError>(len)
+    })
+}
+
+#[tokio::test]
+async fn an_oversized_input_is_refused_before_anything_is_stored() {
+    let engine = engine();
+    let error = engine
+        .start(echo(), "big-input", vec![7; LIMIT * 2])
+        .await
+        .expect_err("over the limit");
+    assert!(
+        matches!(&error, Error::PayloadTooLarge { what, limit: LIMIT, .. } if what.contains("big-input")),
+        "{error:?}"
+    );
+    assert!(matches!(
+        engine.instance("big-input"),
+        Err(Error::UnknownInstance { .. })
+    ));
+    assert!(engine.list(&ListFilter::all()).unwrap().is_empty());
+    // Just under the limit is fine.
+    let run = engine.start(echo(), "small", vec![7; 100]).await.unwrap();
+    assert_eq!(within(run.result()).await.unwrap(), 100);
+}
+
+#[tokio::test]
+async fn an_oversized_step_output_fails_the_step_for_good_naming_it() {
+    let engine = engine();
+    let attempts = Arc::new(AtomicU32::new(0));
+    let counted = attempts.clone();
+    let wf = workflow_fn("big-output", move |ctx: WorkflowContext, (): ()| {
+        let counted = counted.clone();
+        async move {
+            let bytes: Vec<u8> = ctx
+                .step("produce", StepConfig::default().retries(5), move |_key| {
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    async move { Ok(vec![1u8; LIMIT * 4]) }
+                })
+                .await?;
+            Ok::<_, WorkflowError>(bytes.len())
+        }
+    });
+    let run = engine.start(wf, "big-output-1", ()).await.unwrap();
+    let error = within(run.result()).await.expect_err("the step failed");
+    match &error {
+        Error::WorkflowFailed { failure, .. } => {
+            assert_eq!(
+                failure.kind(),
+                &FailureKind::Step {
+                    step: "produce".into()
+                }
+            );
+            assert!(failure.message().contains("\"produce\""), "{error}");
+            assert!(failure.message().contains("over the limit"), "{error}");
+        }
+        other => panic!("expected WorkflowFailed, got {other:?}"),
+    }
+    assert_eq!(
+        attempts.load(Ordering::SeqCst),
+        1,
+        "no retry can make it smaller"
+    );
+    let history = run.history().unwrap();
+    assert!(
+        !history
+            .iter()
+            .any(|e| matches!(e.kind, EventKind::StepCompleted { .. }))
+    );
+    assert!(history.iter().any(|e| matches!(
+        &e.kind,
+        EventKind::StepFailed { step, attempts: 1, .. } if step == "produce"
+    )));
+}
+
+fn waiter() -> impl Workflow<Input = (), Output = String> + Copy {
+    workflow_fn("waiter", |ctx: WorkflowContext, (): ()| async move {
+        let got: String = ctx
+            .wait_for_event("wait", "ping", Duration::from_secs(3600))
+            .await?;
+        Ok::<_, WorkflowError>(got)
+    })
+}
+
+#[tokio::test]
+async fn an_oversized_event_payload_is_refused_before_anything_is_stored() {
+    let engine = Engine::builder()
+        .clock(TestClock::new())
+        .max_payload_bytes(LIMIT)
+        .temporary()
+        .unwrap();
+    let run = engine.start(waiter(), "w-1", ()).await.unwrap();
+    within(async {
+        while run.status().unwrap() != Status::Waiting {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    let before = run.history().unwrap().len();
+    let error = engine
+        .send_event("w-1", "ping", &"x".repeat(LIMIT * 2))
+        .await
+        .expect_err("over the limit");
+    assert!(matches!(error, Error::PayloadTooLarge { .. }), "{error:?}");
+    assert_eq!(run.history().unwrap().len(), before, "nothing was stored");
+    assert_eq!(run.status().unwrap(), Status::Waiting);
+    engine.send_event("w-1", "ping", "ok").await.unwrap();
+    assert_eq!(within(run.result()).await.unwrap(), "ok");
+}
+
+#[tokio::test]
+async fn invalid_ids_are_refused_everywhere() {
+    let engine = engine();
+    let long = "a".repeat(101);
+    for id in [
+        "",
+        long.as_str(),
+        "-lead",
+        "with space",
+        "a/b",
+        "a:b",
+        "é",
+        "a\0b",
+    ] {
+        let started = engine.start(echo(), id, vec![]).await;
+        assert!(
+            matches!(started, Err(Error::InvalidInstanceId { .. })),
+            "start({id:?}): {started:?}"
+        );
+        assert!(matches!(
+            engine.instance(id),
+            Err(Error::InvalidInstanceId { .. })
+        ));
+        assert!(matches!(
+            engine.send_event(id, "ping", &1).await,
+            Err(Error::InvalidInstanceId { .. })
+        ));
+    }
+    assert!(engine.list(&ListFilter::all()).unwrap().is_empty());
+    let longest = "Z".repeat(100);
+    for id in [longest.as_str(), "_x", "a-b_C9", "0"] {
+        let run = engine.start(echo(), id, vec![1]).await.unwrap();
+        assert_eq!(within(run.result()).await.unwrap(), 1, "{id}");
+    }
+}
+
+#[tokio::test]
+async fn a_duplicate_id_returns_the_same_instance_or_is_refused_for_another_workflow() {
+    let engine = engine();
+    let runs = Arc::new(AtomicU32::new(0));
+    let counted = runs.clone();
+    let once = workflow_fn("once", move |ctx: WorkflowContext, n: u32| {
+        let counted = counted.clone();
+        async move {
+            let n = ctx
+                .step("count", StepConfig::default(), move |_key| {
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    async move { Ok(n) }
+                })
+                .await?;
+            Ok::<_, WorkflowError>(n)
+        }
+    });
+    let first = engine.start(once.clone(), "dup", 1).await.unwrap();
+    assert_eq!(within(first.result()).await.unwrap(), 1);
+    // The same id again, even with another input, is the same instance.
+    let second = engine.start(once, "dup", 2).await.unwrap();
+    assert_eq!(within(second.result()).await.unwrap(), 1);
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "nothing ran twice");
+    let error = engine
+        .start(echo(), "dup", vec![])
+        .await
+        .expect_err("taken");
+    assert!(
+        matches!(&error, Error::InstanceIdInUse { existing, requested, .. }
+            if existing == "once" && requested == "echo"),
+        "{error:?}"
+    );
+    assert_eq!(engine.list(&ListFilter::all()).unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn every_handle_call_on_an_unknown_instance_is_unknown_instance() {
+    let engine = Engine::builder()
+        .clock(TestClock::auto_advancing())
+        .retention(Duration::ZERO)
+        .temporary()
+        .unwrap();
+    assert!(matches!(
+        engine.instance("nope"),
+        Err(Error::UnknownInstance { .. })
+    ));
+    assert!(matches!(
+        engine.send_event("nope", "ping", &1).await,
+        Err(Error::UnknownInstance { .. })
+    ));
+    // A handle whose instance went away (removed by retention).
+    let run = engine.start(echo(), "gone", vec![1]).await.unwrap();
+    within(run.result()).await.unwrap();
+    assert_eq!(engine.sweep_expired().await.unwrap(), 1);
+    let unknown = |what: &str, result: Result<(), Error>| {
+        assert!(
+            matches!(result, Err(Error::UnknownInstance { .. })),
+            "{what}: {result:?}"
+        );
+    };
+    unknown("status", run.status().map(drop));
+    unknown("info", run.info().map(drop));
+    unknown("history", run.history().map(drop));
+    unknown("result", within(run.result()).await.map(drop));
+    unknown("pause", run.pause().await);
+    unknown("resume", run.resume().await);
+    unknown("terminate", run.terminate().await);
+    unknown(
+        "terminate_with_rollback",
+        run.terminate_with_rollback().await,
+    );
+    unknown("restart", run.restart().await);
+    unknown("restart_from", run.restart_from("measure").await);
+    unknown("send_event", engine.send_event("gone", "ping", &1).await);
+}
+
+/// Sleeps `duration`, then runs a step with timeout `timeout`.
+fn sleeper(duration: Duration, timeout: Duration) -> impl Workflow<Input = (), Output = u8> + Copy {
+    workflow_fn("sleeper", move |ctx: WorkflowContext, (): ()| async move {
+        ctx.sleep("nap", duration).await?;
+        let n = ctx
+            .step(
+                "after",
+                StepConfig::default().timeout(timeout),
+                |_key| async move { Ok(1u8) },
+            )
+            .await?;
+        Ok::<_, WorkflowError>(n)
+    })
+}
+
+#[tokio::test]
+async fn zero_and_enormous_durations_neither_panic_nor_overflow() {
+    // Zero everywhere: done at once.
+    let engine = engine();
+    let run = engine
+        .start(sleeper(Duration::ZERO, Duration::MAX), "zero", ())
+        .await
+        .unwrap();
+    assert_eq!(within(run.result()).await.unwrap(), 1);
+    // Duration::MAX and "99999999 days" on an auto-advancing clock: the
+    // clock jumps to a far future and the workflow goes on.
+    for (id, duration) in [
+        ("max", Duration::MAX),
+        (
+            "days",
+            saga_runtime::IntoDuration::into_duration("99999999 days").unwrap(),
+        ),
+    ] {
+        let run = engine
+            .start(sleeper(duration, Duration::from_secs(60)), id, ())
+            .await
+            .unwrap();
+        assert_eq!(within(run.result()).await.unwrap(), 1, "{id}");
+        let wake = run
+            .history()
+            .unwrap()
+            .into_iter()
+            .find_map(|e| match e.kind {
+                EventKind::SleepStarted { wake_at, .. } => Some(wake_at),
+                _ => None,
+            });
+        assert!(wake.is_some(), "{id}: the sleep was recorded");
+    }
+    // On a clock that stands still, and on the real one, an enormous sleep
+    // waits (no overflow, no early wake) and can be ended.
+    for engine in [
+        Engine::builder()
+            .clock(TestClock::new())
+            .temporary()
+            .unwrap(),
+        Engine::temporary().unwrap(),
+    ] {
+        let run = engine
+            .start(sleeper(Duration::MAX, Duration::MAX), "forever", ())
+            .await
+            .unwrap();
+        within(async {
+            while run.status().unwrap() != Status::Waiting {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(run.status().unwrap(), Status::Waiting);
+        within(run.terminate()).await.unwrap();
+        assert_eq!(run.status().unwrap(), Status::Terminated);
+    }
+    // A zero and an enormous event timeout.
+    let wf = workflow_fn("timeouts", |ctx: WorkflowContext, (): ()| async move {
+        let zero = ctx
+            .wait_for_event::<u8>("zero", "never", Duration::ZERO)
+            .await;
+        assert!(matches!(zero, Err(WaitError::Timeout { .. })), "{zero:?}");
+        let got: u8 = ctx.wait_for_event("max", "ping", Duration::MAX).await?;
+        Ok::<_, WorkflowError>(got)
+    });
+    let engine = Engine::builder()
+        .clock(TestClock::new())
+        .temporary()
+        .unwrap();
+    let run = engine.start(wf, "timeouts-1", ()).await.unwrap();
+    engine.send_event("timeouts-1", "ping", &9u8).await.unwrap();
+    assert_eq!(within(run.result()).await.unwrap(), 9);
+}
+
+#[tokio::test]
+async fn an_invalid_duration_string_is_an_error_the_workflow_sees() {
+    let engine = engine();
+    let wf = workflow_fn("bad-duration", |ctx: WorkflowContext, (): ()| async move {
+        let slept = ctx.sleep("nap", "3 fortnights").await;
+        assert!(
+            matches!(slept, Err(WaitError::InvalidDuration { .. })),
+            "{slept:?}"
+        );
+        let too_long = ctx.sleep("nap-2", "99999999999999999999 days").await;
+        assert!(matches!(too_long, Err(WaitError::InvalidDuration { .. })));
+        Ok::<_, WorkflowError>(())
+    });
+    let run = engine.start(wf, "bad-1", ()).await.unwrap();
+    within(run.result()).await.unwrap();
+}
+
+#[tokio::test]
+async fn events_for_finished_instances_are_invalid_state() {
+    let engine = engine();
+    let run = engine.start(echo(), "done", vec![1, 2]).await.unwrap();
+    within(run.result()).await.unwrap();
+    let error = engine
+        .send_event("done", "ping", &1)
+        .await
+        .expect_err("finished");
+    assert!(
+        matches!(
+            error,
+            Error::InvalidState {
+                status: Status::Complete,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    let waiting = engine.start(waiter(), "ended", ()).await.unwrap();
+    within(waiting.terminate()).await.unwrap();
+    assert!(matches!(
+        engine.send_event("ended", "ping", "late").await,
+        Err(Error::InvalidState {
+            status: Status::Terminated,
+            ..
+        })
+    ));
+}
