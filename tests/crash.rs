@@ -106,6 +106,8 @@ fn main() -> ExitCode {
         totals.errored,
         started.elapsed()
     );
+    let failed = totals.failures.len();
+    println!("seeds: {} passed, {failed} failed", totals.seeds - failed);
     if totals.failures.is_empty() {
         ExitCode::SUCCESS
     } else {

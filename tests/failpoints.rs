@@ -83,6 +83,11 @@ fn main() -> ExitCode {
         "failpoints: {crashes} aborts and {errors} injected store errors recovered, in {:.1?}",
         started.elapsed()
     );
+    println!(
+        "cases: {} passed, {} failed",
+        crashes + errors,
+        failures.len()
+    );
     if failures.is_empty() {
         ExitCode::SUCCESS
     } else {

@@ -200,6 +200,7 @@ impl Shared {
     /// compensations); it resumes by replay when the store opens again.
     pub(crate) fn store_failed(&self, error: crate::Error) {
         tracing::error!(instance = %self.id, error = %error, "store failure: the instance stops and resumes when the store is opened again");
+        self.engine.stopped_by_store(&self.id, &error);
         self.live.interrupt(Interrupt::Stop);
     }
 

@@ -97,7 +97,7 @@ async fn drive_once(engine: &Arc<EngineInner>, id: &Arc<str>, live: &Arc<Live>) 
     };
     match record.status {
         Status::RollingBack => {
-            rebuild_and_compensate(engine, id, live, workflow, record).await?;
+            Box::pin(rebuild_and_compensate(engine, id, live, workflow, record)).await?;
             Ok(Exit::Other)
         }
         Status::Queued | Status::Running | Status::Waiting => {
@@ -150,6 +150,8 @@ async fn run_forward(
     if let Outcome::Interrupted(Interrupt::Suspend) = outcome {
         return Ok(Exit::Suspended);
     }
+    // The rollback paths are boxed: a driver that only waits (thousands of
+    // sleeping instances) then does not carry room for them in its task.
     match outcome {
         Outcome::Finished(Ok(Ok(output))) => {
             finish(
@@ -161,13 +163,13 @@ async fn run_forward(
             )
             .await
         }
-        Outcome::Finished(Ok(Err(failure))) => fail(&ctx, failure, Status::Errored).await,
+        Outcome::Finished(Ok(Err(failure))) => Box::pin(fail(&ctx, failure, Status::Errored)).await,
         Outcome::Finished(Err(panic)) => {
             let failure = Failure::new(
                 FailureKind::Panic,
                 format!("the workflow panicked: {panic}"),
             );
-            fail(&ctx, failure, Status::Errored).await
+            Box::pin(fail(&ctx, failure, Status::Errored)).await
         }
         Outcome::Interrupted(Interrupt::Suspend | Interrupt::Stop) => Ok(()),
         Outcome::Interrupted(Interrupt::Terminate { rollback: false }) => {
@@ -182,7 +184,7 @@ async fn run_forward(
         }
         Outcome::Interrupted(Interrupt::Terminate { rollback: true }) => {
             let cause = Failure::new(FailureKind::Workflow, "terminated by user");
-            fail(&ctx, cause, Status::Terminated).await
+            Box::pin(fail(&ctx, cause, Status::Terminated)).await
         }
         Outcome::Interrupted(Interrupt::Fail(failure)) => {
             let error = failure.message().to_owned();

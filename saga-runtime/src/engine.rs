@@ -138,6 +138,7 @@ impl EngineBuilder {
             terminal_written: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             tasks: Mutex::new(Vec::new()),
+            store_failures: Mutex::new(HashMap::new()),
         });
         let engine = Engine {
             handle: Arc::new(EngineHandle {
@@ -391,6 +392,9 @@ pub(crate) struct EngineInner {
     pub(crate) ended: watch::Sender<u64>,
     terminal_written: AtomicBool,
     closed: AtomicBool,
+    /// Instances stopped by a store failure in this process, with the
+    /// error: `result()` reports it instead of waiting for a reopen.
+    store_failures: Mutex<HashMap<String, String>>,
     /// Drivers, step tasks and the retention sweeper.
     tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
@@ -502,8 +506,31 @@ impl EngineInner {
             .clone()
     }
 
+    /// Notes that a store failure stopped instance `id`, and wakes
+    /// `result()` callers so they can say so.
+    pub(crate) fn stopped_by_store(&self, id: &str, error: &Error) {
+        lock(&self.store_failures).insert(id.to_owned(), error.to_string());
+        self.ended.send_modify(|n| *n += 1);
+    }
+
+    /// The store failure that stopped instance `id` in this process, if any.
+    pub(crate) fn store_failure(&self, id: &str) -> Option<String> {
+        lock(&self.store_failures).get(id).cloned()
+    }
+
     pub(crate) fn forget_cursor(&self, id: &str) {
         lock(&self.cursors).remove(id);
+    }
+
+    /// Removes the cursor of an id that names no instance (a write to an
+    /// unknown id must not leave an entry behind), unless another writer
+    /// holds it: clones are only made under the map's lock, so the count
+    /// read there is exact.
+    fn drop_unused_cursor(&self, id: &str, cursor: Arc<Mutex<Option<u64>>>) {
+        let mut cursors = lock(&self.cursors);
+        if Arc::strong_count(&cursor) == 2 {
+            cursors.remove(id);
+        }
     }
 
     /// Applies `f`'s writes to instance `id` atomically. Writes of one
@@ -530,7 +557,16 @@ impl EngineInner {
             record: None,
             record_dirty: false,
         };
-        let result = f(&mut txn)?;
+        let result = match f(&mut txn) {
+            Ok(result) => result,
+            Err(error) => {
+                if matches!(error, Error::UnknownInstance { .. }) {
+                    drop(next);
+                    self.drop_unused_cursor(id, cursor);
+                }
+                return Err(error);
+            }
+        };
         let mut ended = false;
         if let (true, Some(mut record)) = (txn.record_dirty, txn.record.take()) {
             record.updated_at = txn.now;
@@ -652,6 +688,7 @@ impl EngineInner {
             }
             let live = Arc::new(Live::new());
             running.insert(id.to_owned(), live.clone());
+            lock(&self.store_failures).remove(id);
             live
         };
         let engine = self.clone();

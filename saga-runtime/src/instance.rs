@@ -174,6 +174,13 @@ impl Instance {
                         rollback_failure: record.rollback.and_then(|p| p.failure).map(Box::new),
                     });
                 }
+                _ if self.engine.store_failure(&self.id).is_some() => {
+                    let error = self.engine.store_failure(&self.id).unwrap_or_default();
+                    return Err(Error::Store(format!(
+                        "instance {:?} stopped on a store failure ({error}); it resumes when the store is opened again",
+                        self.id
+                    )));
+                }
                 _ if !self.engine.is_registered(&record.workflow) => {
                     return Err(Error::WorkflowNotRegistered {
                         id: self.id.clone(),

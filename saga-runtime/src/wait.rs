@@ -118,8 +118,18 @@ impl WorkflowContext {
                 return pending().await;
             };
             if let Some(SlotState::Value { value }) = slot.recorded.as_ref().map(|r| &r.state) {
-                if let Ok(value) = decode_payload::<u64>(value) {
-                    return value;
+                match decode_payload::<u64>(value) {
+                    Ok(value) => return value,
+                    Err(detail) => {
+                        shared.fail(crate::failure::Failure::new(
+                            crate::failure::FailureKind::Decode,
+                            format!(
+                                "the recorded value of {} does not decode: {detail}",
+                                kind.describe("")
+                            ),
+                        ));
+                        return pending().await;
+                    }
                 }
             }
             if shared.mode == Mode::Rebuild || slot.recorded.is_some() {

@@ -44,6 +44,8 @@ struct State {
     unpublished: Vec<(u64, Event)>,
     failure: Option<String>,
     stopping: bool,
+    /// The flusher thread waits on the condvar (so a request must wake it).
+    idle: bool,
 }
 
 impl Flusher {
@@ -130,12 +132,18 @@ impl Shared {
         }
         state.requested += 1;
         let ticket = state.requested;
+        // Wake the thread only when it would not look by itself: a waiting
+        // writer, or the first publication since it went idle. Each wake is
+        // a syscall and a context switch on the hot path.
+        let wake = state.idle && (event.is_none() || ticket == state.completed + 1);
         match event {
             Some(event) => state.unpublished.push((ticket, event)),
             None => state.awaited = ticket,
         }
         drop(state);
-        self.wake.notify_one();
+        if wake {
+            self.wake.notify_one();
+        }
         Some(ticket)
     }
 
@@ -146,11 +154,13 @@ impl Shared {
                 if state.awaited <= state.completed && !state.stopping {
                     // Only publications wait: give a writer that needs its
                     // own flush a moment to ask, so one flush serves both.
+                    state.idle = true;
                     state = self
                         .wake
                         .wait_timeout(state, PUBLISH_DELAY)
                         .unwrap_or_else(|poisoned| poisoned.into_inner())
                         .0;
+                    state.idle = false;
                 }
                 let target = state.requested;
                 drop(state);
@@ -175,10 +185,12 @@ impl Shared {
             if state.stopping {
                 return;
             }
+            state.idle = true;
             state = self
                 .wake
                 .wait(state)
                 .unwrap_or_else(|poisoned| poisoned.into_inner());
+            state.idle = false;
         }
     }
 }
