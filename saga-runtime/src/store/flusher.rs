@@ -4,13 +4,13 @@
 //!
 //! A dedicated thread does the flushing: sled 0.34's `flush_async` can
 //! deadlock (sled issue 1308), so the blocking `flush` runs off the async
-//! runtime.
+//! runtime. It wakes exactly the writers a flush covered, no others.
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use tokio::sync::{broadcast, watch};
+use tokio::sync::{broadcast, oneshot};
 
 use super::Store;
 use crate::error::{Error, Result};
@@ -21,16 +21,17 @@ const PUBLISH_DELAY: Duration = Duration::from_millis(2);
 
 pub(crate) struct Flusher {
     shared: Arc<Shared>,
-    done: watch::Receiver<u64>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
 struct Shared {
     state: Mutex<State>,
     wake: Condvar,
-    done: watch::Sender<u64>,
     events: broadcast::Sender<Event>,
 }
+
+/// What a flush tells the writer waiting on it.
+type Outcome = std::result::Result<(), String>;
 
 #[derive(Default)]
 struct State {
@@ -38,8 +39,8 @@ struct State {
     requested: u64,
     /// The highest ticket known to be on disk.
     completed: u64,
-    /// The highest ticket a writer waits on (not only a publication).
-    awaited: u64,
+    /// Writers waiting for their ticket, in ticket order.
+    waiters: Vec<(u64, oneshot::Sender<Outcome>)>,
     /// Lifecycle events waiting for the flush that makes them durable.
     unpublished: Vec<(u64, Event)>,
     failure: Option<String>,
@@ -48,13 +49,16 @@ struct State {
     idle: bool,
 }
 
+enum Request {
+    Flush(oneshot::Sender<Outcome>),
+    Publish(Event),
+}
+
 impl Flusher {
     pub(crate) fn start(store: Arc<dyn Store>, events: broadcast::Sender<Event>) -> Result<Self> {
-        let (done_tx, done) = watch::channel(0);
         let shared = Arc::new(Shared {
             state: Mutex::new(State::default()),
             wake: Condvar::new(),
-            done: done_tx,
             events,
         });
         let worker = shared.clone();
@@ -64,35 +68,27 @@ impl Flusher {
             .map_err(|e| Error::Store(format!("could not start the flusher thread: {e}")))?;
         Ok(Flusher {
             shared,
-            done,
             thread: Mutex::new(Some(thread)),
         })
     }
 
     /// Waits until everything written before this call is on disk.
     pub(crate) async fn flush(&self) -> Result<()> {
-        let ticket = self.shared.request(None).ok_or(Error::Closed)?;
-        let mut done = self.done.clone();
-        // `wait_for` answers with a guard that holds the watch's read lock;
-        // drop it before taking the state lock, which the flusher thread
-        // holds while it takes the watch's write lock (a deadlock the crash
-        // suite found).
-        let reached = done
-            .wait_for(|completed| *completed >= ticket)
-            .await
-            .is_ok();
-        let state = self.shared.lock();
-        match (&state.failure, reached) {
-            (Some(failure), _) => Err(Error::Store(failure.clone())),
-            (None, true) => Ok(()),
-            (None, false) => Err(Error::Closed),
+        let (done, flushed) = oneshot::channel();
+        if !self.shared.request(Request::Flush(done)) {
+            return Err(Error::Closed);
+        }
+        match flushed.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(failure)) => Err(Error::Store(failure)),
+            Err(_) => Err(Error::Closed),
         }
     }
 
     /// Sends `event` to subscribers once everything written before this
     /// call is on disk, without waiting for it.
     pub(crate) fn publish_when_durable(&self, event: Event) {
-        self.shared.request(Some(event));
+        self.shared.request(Request::Publish(event));
     }
 
     /// Flushes what is pending and stops the thread.
@@ -124,34 +120,35 @@ impl Shared {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// A ticket that a later flush will cover; `None` once stopped.
-    fn request(&self, event: Option<Event>) -> Option<u64> {
+    /// Queues a request that a later flush will cover; `false` once stopped.
+    fn request(&self, request: Request) -> bool {
         let mut state = self.lock();
         if state.stopping {
-            return None;
+            return false;
         }
         state.requested += 1;
         let ticket = state.requested;
         // Wake the thread only when it would not look by itself: a waiting
         // writer, or the first publication since it went idle. Each wake is
         // a syscall and a context switch on the hot path.
-        let wake = state.idle && (event.is_none() || ticket == state.completed + 1);
-        match event {
-            Some(event) => state.unpublished.push((ticket, event)),
-            None => state.awaited = ticket,
+        let wake =
+            state.idle && (matches!(request, Request::Flush(_)) || ticket == state.completed + 1);
+        match request {
+            Request::Flush(done) => state.waiters.push((ticket, done)),
+            Request::Publish(event) => state.unpublished.push((ticket, event)),
         }
         drop(state);
         if wake {
             self.wake.notify_one();
         }
-        Some(ticket)
+        true
     }
 
     fn run(&self, store: &dyn Store) {
         let mut state = self.lock();
         loop {
             if state.requested > state.completed {
-                if state.awaited <= state.completed && !state.stopping {
+                if state.waiters.is_empty() && !state.stopping {
                     // Only publications wait: give a writer that needs its
                     // own flush a moment to ask, so one flush serves both.
                     state.idle = true;
@@ -171,10 +168,18 @@ impl Shared {
                     state.failure = Some(e.to_string());
                 }
                 state.completed = target;
+                let outcome: Outcome = match &state.failure {
+                    None => Ok(()),
+                    Some(failure) => Err(failure.clone()),
+                };
+                let covered = state.waiters.partition_point(|(t, _)| *t <= target);
+                for (_, done) in state.waiters.drain(..covered) {
+                    // A writer that stopped waiting is fine.
+                    let _ = done.send(outcome.clone());
+                }
                 let ready = state.unpublished.partition_point(|(t, _)| *t <= target);
                 let events: Vec<_> = state.unpublished.drain(..ready).collect();
-                self.done.send_replace(target);
-                if state.failure.is_none() {
+                if outcome.is_ok() {
                     for (_, event) in events {
                         // No subscriber is fine.
                         let _ = self.events.send(event);
