@@ -32,8 +32,11 @@ pub(crate) async fn drive(engine: &Arc<EngineInner>, id: &Arc<str>, live: &Arc<L
         Ok(exit) => exit == Exit::Suspended,
         Err(e) => {
             tracing::error!(instance = %id, error = %e, "instance driver stopped on an error");
-            if let Error::Corrupt { .. } = e {
-                end_corrupt(engine, id, &e).await;
+            match e {
+                Error::Corrupt { .. } => end_corrupt(engine, id, &e).await,
+                // The store failed: the instance stays where it is and
+                // resumes on the next open; result() says why meanwhile.
+                _ => engine.stopped_by_store(id, &e),
             }
             false
         }
