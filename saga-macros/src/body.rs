@@ -254,10 +254,10 @@ impl VisitMut for WorkflowChecker<'_> {
         if let Some(name) = call.args.first_mut() {
             self.check_name(name, kind);
         }
-        if let Some(duration) = duration_at.and_then(|at| call.args.iter().nth(at)) {
-            if let Err(error) = duration::check_literal(duration) {
-                self.errors.push(error);
-            }
+        if let Some(duration) = duration_at.and_then(|at| call.args.iter().nth(at))
+            && let Err(error) = duration::check_literal(duration)
+        {
+            self.errors.push(error);
         }
         if method.starts_with("step") {
             // An inline step's body is step code: I/O is its purpose.

@@ -98,10 +98,10 @@ impl UsageVisitor<'_> {
                     }
                 }
                 TokenTree::Literal(literal) => {
-                    if let Ok(Lit::Str(text)) = syn::parse2::<Lit>(literal.to_token_stream()) {
-                        if formats_var(&text.value(), &self.var.to_string()) {
-                            self.usage.escapes = true;
-                        }
+                    if let Ok(Lit::Str(text)) = syn::parse2::<Lit>(literal.to_token_stream())
+                        && formats_var(&text.value(), &self.var.to_string())
+                    {
+                        self.usage.escapes = true;
                     }
                 }
                 _ => {}

@@ -110,11 +110,12 @@ impl Ctx {
         replay.next_slot += 1;
         let recorded = replay.recorded.remove(&index);
         drop(replay);
-        if let Some(r) = &recorded {
-            if r.kind != kind || r.name != name || r.occurrence != occurrence {
-                let expected = describe(r.kind, &r.name, r.occurrence);
-                let found = describe(kind, name, occurrence);
-                self.shared.fail(Failure::new(
+        if let Some(r) = &recorded
+            && (r.kind != kind || r.name != name || r.occurrence != occurrence)
+        {
+            let expected = describe(r.kind, &r.name, r.occurrence);
+            let found = describe(kind, name, occurrence);
+            self.shared.fail(Failure::new(
                     FailureKind::NonDeterminism {
                         expected: expected.clone(),
                         found: found.clone(),
@@ -124,8 +125,7 @@ impl Ctx {
                          the code changed under a running instance (keep old step names and order, or restart the instance)"
                     ),
                 ));
-                return None;
-            }
+            return None;
         }
         Some(Slot {
             index,

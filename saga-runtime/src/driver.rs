@@ -84,12 +84,11 @@ pub(crate) fn after_suspend(engine: &Arc<EngineInner>, id: &str) {
     if engine.is_closed() {
         return;
     }
-    if let Ok(Some(record)) = engine.store.instance(id) {
-        if matches!(record.status, Status::Running | Status::Queued)
-            && engine.is_registered(&record.workflow)
-        {
-            engine.spawn_driver(id);
-        }
+    if let Ok(Some(record)) = engine.store.instance(id)
+        && matches!(record.status, Status::Running | Status::Queued)
+        && engine.is_registered(&record.workflow)
+    {
+        engine.spawn_driver(id);
     }
 }
 

@@ -2,7 +2,7 @@
 //! resumes instances.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
@@ -110,17 +110,22 @@ impl EngineBuilder {
     pub fn open(self, path: impl AsRef<Path>) -> Result<Engine> {
         let runtime = Handle::try_current().map_err(|_| Error::NoRuntime)?;
         let store = SledStore::open(path.as_ref())?;
-        self.build(Arc::new(store), runtime)
+        self.build(Arc::new(store), runtime, Some(path.as_ref().to_owned()))
     }
 
     /// An engine on a temporary store, removed when the engine is dropped.
     pub fn temporary(self) -> Result<Engine> {
         let runtime = Handle::try_current().map_err(|_| Error::NoRuntime)?;
         let store = SledStore::temporary()?;
-        self.build(Arc::new(store), runtime)
+        self.build(Arc::new(store), runtime, None)
     }
 
-    fn build(self, store: Arc<dyn Store>, runtime: Handle) -> Result<Engine> {
+    fn build(
+        self,
+        store: Arc<dyn Store>,
+        runtime: Handle,
+        path: Option<PathBuf>,
+    ) -> Result<Engine> {
         let (events, _) = broadcast::channel(4096);
         let flusher = Flusher::start(store.clone(), events.clone())?;
         let inner = Arc::new(EngineInner {
@@ -139,6 +144,7 @@ impl EngineBuilder {
             closed: AtomicBool::new(false),
             tasks: Mutex::new(Vec::new()),
             store_failures: Mutex::new(HashMap::new()),
+            path,
         });
         let engine = Engine {
             handle: Arc::new(EngineHandle {
@@ -318,7 +324,9 @@ impl Engine {
     }
 
     /// Stops every running instance (they resume when the store is opened
-    /// again), flushes, and releases the store.
+    /// again), flushes, and releases the store: once this returns, the
+    /// directory can be opened again (unless other clones of the engine or
+    /// instance handles still hold it open).
     pub async fn close(self) {
         let inner = self.inner().clone();
         for task in inner.shut_down() {
@@ -326,6 +334,12 @@ impl Engine {
             let _ = task.await;
         }
         drop(self);
+        let path = inner.path.clone();
+        let last = Arc::strong_count(&inner) == 1;
+        drop(inner);
+        if let (true, Some(path)) = (last, path) {
+            crate::store::wait_until_released(&path, Duration::from_secs(5)).await;
+        }
     }
 
     fn inner(&self) -> &Arc<EngineInner> {
@@ -395,6 +409,8 @@ pub(crate) struct EngineInner {
     /// Instances stopped by a store failure in this process, with the
     /// error: `result()` reports it instead of waiting for a reopen.
     store_failures: Mutex<HashMap<String, String>>,
+    /// The store's directory (`None` for a temporary store).
+    path: Option<PathBuf>,
     /// Drivers, step tasks and the retention sweeper.
     tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }

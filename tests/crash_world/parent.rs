@@ -364,9 +364,9 @@ pub fn stable_exe() -> Result<PathBuf, String> {
 
 /// Removes the copy made by [`stable_exe`].
 pub fn remove_stable_exe() {
-    if let Ok(exe) = stable_exe() {
-        if let Some(dir) = exe.parent() {
-            let _ = std::fs::remove_dir_all(dir);
-        }
+    if let Ok(exe) = stable_exe()
+        && let Some(dir) = exe.parent()
+    {
+        let _ = std::fs::remove_dir_all(dir);
     }
 }

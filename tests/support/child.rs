@@ -54,10 +54,10 @@ pub(crate) fn spawn(test: &str, dir: &Path) -> Child {
         for line in BufReader::new(stdout).lines() {
             let Ok(line) = line else { return };
             // The harness may have begun the line ("test name ... ").
-            if let Some((_, progress)) = line.split_once(MARK) {
-                if send.send(progress.to_owned()).is_err() {
-                    return;
-                }
+            if let Some((_, progress)) = line.split_once(MARK)
+                && send.send(progress.to_owned()).is_err()
+            {
+                return;
             }
         }
     });

@@ -6,7 +6,7 @@ mod flusher;
 mod sled_store;
 
 pub(crate) use flusher::Flusher;
-pub(crate) use sled_store::SledStore;
+pub(crate) use sled_store::{SledStore, wait_until_released};
 
 use crate::error::Result;
 use crate::record::{HistoryRecord, InstanceRecord, PendingEvent, RollbackRecord, SlotRecord};

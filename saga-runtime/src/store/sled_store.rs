@@ -259,6 +259,31 @@ impl FromKey for u64 {
     }
 }
 
+/// Waits (at most `within`) until no one holds the lock of the store in
+/// `path`: sled's IO threads may hold it a moment after the last handle of
+/// the store is dropped, and a reopen right after `close` must not see
+/// `StoreLocked` for that.
+pub(crate) async fn wait_until_released(path: &Path, within: std::time::Duration) {
+    let deadline = std::time::Instant::now() + within;
+    // sled locks the file `db` in its directory.
+    let Ok(file) = std::fs::File::open(path.join("db")) else {
+        return;
+    };
+    while std::time::Instant::now() < deadline {
+        match file.try_lock() {
+            Ok(()) => {
+                // Dropping `file` releases the probe's own lock.
+                let _ = file.unlock();
+                return;
+            }
+            Err(std::fs::TryLockError::WouldBlock) => {
+                tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+            }
+            Err(std::fs::TryLockError::Error(_)) => return,
+        }
+    }
+}
+
 fn create_private_dir(path: &Path) -> io::Result<()> {
     let mut builder = std::fs::DirBuilder::new();
     builder.recursive(true);
