@@ -5,13 +5,13 @@
 //! `cargo bench -p saga-runtime --bench durable_steps`
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use saga_runtime::prelude::*;
 
 const SEQUENTIAL_STEPS: u64 = 2_000;
-const INSTANCES: u64 = 64;
-const STEPS_PER_INSTANCE: u64 = 100;
+/// Concurrency levels, with the steps each instance runs at that level.
+const CONCURRENT: [(u64, u64); 3] = [(16, 200), (64, 100), (256, 25)];
 const RAW_WRITES: u64 = 2_000;
 
 fn scratch(name: &str) -> PathBuf {
@@ -79,16 +79,18 @@ fn main() {
         .build()
         .expect("tokio runtime");
     let raw = raw_sled_writes_per_second();
-    let sequential = runtime.block_on(engine_steps_per_second(1, SEQUENTIAL_STEPS));
-    let concurrent = runtime.block_on(engine_steps_per_second(INSTANCES, STEPS_PER_INSTANCE));
     println!("raw sled insert+flush:            {raw:>10.0} writes/s");
+    let sequential = runtime.block_on(engine_steps_per_second(1, SEQUENTIAL_STEPS));
     println!(
         "durable steps, 1 instance:        {sequential:>10.0} steps/s  ({:.2}x raw sled)",
         sequential / raw
     );
-    println!(
-        "durable steps, {INSTANCES} instances:      {concurrent:>10.0} steps/s  ({:.2}x raw sled)",
-        concurrent / raw
-    );
-    std::thread::sleep(Duration::from_millis(10));
+    for (instances, steps) in CONCURRENT {
+        let concurrent = runtime.block_on(engine_steps_per_second(instances, steps));
+        println!(
+            "durable steps, {instances:>3} instances:    {concurrent:>10.0} steps/s  ({:.2}x raw sled, {:.2}x one instance)",
+            concurrent / raw,
+            concurrent / sequential
+        );
+    }
 }
