@@ -20,15 +20,20 @@ const DELAY: &str = "delay";
 const BACKOFF: &str = "backoff";
 const TIMEOUT: &str = "timeout";
 const READ_ONLY: &str = "read_only";
+const HANDLER: &str = "handler";
 
 const STEP_KEYS: &[&str] = &[NAME, ROLLBACK, RETRIES, DELAY, BACKOFF, TIMEOUT, READ_ONLY];
 const ROLLBACK_KEYS: &[&str] = &[RETRIES, DELAY, BACKOFF, TIMEOUT];
+/// `rollback(handler = .., ..)` on a step: the handler and settings that
+/// override its own for this step.
+const STEP_ROLLBACK_KEYS: &[&str] = &[HANDLER, RETRIES, DELAY, BACKOFF, TIMEOUT];
 const WORKFLOW_KEYS: &[&str] = &[NAME];
 
 /// A value of each key, for messages.
 const EXAMPLES: &[(&str, &str)] = &[
     (NAME, "\"charge-card\""),
     (ROLLBACK, "refund_card"),
+    (HANDLER, "refund_card"),
     (RETRIES, "5"),
     (DELAY, "\"10 seconds\""),
     (BACKOFF, "\"exponential\""),
@@ -69,6 +74,9 @@ pub(crate) struct StepArgs {
     /// `None` when missing or invalid (the error is already recorded).
     pub(crate) name: Option<LitStr>,
     pub(crate) rollback: Option<Path>,
+    /// Settings of `rollback(handler = .., retries = ..)` that override the
+    /// handler's own for this step.
+    pub(crate) rollback_config: RetryConfig,
     pub(crate) read_only: bool,
     pub(crate) config: RetryConfig,
 }
@@ -100,7 +108,10 @@ impl StepArgs {
                     parsed.name = errors.ok(checked_name(&value, "step name"));
                 }
                 // rollback = refund_account
-                ROLLBACK => parsed.rollback = rollback_value(meta, errors)?,
+                // rollback(handler = refund_account, retries = 10, delay = "1 minute")
+                ROLLBACK => {
+                    parsed.rollback = rollback_value(meta, errors, &mut parsed.rollback_config)?;
+                }
                 // read_only
                 READ_ONLY => parsed.read_only = flag(meta, errors)?,
                 _ => parsed.config.parse_key(key, meta, errors)?,
@@ -263,27 +274,55 @@ fn checked_name(value: &Expr, kind: name::Kind) -> syn::Result<LitStr> {
     Ok(literal)
 }
 
-/// `rollback = path::to::handler`.
-fn rollback_value(meta: &ParseNestedMeta<'_>, errors: &mut Errors) -> syn::Result<Option<Path>> {
-    if meta.input.peek(syn::token::Paren) {
+/// `rollback = path::to::handler`, or `rollback(handler = path, retries =
+/// 10, ..)` whose settings (into `overrides`) replace the handler's own for
+/// this step.
+fn rollback_value(
+    meta: &ParseNestedMeta<'_>,
+    errors: &mut Errors,
+    overrides: &mut RetryConfig,
+) -> syn::Result<Option<Path>> {
+    if !meta.input.peek(syn::token::Paren) {
+        let value = expr_value(meta)?;
+        return Ok(handler_path(value, errors));
+    }
+    let content;
+    syn::parenthesized!(content in meta.input);
+    let nested: TokenStream = content.parse()?;
+    let mut handler = None;
+    let mut handler_seen = false;
+    parse_keys(nested, STEP_ROLLBACK_KEYS, errors, |key, inner, errors| {
+        match key {
+            // handler = refund_account
+            HANDLER => {
+                handler_seen = true;
+                handler = handler_path(expr_value(inner)?, errors);
+            }
+            _ => overrides.parse_key(key, inner, errors)?,
+        }
+        Ok(())
+    });
+    if !handler_seen {
         errors.spanned(
             &meta.path,
-            "write `rollback = handler` and put the handler's settings on the handler itself: \
-             #[rollback(retries = 10, delay = \"30 seconds\")] async fn handler(..)",
+            "this rollback names no handler: write `rollback(handler = refund_account, retries = 10, ..)`, \
+             where the handler is an `async fn` marked #[rollback]",
         );
-        skip_value(meta)?;
-        return Ok(None);
     }
-    let value = expr_value(meta)?;
+    Ok(handler)
+}
+
+/// The handler's path, or an error saying what a handler is.
+fn handler_path(value: Expr, errors: &mut Errors) -> Option<Path> {
     match value {
-        Expr::Path(path) if path.qself.is_none() => Ok(Some(path.path)),
+        Expr::Path(path) if path.qself.is_none() => Some(path.path),
         other => {
             errors.spanned(
                 other,
                 "expected the path of the rollback handler, e.g. `rollback = refund_account`; \
                  the handler is an `async fn` marked #[rollback]",
             );
-            Ok(None)
+            None
         }
     }
 }

@@ -109,7 +109,13 @@ fn step_tokens(args: &StepArgs, step: &StepFn) -> TokenStream {
         .injected(ParamKind::Key)
         .map(|_| quote!(let __saga_key = __saga_step.key();));
     let rollback = match &args.rollback {
-        Some(handler) => rollback_registration(handler, output, &input_types, &clones),
+        Some(handler) => rollback_registration(
+            handler,
+            &args.rollback_config,
+            output,
+            &input_types,
+            &clones,
+        ),
         None => quote!(::core::option::Option::None),
     };
 
@@ -144,18 +150,21 @@ fn step_tokens(args: &StepArgs, step: &StepFn) -> TokenStream {
 /// whose trait bound fails with "add #[rollback]".
 fn rollback_registration(
     handler: &syn::Path,
+    overrides: &RetryConfig,
     output: &syn::Type,
     input_types: &[&syn::Type],
     input_clones: &[TokenStream],
 ) -> TokenStream {
     let span = handler.span();
     let handler_type = quote_spanned!(span=> __SagaRollbackHandler);
+    let overrides = config_chain(overrides);
     quote! {{
         #[allow(unused_imports)]
         use ::saga_runtime::__private::rollback_fallback::*;
         use #handler as __SagaRollbackHandler;
         ::core::option::Option::Some(
             ::saga_runtime::__private::register_rollback::<#handler_type, #output, (#(#input_types,)*)>(
+                |__saga_config: ::saga_runtime::__private::StepConfig| __saga_config #overrides,
                 (#(#input_clones,)*)
             )
         )
@@ -313,7 +322,14 @@ fn inner_async_fn(item: &ItemFn, ident: &Ident) -> TokenStream {
 
 /// `StepConfig::new()` with the settings given in the attribute.
 fn config_tokens(config: &RetryConfig) -> TokenStream {
-    let mut tokens = quote!(::saga_runtime::__private::StepConfig::new());
+    let chain = config_chain(config);
+    quote!(::saga_runtime::__private::StepConfig::new() #chain)
+}
+
+/// The builder calls that apply the settings `config` has:
+/// `.retries(10).delay(..)`.
+fn config_chain(config: &RetryConfig) -> TokenStream {
+    let mut tokens = TokenStream::new();
     if let Some(retries) = config.retries {
         tokens.extend(quote!(.retries(#retries)));
     }

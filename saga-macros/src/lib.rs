@@ -67,7 +67,9 @@ pub fn workflow(args: TokenStream, item: TokenStream) -> TokenStream {
 /// ```
 ///
 /// Keys: `name` (required, same rules as a workflow name), `rollback` (the
-/// path of an `async fn` marked `#[rollback]`), `retries` (0 to 10,000),
+/// path of an `async fn` marked `#[rollback]`, or `rollback(handler = path,
+/// retries = .., delay = .., backoff = .., timeout = ..)` to override the
+/// handler's own settings for this step), `retries` (0 to 10,000),
 /// `delay` and `timeout` (`"30 seconds"`, `"2 minutes"`, `"7 days"`, or
 /// integer milliseconds), `backoff` (`"constant"`, `"linear"` or
 /// `"exponential"`), `read_only`.

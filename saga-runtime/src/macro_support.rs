@@ -46,14 +46,19 @@ pub trait RollbackHandler<O, I> {
 }
 
 /// The compensation of a step with output `O` and inputs `inputs`, run by
-/// the handler type `H`; the inputs are cloned for every attempt.
-pub fn register_rollback<H, O, I>(inputs: I) -> RollbackRegistration<O>
+/// the handler type `H` with its config as `configure` adjusts it (the
+/// step's `rollback(handler = .., retries = ..)` settings); the inputs are
+/// cloned for every attempt.
+pub fn register_rollback<H, O, I>(
+    configure: impl FnOnce(StepConfig) -> StepConfig,
+    inputs: I,
+) -> RollbackRegistration<O>
 where
     H: RollbackAttribute + RollbackHandler<O, I>,
     O: DeserializeOwned + Send + 'static,
     I: Clone + Send + 'static,
 {
-    RollbackRegistration::new(H::CONFIG, move |rollback: RollbackInput<O>| {
+    RollbackRegistration::new(configure(H::CONFIG), move |rollback: RollbackInput<O>| {
         H::call(rollback, inputs.clone())
     })
 }
