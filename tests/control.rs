@@ -459,3 +459,47 @@ async fn control_of_a_finished_or_unknown_instance_is_a_typed_error() {
         other => panic!("expected UnknownInstance, got {other:?}"),
     }
 }
+
+/// An event that a discarded wait took is delivered again after
+/// `restart_from`: the restarted wait does not need a second send.
+#[tokio::test]
+async fn restart_from_delivers_again_the_events_its_discarded_waits_took() {
+    let clock = TestClock::new();
+    let engine = engine_on(&clock);
+    let wf = workflow_fn("approve", |ctx: WorkflowContext, (): ()| async move {
+        ctx.step("draft", StepConfig::default(), |_| async { Ok(1u32) })
+            .await?;
+        let decision: String = ctx
+            .wait_for_event("wait-approval", "approval", "7 days")
+            .await?;
+        let published = ctx
+            .step("publish", StepConfig::default(), move |_| {
+                let decision = decision.clone();
+                async move { Ok(format!("published ({decision})")) }
+            })
+            .await?;
+        Ok::<_, WorkflowError>(published)
+    });
+    let run = engine.start(wf, "approve-1", ()).await.unwrap();
+    engine
+        .send_event("approve-1", "approval", "yes")
+        .await
+        .unwrap();
+    assert_eq!(
+        within("the result", run.result()).await.unwrap(),
+        "published (yes)"
+    );
+
+    run.restart_from("draft").await.unwrap();
+    assert_eq!(
+        within("the result after restart", run.result())
+            .await
+            .unwrap(),
+        "published (yes)"
+    );
+    assert_eq!(
+        count(&run, |k| matches!(k, EventKind::EventDelivered { .. })),
+        1,
+        "history before the restart point is cut, the wait took the event once since"
+    );
+}
