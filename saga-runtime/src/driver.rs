@@ -309,7 +309,9 @@ async fn end_after(
         }
         Ok(())
     })?;
-    shared.engine.flush().await
+    shared.engine.flush().await?;
+    shared.engine.release_cursor(&shared.id);
+    Ok(())
 }
 
 async fn finish(
@@ -329,7 +331,9 @@ async fn finish(
         txn.event(event);
         Ok(())
     })?;
-    shared.engine.flush().await
+    shared.engine.flush().await?;
+    shared.engine.release_cursor(&shared.id);
+    Ok(())
 }
 
 /// After a crash mid-rollback: replay the workflow code with every call

@@ -538,13 +538,13 @@ impl EngineInner {
         lock(&self.cursors).remove(id);
     }
 
-    /// Removes the cursor of an id that names no instance (a write to an
-    /// unknown id must not leave an entry behind), unless another writer
-    /// holds it: clones are only made under the map's lock, so the count
-    /// read there is exact.
-    fn drop_unused_cursor(&self, id: &str, cursor: Arc<Mutex<Option<u64>>>) {
+    /// Forgets the cursor of instance `id` unless a writer holds it (clones
+    /// are only made under the map's lock, so the count read there is
+    /// exact). The next write reads the sequence number from the store
+    /// again, so finished instances and unknown ids leave no entry behind.
+    pub(crate) fn release_cursor(&self, id: &str) {
         let mut cursors = lock(&self.cursors);
-        if Arc::strong_count(&cursor) == 2 {
+        if cursors.get(id).is_some_and(|c| Arc::strong_count(c) == 1) {
             cursors.remove(id);
         }
     }
@@ -578,7 +578,8 @@ impl EngineInner {
             Err(error) => {
                 if matches!(error, Error::UnknownInstance { .. }) {
                     drop(next);
-                    self.drop_unused_cursor(id, cursor);
+                    drop(cursor);
+                    self.release_cursor(id);
                 }
                 return Err(error);
             }
