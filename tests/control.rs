@@ -219,11 +219,21 @@ async fn pause_and_resume_right_after_start_never_lose_the_instance() {
     for i in 0..100 {
         let id = format!("quick-{i}");
         let run = engine.start(three_steps(&probe), &id, 1).await.unwrap();
-        run.pause().await.unwrap();
+        // The instance may finish before the pause (or the resume) lands:
+        // then that call says so, and nothing is lost either.
+        let finished_first = |result: Result<(), Error>| match result {
+            Ok(()) => {}
+            Err(Error::InvalidState {
+                status: Status::Complete,
+                ..
+            }) => {}
+            Err(other) => panic!("unexpected {other:?}"),
+        };
+        finished_first(run.pause().await);
         for _ in 0..i % 4 {
             tokio::task::yield_now().await;
         }
-        run.resume().await.unwrap();
+        finished_first(run.resume().await);
         assert_eq!(
             within("the result", run.result()).await.unwrap(),
             "1/2/20/25"
