@@ -256,9 +256,14 @@ where
     let Some(slot) = ctx.take_slot(SlotKind::Step, name) else {
         return StepFuture::never();
     };
-    // A pause stops the workflow before a step that never began: it is not
-    // started, so its compensation is not registered either.
-    if slot.recorded.is_none() && shared.mode == Mode::Forward && shared.pause_here() {
+    // A pause stops the workflow before a step that is to run (anew, or
+    // again after a crash): it is not started, so its compensation is not
+    // registered either.
+    let to_run = matches!(
+        slot.recorded.as_ref().map(|r| &r.state),
+        None | Some(SlotState::Running { .. })
+    );
+    if to_run && shared.mode == Mode::Forward && shared.pause_here() {
         return StepFuture::never();
     }
     let has_rollback = rollback.is_some();
@@ -294,9 +299,6 @@ where
             }))),
         },
         Some(SlotState::Running { .. }) | None if shared.mode == Mode::Forward => {
-            if shared.pause_here() {
-                return StepFuture::never();
-            }
             let (done, result) = oneshot::channel();
             let task = StepTask {
                 shared: shared.clone(),
