@@ -3,7 +3,9 @@
 //! restart runs it again from the beginning, restart_from from one step;
 //! operations that do not apply to an instance's status are typed errors.
 
-use std::future::Future;
+#[path = "support/helpers.rs"]
+mod helpers;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -12,20 +14,10 @@ use saga_runtime::prelude::*;
 use saga_runtime::{Error, EventKind, Instance, TestClock};
 use tokio::sync::Semaphore;
 
+use helpers::{engine_on, kinds, settle, within};
+
 const HOUR: u64 = 60 * 60;
 const DAY: u64 = 24 * HOUR;
-
-async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(30), future)
-        .await
-        .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
-}
-
-/// Lets the engine's tasks run for a few real milliseconds, for checks
-/// that something did *not* happen.
-async fn settle() {
-    tokio::time::sleep(Duration::from_millis(50)).await;
-}
 
 async fn until(what: &str, condition: impl Fn() -> bool) {
     within(what, async {
@@ -34,14 +26,6 @@ async fn until(what: &str, condition: impl Fn() -> bool) {
         }
     })
     .await;
-}
-
-fn engine_on(clock: &TestClock) -> Engine {
-    Engine::builder().clock(clock.clone()).temporary().unwrap()
-}
-
-fn kinds(run: &Instance) -> Vec<EventKind> {
-    run.history().unwrap().into_iter().map(|e| e.kind).collect()
 }
 
 fn completed(step: &str) -> impl Fn(&EventKind) -> bool + '_ {

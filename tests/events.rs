@@ -6,7 +6,9 @@
 #[path = "support/child.rs"]
 mod child;
 
-use std::future::Future;
+#[path = "support/helpers.rs"]
+mod helpers;
+
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use saga_runtime::prelude::*;
@@ -14,30 +16,12 @@ use saga_runtime::{Error, EventKind, Instance, TestClock};
 
 use child::{DataDir, child_dir, report};
 
+use helpers::{engine_on, kinds, settle, within};
+
 const HOUR: u64 = 60 * 60;
 
 fn start_of_time() -> SystemTime {
     UNIX_EPOCH + Duration::from_secs(1_893_456_000)
-}
-
-async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(30), future)
-        .await
-        .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
-}
-
-/// Lets the engine's tasks run for a few real milliseconds, for checks
-/// that something did *not* happen.
-async fn settle() {
-    tokio::time::sleep(Duration::from_millis(50)).await;
-}
-
-fn engine_on(clock: &TestClock) -> Engine {
-    Engine::builder().clock(clock.clone()).temporary().unwrap()
-}
-
-fn kinds(run: &Instance) -> Vec<EventKind> {
-    run.history().unwrap().into_iter().map(|e| e.kind).collect()
 }
 
 /// Polls until the instance's history has an event that `pred` accepts.

@@ -3,20 +3,18 @@
 //! `sweep_expired()` and by the engine's own hourly sweep on its clock;
 //! instances still running or waiting are kept however old.
 
-use std::future::Future;
+#[path = "support/helpers.rs"]
+mod helpers;
+
 use std::time::Duration;
 
 use saga_runtime::prelude::*;
 use saga_runtime::{DEFAULT_RETENTION, Error, EventKind, Instance, TestClock};
 
+use helpers::within;
+
 const HOUR: u64 = 60 * 60;
 const DAY: u64 = 24 * HOUR;
-
-async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(30), future)
-        .await
-        .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
-}
 
 fn engine_keeping(clock: &TestClock, retention: Duration) -> Engine {
     Engine::builder()
