@@ -7,11 +7,12 @@
 //! does not finish in time (a hang fails the test too).
 //!
 //! What a user sees for a corrupt instance: `engine.instance(id)` and every
-//! handle call answer `Error::Corrupt` naming the record; `list()` leaves
-//! it out (with a warning in the log) and lists the others; an instance
-//! whose history or step records no longer decode ends `Errored` with a
-//! `Decode` failure naming the record (its compensations cannot be rebuilt
-//! from a history that does not decode); every other instance goes on.
+//! handle call answer `Error::Corrupt` naming the journal record; `list()`
+//! shows what the instance's index entry says (or leaves it out, with a
+//! warning in the log, when that entry is the damaged part) and lists the
+//! others; an instance whose records decode but whose stored output no
+//! longer does ends `Errored` with a `Decode` failure naming the step;
+//! every other instance goes on.
 //!
 //! ```text
 //! cargo test -p saga-runtime --test corruption
@@ -332,11 +333,21 @@ fn tamper(store: &Path, tree: &str, key: &[u8], value: &[u8]) {
     db.flush().expect("flush");
 }
 
-/// The key of slot `index` of instance `id`: `<id>/<u32 BE>`.
-fn slot_key(id: &str, index: u32) -> Vec<u8> {
+/// The key of journal record `seq` of instance `id`: `<id>/<u64 BE>`.
+fn journal_key(id: &str, seq: u64) -> Vec<u8> {
     let mut key = format!("{id}/").into_bytes();
-    key.extend_from_slice(&index.to_be_bytes());
+    key.extend_from_slice(&seq.to_be_bytes());
     key
+}
+
+/// A corrupt journal makes every call on its instance a typed error that
+/// names the instance.
+fn assert_corrupt(engine: &Engine, id: &str) {
+    let error = engine.instance(id).expect_err("a corrupt journal");
+    assert!(
+        matches!(&error, Error::Corrupt { what, .. } if what.contains(id)),
+        "{error:?}"
+    );
 }
 
 #[test]
@@ -347,21 +358,21 @@ fn a_tampered_instance_record_is_corrupt_and_the_others_go_on() {
             let dir = fresh_dir("tampered-instance");
             let store = dir.join("store");
             healthy_store(&store).await;
-            tamper(&store, "instances", b"wait-1", &[1, 7, 7, 7]);
-            let engine = Engine::open(&store).expect("a store with one bad record opens");
+            tamper(&store, "journal", &journal_key("wait-1", 0), &[2, 7, 7, 7]);
+            tamper(&store, "index", b"done-3", &[2, 7, 7, 7]);
+            let engine = Engine::open(&store).expect("a store with bad records opens");
             engine.register(workflow());
-            let error = engine.instance("wait-1").expect_err("a corrupt record");
-            assert!(
-                matches!(&error, Error::Corrupt { what, .. } if what.contains("wait-1")),
-                "{error:?}"
-            );
+            assert_corrupt(&engine, "wait-1");
+            // done-3's journal is whole: its index entry is rebuilt on open.
             let listed: Vec<String> = engine
                 .list(&ListFilter::all())
                 .expect("list")
                 .into_iter()
                 .map(|i| i.id)
                 .collect();
-            assert_eq!(listed, ["done-1", "done-2", "done-3", "wait-2"]);
+            assert_eq!(listed, ["done-1", "done-2", "done-3", "wait-1", "wait-2"]);
+            let done = engine.instance("done-3").expect("rebuilt from its journal");
+            assert_eq!(done.result::<u64>().await.expect("intact"), 4);
             engine
                 .send_event("wait-2", "go", &5u64)
                 .await
@@ -384,22 +395,24 @@ fn a_tampered_stored_output_fails_its_instance_with_a_decode_error() {
             let dir = fresh_dir("tampered-output");
             let store = dir.join("store");
             healthy_store(&store).await;
-            // Slot 0 of wait-1 is step "add": a record that decodes, whose
-            // output is a byte string that is no u64 (varint 253 announces
-            // eight more bytes that are not there).
+            // Step "add" of wait-1 completed with output 101, stored as the
+            // JSON `101`: the record still decodes when the JSON says "abc".
             let db = sled::open(&store).expect("open with sled");
-            let slots = db.open_tree("slots").expect("slots");
-            let key = slot_key("wait-1", 0);
-            let value = slots.get(&key).expect("read").expect("slot 0 stored");
-            let output_at = value
-                .windows(2)
-                .rposition(|w| w == [1, 101])
-                .expect("the stored output 101 (length 1, value 101)");
+            let journal = db.open_tree("journal").expect("journal");
+            let (key, value) = journal
+                .scan_prefix(b"wait-1/")
+                .map(|entry| entry.expect("read"))
+                .find(|(_, value)| value.windows(5).any(|w| w == [1, 3, b'1', b'0', b'1']))
+                .expect("the stored output 101 (JSON, 3 bytes)");
+            let at = value
+                .windows(5)
+                .position(|w| w == [1, 3, b'1', b'0', b'1'])
+                .expect("found above");
             let mut bad = value.to_vec();
-            bad[output_at + 1] = 253;
-            slots.insert(&key, bad).expect("insert");
+            bad[at + 2..at + 5].copy_from_slice(b"abc");
+            journal.insert(key, bad).expect("insert");
             db.flush().expect("flush");
-            drop(slots);
+            drop(journal);
             drop(db);
 
             let engine = Engine::open(&store).expect("open");
@@ -429,30 +442,19 @@ fn a_tampered_stored_output_fails_its_instance_with_a_decode_error() {
 }
 
 #[test]
-fn an_undecodable_step_record_ends_its_instance_and_the_others_go_on() {
+fn an_undecodable_journal_record_makes_its_instance_corrupt_and_the_others_go_on() {
     in_limited_child(
-        "an_undecodable_step_record_ends_its_instance_and_the_others_go_on",
+        "an_undecodable_journal_record_makes_its_instance_corrupt_and_the_others_go_on",
         || async {
-            let dir = fresh_dir("tampered-slot");
+            let dir = fresh_dir("tampered-record");
             let store = dir.join("store");
             healthy_store(&store).await;
-            tamper(&store, "slots", &slot_key("wait-1", 0), &[1, 250, 250]);
+            tamper(&store, "journal", &journal_key("wait-1", 2), &[2, 250, 250]);
             let engine = Engine::open(&store).expect("open");
             engine.register(workflow());
-            let failed = engine
-                .instance("wait-1")
-                .expect("its instance record is fine");
-            let error = tokio::time::timeout(Duration::from_secs(30), failed.result::<u64>())
-                .await
-                .expect("the instance ends instead of hanging")
-                .expect_err("its history does not decode");
-            match &error {
-                Error::WorkflowFailed { failure, .. } => {
-                    assert_eq!(failure.kind(), &FailureKind::Decode, "{error}");
-                    assert!(failure.message().contains("corrupt"), "{error}");
-                }
-                other => panic!("expected WorkflowFailed(Decode), got {other:?}"),
-            }
+            assert_corrupt(&engine, "wait-1");
+            let sent = engine.send_event("wait-1", "go", &1u64).await;
+            assert!(matches!(sent, Err(Error::Corrupt { .. })), "{sent:?}");
             engine
                 .send_event("wait-2", "go", &1u64)
                 .await
@@ -470,30 +472,33 @@ fn huge_length_prefixes_are_refused_without_allocating() {
     in_limited_child(
         "huge_length_prefixes_are_refused_without_allocating",
         || async {
-            // Varint prefixes: 253 = a u64 follows, 252 = a u32 follows.
+            // Format version 2, then varint prefixes: 253 = a u64
+            // follows, 252 = a u32 follows.
             let mut huge: Vec<Vec<u8>> = vec![
-                [1u8, 253]
+                [2u8, 253]
                     .into_iter()
                     .chain(u64::MAX.to_le_bytes())
                     .collect(),
-                [1u8, 253]
+                [2u8, 253]
                     .into_iter()
                     .chain((1u64 << 40).to_le_bytes())
                     .collect(),
-                [1u8, 252]
+                [2u8, 252]
                     .into_iter()
                     .chain(u32::MAX.to_le_bytes())
                     .collect(),
-                [1u8, 252]
+                [2u8, 252]
                     .into_iter()
                     .chain((63u32 << 20).to_le_bytes())
                     .collect(),
             ];
-            // A valid workflow name, then an input claiming 2^50 bytes.
+            // A record time, the `Created` variant and a valid workflow
+            // name, then a JSON input claiming 2^50 bytes.
             huge.push(
-                [1u8, 11]
+                [2u8, 1, 0, 11]
                     .into_iter()
                     .chain(*b"corruptible")
+                    .chain([1])
                     .chain([253])
                     .chain((1u64 << 50).to_le_bytes())
                     .collect(),
@@ -502,22 +507,17 @@ fn huge_length_prefixes_are_refused_without_allocating() {
                 let dir = fresh_dir(&format!("huge-{i}"));
                 let store = dir.join("store");
                 healthy_store(&store).await;
-                tamper(&store, "instances", b"done-2", value);
-                tamper(&store, "slots", &slot_key("wait-1", 0), value);
+                tamper(&store, "journal", &journal_key("done-2", 0), value);
+                tamper(&store, "journal", &journal_key("wait-1", 1), value);
+                tamper(&store, "index", b"wait-2", value);
                 let engine = Engine::open(&store).expect("open");
                 engine.register(workflow());
-                let error = engine.instance("done-2").expect_err("corrupt");
+                assert_corrupt(&engine, "done-2");
+                assert_corrupt(&engine, "wait-1");
+                let listed = engine.list(&ListFilter::all()).expect("list");
                 assert!(
-                    matches!(error, Error::Corrupt { .. }),
-                    "prefix {i}: {error:?}"
-                );
-                let failed = engine.instance("wait-1").expect("handle");
-                let result = tokio::time::timeout(Duration::from_secs(30), failed.result::<u64>())
-                    .await
-                    .expect("no hang");
-                assert!(
-                    matches!(result, Err(Error::WorkflowFailed { .. })),
-                    "prefix {i}: {result:?}"
+                    listed.iter().any(|i| i.id == "wait-2"),
+                    "prefix {i}: rebuilt"
                 );
                 let fine = engine.instance("done-1").expect("handle");
                 assert_eq!(fine.result::<u64>().await.expect("intact"), 2);

@@ -1,15 +1,30 @@
 //! The one place that decides how bytes are laid out on disk.
 //!
-//! bincode 2's fixint and varint encodings cannot read each other's bytes,
-//! so the configuration is pinned here and nowhere else; golden-byte tests
-//! below catch any change before it reaches a user's store.
+//! Two encodings, each pinned here and nowhere else:
+//!
+//! - The engine's own records (journal entries, index summaries) are
+//!   bincode 2, standard configuration with variable-length integers, behind
+//!   a format-version byte. bincode's fixint and varint encodings cannot
+//!   read each other's bytes, so the golden-byte tests below catch any change
+//!   before it reaches a user's store.
+//! - User values (workflow inputs and outputs, step outputs, event payloads)
+//!   are JSON: every serde shape round-trips (`skip_serializing_if`,
+//!   `flatten`, untagged enums, `serde_json::Value`), types can gain
+//!   `#[serde(default)]` fields under running instances, and tools can show
+//!   payloads without the user's types. A [`Payload`] carries its encoding,
+//!   so stores written by the first release, whose payloads are bincode,
+//!   still read.
 
 use bincode::config::{Configuration, Limit, LittleEndian, Varint};
-use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 
-/// The first byte of every stored record.
-pub(crate) const FORMAT_VERSION: u8 = 1;
+/// The format version of the first release's records (five trees of
+/// instance, slot, history, rollback and event records).
+pub(crate) const LEGACY_FORMAT_VERSION: u8 = 1;
+
+/// The first byte of every journal entry and index record this build writes.
+pub(crate) const FORMAT_VERSION: u8 = 2;
 
 /// No decode may claim more memory than this, whatever its length prefixes
 /// say, so corrupt bytes cannot exhaust memory.
@@ -24,13 +39,40 @@ const fn config() -> Pinned {
         .with_limit::<DECODE_LIMIT>()
 }
 
-/// Encodes a user value (step output, workflow input, event payload).
-pub(crate) fn encode_payload<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, String> {
-    bincode::serde::encode_to_vec(value, config()).map_err(|e| e.to_string())
+/// A stored user value with its encoding.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) enum Payload {
+    /// Written by the first release.
+    Bincode(Vec<u8>),
+    /// Written by this one.
+    Json(Vec<u8>),
 }
 
-/// Decodes a user value; every byte must be used.
-pub(crate) fn decode_payload<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
+impl Payload {
+    /// Encodes a user value as JSON.
+    pub(crate) fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Payload, String> {
+        serde_json::to_vec(value)
+            .map(Payload::Json)
+            .map_err(|e| e.to_string())
+    }
+
+    /// Decodes a user value; every byte must be used.
+    pub(crate) fn decode<T: DeserializeOwned>(&self) -> Result<T, String> {
+        match self {
+            Payload::Json(bytes) => serde_json::from_slice(bytes).map_err(|e| e.to_string()),
+            Payload::Bincode(bytes) => decode_bincode(bytes),
+        }
+    }
+
+    /// The encoded size, for the payload limit.
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Payload::Json(bytes) | Payload::Bincode(bytes) => bytes.len(),
+        }
+    }
+}
+
+fn decode_bincode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
     let (value, read) =
         bincode::serde::decode_from_slice::<T, _>(bytes, config()).map_err(|e| e.to_string())?;
     if read != bytes.len() {
@@ -42,24 +84,33 @@ pub(crate) fn decode_payload<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Str
     Ok(value)
 }
 
-/// Encodes a stored record: the format version, then the record.
+/// Encodes one of the engine's records: the format version, then the record.
 pub(crate) fn encode_record<T: Serialize>(record: &T) -> Vec<u8> {
     let mut out = vec![FORMAT_VERSION];
     // Records are plain data (strings, integers, byte vectors): encoding
     // them into a Vec cannot fail.
-    if let Ok(body) = encode_payload(record) {
+    if let Ok(body) = bincode::serde::encode_to_vec(record, config()) {
         out.extend_from_slice(&body);
     }
     out
 }
 
-/// Decodes a stored record, checking its format version.
+/// Decodes one of the engine's records written by this build.
 pub(crate) fn decode_record<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
+    decode_versioned(bytes, FORMAT_VERSION)
+}
+
+/// Decodes a record of the first release, for the upgrade on open.
+pub(crate) fn decode_legacy_record<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
+    decode_versioned(bytes, LEGACY_FORMAT_VERSION)
+}
+
+fn decode_versioned<T: DeserializeOwned>(bytes: &[u8], expected: u8) -> Result<T, String> {
     match bytes.split_first() {
         None => Err("empty record".into()),
-        Some((&FORMAT_VERSION, body)) => decode_payload(body),
+        Some((&version, body)) if version == expected => decode_bincode(body),
         Some((version, _)) => Err(format!(
-            "record format version {version}, this build reads version {FORMAT_VERSION}"
+            "record format version {version}, expected version {expected}"
         )),
     }
 }
@@ -67,7 +118,6 @@ pub(crate) fn decode_record<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Stri
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde::Deserialize;
 
     #[derive(Serialize, Deserialize, Debug, PartialEq)]
     struct Sample {
@@ -93,9 +143,26 @@ mod tests {
         let bytes = encode_record(&sample());
         assert_eq!(
             bytes,
-            [1, 4, b't', b'-', b'4', b'2', 251, 44, 1, 2, 1, 2, 1, 1]
+            [2, 4, b't', b'-', b'4', b'2', 251, 44, 1, 2, 1, 2, 1, 1]
         );
         assert_eq!(decode_record::<Sample>(&bytes), Ok(sample()));
+        let mut legacy = bytes.clone();
+        legacy[0] = LEGACY_FORMAT_VERSION;
+        assert_eq!(decode_legacy_record::<Sample>(&legacy), Ok(sample()));
+    }
+
+    #[test]
+    fn golden_bytes_of_a_payload() {
+        let payload = Payload::encode(&sample()).unwrap();
+        assert_eq!(
+            encode_record(&payload),
+            [
+                [2u8, 1, 49].as_slice(),
+                br#"{"id":"t-42","amount":300,"tags":[1,2],"ok":true}"#
+            ]
+            .concat()
+        );
+        assert_eq!(payload.decode::<Sample>(), Ok(sample()));
     }
 
     #[test]
@@ -111,7 +178,31 @@ mod tests {
         bytes.push(0);
         assert!(decode_record::<Sample>(&bytes).is_err());
         // A string claiming u64::MAX bytes must fail, not allocate.
-        let huge = [1u8, 255, 255, 255, 255, 255, 255, 255, 255, 255];
+        let huge = [2u8, 255, 255, 255, 255, 255, 255, 255, 255, 255];
         assert!(decode_record::<Sample>(&huge).is_err());
+    }
+
+    #[test]
+    fn json_payloads_round_trip_shapes_bincode_cannot() {
+        #[derive(Serialize, Deserialize, Debug, PartialEq)]
+        #[serde(untagged)]
+        enum Either {
+            N(u64),
+            S(String),
+        }
+        #[derive(Serialize, Deserialize, Debug, PartialEq)]
+        struct Shape {
+            #[serde(skip_serializing_if = "Option::is_none")]
+            note: Option<String>,
+            either: Either,
+            value: serde_json::Value,
+        }
+        let shape = Shape {
+            note: None,
+            either: Either::S("x".into()),
+            value: serde_json::json!({"a": [1, 2]}),
+        };
+        let payload = Payload::encode(&shape).unwrap();
+        assert_eq!(payload.decode::<Shape>(), Ok(shape));
     }
 }

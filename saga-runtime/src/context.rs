@@ -2,18 +2,20 @@
 //! checks replay against what history recorded, and tracks the step tasks
 //! and rollback handlers of one run of the workflow function.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::future::pending;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 
-use crate::engine::{EngineInner, Txn, lock};
+use crate::compensation::Registered;
+use crate::core::Core;
 use crate::error::Result;
 use crate::failure::{Failure, FailureKind};
+use crate::journal::{Change, InstanceState, SlotKind, SlotRecord};
 use crate::live::{Interrupt, Live};
-use crate::record::{SlotKind, SlotRecord};
-use crate::saga::Registered;
+use crate::lock::lock;
 
 /// What workflow code uses to make durable calls: steps, sleeps, event
 /// waits, and the recorded `now()`/`random()`.
@@ -38,11 +40,13 @@ pub(crate) enum Mode {
 /// What step tasks and waits share with the driver. Holds no task handles,
 /// so tasks may keep it without keeping themselves alive.
 pub(crate) struct Shared {
-    pub(crate) engine: Arc<EngineInner>,
+    pub(crate) core: Arc<Core>,
     pub(crate) id: Arc<str>,
     pub(crate) workflow: Arc<str>,
     pub(crate) live: Arc<Live>,
     pub(crate) mode: Mode,
+    /// The instance's generation (restarts so far) when this run began.
+    pub(crate) generation: u32,
     in_flight: Arc<InFlight>,
 }
 
@@ -65,24 +69,31 @@ pub(crate) struct Slot {
     pub(crate) index: u32,
     pub(crate) occurrence: u32,
     pub(crate) recorded: Option<SlotRecord>,
+    /// The name history knows the call by: the one recorded (an old name
+    /// declared with `renamed_from`), or the call's own.
+    pub(crate) name: Arc<str>,
+    /// The generation its keys carry.
+    pub(crate) generation: u32,
 }
 
 impl Ctx {
+    /// A context for a run of the workflow function over `state`.
     pub(crate) fn new(
-        engine: Arc<EngineInner>,
+        core: Arc<Core>,
         id: Arc<str>,
-        workflow: Arc<str>,
         live: Arc<Live>,
         mode: Mode,
-        recorded: Vec<(u32, SlotRecord)>,
+        state: &InstanceState,
     ) -> Arc<Ctx> {
+        let recorded: BTreeMap<u32, SlotRecord> = state.slots.clone();
         Arc::new(Ctx {
             shared: Arc::new(Shared {
-                engine,
+                core,
                 id,
-                workflow,
+                workflow: Arc::from(state.workflow.as_str()),
                 live,
                 mode,
+                generation: state.generation,
                 in_flight: Arc::default(),
             }),
             replay: Mutex::new(Replay {
@@ -99,6 +110,17 @@ impl Ctx {
     /// history recorded something else here (the instance is then failed
     /// with a non-determinism error and the call never completes).
     pub(crate) fn take_slot(&self, kind: SlotKind, name: &str) -> Option<Slot> {
+        self.take_slot_renamed(kind, name, None)
+    }
+
+    /// Like [`Ctx::take_slot`], where history may know the call by its old
+    /// name `renamed_from`.
+    pub(crate) fn take_slot_renamed(
+        &self,
+        kind: SlotKind,
+        name: &str,
+        renamed_from: Option<&str>,
+    ) -> Option<Slot> {
         let mut replay = lock(&self.replay);
         let counter = replay
             .occurrences
@@ -110,8 +132,9 @@ impl Ctx {
         replay.next_slot += 1;
         let recorded = replay.recorded.remove(&index);
         drop(replay);
+        let same_name = |r: &SlotRecord| r.name == name || Some(r.name.as_str()) == renamed_from;
         if let Some(r) = &recorded
-            && (r.kind != kind || r.name != name || r.occurrence != occurrence)
+            && (r.kind != kind || !same_name(r) || r.occurrence != occurrence)
         {
             let expected = describe(r.kind, &r.name, r.occurrence);
             let found = describe(kind, name, occurrence);
@@ -130,6 +153,10 @@ impl Ctx {
         Some(Slot {
             index,
             occurrence,
+            name: Arc::from(recorded.as_ref().map_or(name, |r| r.name.as_str())),
+            generation: recorded
+                .as_ref()
+                .map_or(self.shared.generation, |r| r.generation),
             recorded,
         })
     }
@@ -156,7 +183,7 @@ impl Ctx {
         F: std::future::Future<Output = ()> + Send + 'static,
     {
         let guard = self.shared.in_flight.enter();
-        let handle = self.shared.engine.runtime.spawn(async move {
+        let handle = self.shared.core.runtime.spawn(async move {
             let _guard = guard;
             task.await;
         });
@@ -164,7 +191,7 @@ impl Ctx {
         replay.tasks.retain(|t| !t.is_finished());
         replay.tasks.push(handle.abort_handle());
         drop(replay);
-        self.shared.engine.track(handle);
+        self.shared.core.track(handle);
     }
 
     /// Stops every step task of this run and waits until they are gone, so
@@ -200,12 +227,40 @@ impl Shared {
     /// compensations); it resumes by replay when the store opens again.
     pub(crate) fn store_failed(&self, error: crate::Error) {
         tracing::error!(instance = %self.id, error = %error, "store failure: the instance stops and resumes when the store is opened again");
-        self.engine.stopped_by_store(&self.id, &error);
+        self.core.stopped_by_store(&self.id, &error);
         self.live.interrupt(Interrupt::Stop);
     }
 
-    pub(crate) fn write<R>(&self, f: impl FnOnce(&mut Txn<'_>) -> Result<R>) -> Result<R> {
-        self.engine.write(&self.id, f)
+    /// Reports a store failure and never completes: the driver stops the
+    /// workflow.
+    pub(crate) async fn stall<T>(&self, error: crate::Error) -> T {
+        self.store_failed(error);
+        pending().await
+    }
+
+    /// Appends `change` to the instance's journal.
+    pub(crate) fn append(&self, change: Change) -> Result<()> {
+        self.core.journal.append(&self.id, change)
+    }
+
+    /// Appends the change `f` decides on; see `Journal::write`.
+    pub(crate) fn write<R>(
+        &self,
+        f: impl FnOnce(&InstanceState) -> Result<(Option<Change>, R)>,
+    ) -> Result<R> {
+        self.core.journal.write(&self.id, f)
+    }
+
+    /// Appends `change` and waits until it is durable; a store failure
+    /// stops the instance (and this never completes).
+    pub(crate) async fn record(&self, change: Change) {
+        let written = match self.append(change) {
+            Ok(()) => self.core.journal.flush().await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = written {
+            self.stall::<()>(e).await;
+        }
     }
 
     /// At a step boundary: if a pause was asked for, stop here.

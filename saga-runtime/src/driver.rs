@@ -9,36 +9,48 @@ use std::sync::Arc;
 use std::task::Poll;
 
 use crate::context::{Ctx, Mode, Shared, WorkflowContext};
-use crate::engine::{EngineInner, RegisteredWorkflow};
+use crate::core::Core;
 use crate::error::{Error, Result};
 use crate::failure::{Failure, FailureKind};
-use crate::history::EventKind;
+use crate::journal::{Change, CompensationState, End, InstanceState};
 use crate::live::{Interrupt, Live};
 use crate::panic::CatchUnwind;
-use crate::record::{InstanceRecord, RollbackPlan, RollbackState, SlotKind, SlotRecord, SlotState};
-use crate::saga::{Registered, compensate};
+use crate::saga::compensate;
 use crate::status::Status;
-use crate::store::Op;
+use crate::workflow::ErasedWorkflow;
 
 /// How many times a rebuild polls the workflow future for handlers that
 /// history says exist; replayed calls complete at once, so a handful is
 /// plenty.
 const REBUILD_POLLS: usize = 16;
 
-/// Runs the instance until it ends or is stopped; `true` if it stopped
-/// because it was paused.
-pub(crate) async fn drive(engine: &Arc<EngineInner>, id: &Arc<str>, live: &Arc<Live>) -> bool {
-    match drive_once(engine, id, live).await {
-        Ok(exit) => exit == Exit::Suspended,
+/// Why a driver let go of its instance.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Exit {
+    /// Paused: a resume may have raced with it, so look again.
+    Suspended,
+    /// Ended, stopped for a restart, or stopped by a failure.
+    Other,
+}
+
+/// Runs the instance until it ends or is stopped.
+pub(crate) async fn drive(
+    core: &Arc<Core>,
+    workflow: Arc<dyn ErasedWorkflow>,
+    id: &Arc<str>,
+    live: &Arc<Live>,
+) -> Exit {
+    match drive_once(core, workflow, id, live).await {
+        Ok(exit) => exit,
         Err(e) => {
             tracing::error!(instance = %id, error = %e, "instance driver stopped on an error");
             match e {
-                Error::Corrupt { .. } => end_corrupt(engine, id, &e).await,
+                Error::Corrupt { .. } => end_corrupt(core, id, &e).await,
                 // The store failed: the instance stays where it is and
                 // resumes on the next open; result() says why meanwhile.
-                _ => engine.stopped_by_store(id, &e),
+                _ => core.stopped_by_store(id, &e),
             }
-            false
+            Exit::Other
         }
     }
 }
@@ -46,25 +58,23 @@ pub(crate) async fn drive(engine: &Arc<EngineInner>, id: &Arc<str>, live: &Arc<L
 /// A record of the instance no longer decodes, so replay cannot go on:
 /// the instance ends `Errored` with a `Decode` failure naming the record,
 /// instead of waiting forever for a driver that cannot run it.
-async fn end_corrupt(engine: &Arc<EngineInner>, id: &str, error: &Error) {
+async fn end_corrupt(core: &Core, id: &str, error: &Error) {
     let message =
         format!("the instance cannot be replayed and its compensations did not run: {error}");
-    let written = engine.write(id, |txn| {
-        let now = txn.now();
-        let record = txn.record()?;
-        if record.status.is_terminal() {
-            return Ok(());
+    let written = core.journal.write(id, |state| {
+        if state.status.is_terminal() {
+            return Ok((None, ()));
         }
-        record.status = Status::Errored;
-        record.finished_at = Some(now);
-        record.failure = Some(Failure::new(FailureKind::Decode, message.clone()));
-        txn.event(EventKind::InstanceErrored {
-            error: message.clone(),
-        });
-        Ok(())
+        let end = End {
+            status: Status::Errored,
+            output: None,
+            failure: Some(Failure::new(FailureKind::Decode, message.clone())),
+            rollback: None,
+        };
+        Ok((Some(Change::Ended(Box::new(end))), ()))
     });
     let flushed = match written {
-        Ok(()) => engine.flush().await,
+        Ok(()) => core.journal.flush().await,
         Err(e) => Err(e),
     };
     if let Err(e) = flushed {
@@ -72,134 +82,116 @@ async fn end_corrupt(engine: &Arc<EngineInner>, id: &str, error: &Error) {
     }
 }
 
-#[derive(PartialEq, Eq)]
-enum Exit {
-    Suspended,
-    Other,
-}
-
-/// Called after a driver let go of a paused instance: if a user resumed it
-/// in the meantime, run it again.
-pub(crate) fn after_suspend(engine: &Arc<EngineInner>, id: &str) {
-    if engine.is_closed() {
-        return;
-    }
-    if let Ok(Some(record)) = engine.store.instance(id)
-        && matches!(record.status, Status::Running | Status::Queued)
-        && engine.is_registered(&record.workflow)
-    {
-        engine.spawn_driver(id);
-    }
-}
-
-async fn drive_once(engine: &Arc<EngineInner>, id: &Arc<str>, live: &Arc<Live>) -> Result<Exit> {
-    let record = engine.record(id)?;
-    let Some(workflow) = engine.workflow(&record.workflow) else {
-        return Ok(Exit::Other);
-    };
-    match record.status {
+async fn drive_once(
+    core: &Arc<Core>,
+    workflow: Arc<dyn ErasedWorkflow>,
+    id: &Arc<str>,
+    live: &Arc<Live>,
+) -> Result<Exit> {
+    let state = core
+        .journal
+        .state(id)?
+        .ok_or_else(|| Error::UnknownInstance { id: id.to_string() })?;
+    match state.status {
         Status::RollingBack => {
-            Box::pin(rebuild_and_compensate(engine, id, live, workflow, record)).await?;
+            Box::pin(rebuild_and_compensate(core, id, live, workflow, state)).await?;
             Ok(Exit::Other)
         }
         Status::Queued | Status::Running | Status::Waiting => {
-            run_forward(engine, id, live, workflow, record).await
+            run_forward(core, id, live, workflow, state).await
         }
         // Paused before this driver got going: a resume may race with it,
-        // so let `after_suspend` look again once this driver is gone.
+        // so let the runner look again once this driver is gone.
         Status::Paused => Ok(Exit::Suspended),
         Status::Complete | Status::Errored | Status::Terminated => Ok(Exit::Other),
     }
 }
 
 enum Outcome {
-    Finished(std::result::Result<std::result::Result<Vec<u8>, Failure>, String>),
+    Finished(std::result::Result<std::result::Result<crate::codec::Payload, Failure>, String>),
     Interrupted(Interrupt),
 }
 
 async fn run_forward(
-    engine: &Arc<EngineInner>,
+    core: &Arc<Core>,
     id: &Arc<str>,
     live: &Arc<Live>,
-    workflow: Arc<dyn RegisteredWorkflow>,
-    record: InstanceRecord,
+    workflow: Arc<dyn ErasedWorkflow>,
+    state: InstanceState,
 ) -> Result<Exit> {
-    let slots = engine.store.slots(id)?;
     let ctx = Ctx::new(
-        engine.clone(),
+        core.clone(),
         id.clone(),
-        Arc::from(record.workflow.as_str()),
         live.clone(),
         Mode::Forward,
-        slots,
+        &state,
     );
-    engine.write(id, |txn| {
-        let record = txn.record()?;
-        if record.status == Status::Queued {
-            record.status = Status::Running;
-        }
-        txn.event(EventKind::InstanceResumed);
-        Ok(())
-    })?;
+    core.journal.append(id, Change::DriverStarted)?;
     let run =
-        CatchUnwind::new(workflow.run_erased(WorkflowContext { ctx: ctx.clone() }, &record.input));
+        CatchUnwind::new(workflow.run_erased(WorkflowContext { ctx: ctx.clone() }, &state.input));
+    drop(state);
     let outcome = tokio::select! {
         result = run => Outcome::Finished(result),
         why = live.interrupted() => Outcome::Interrupted(why),
     };
     ctx.stop_tasks().await;
     let shared = ctx.shared.clone();
-    if let Outcome::Interrupted(Interrupt::Suspend) = outcome {
-        return Ok(Exit::Suspended);
-    }
     // The rollback paths are boxed: a driver that only waits (thousands of
     // sleeping instances) then does not carry room for them in its task.
     match outcome {
+        Outcome::Interrupted(Interrupt::Suspend) => return Ok(Exit::Suspended),
+        Outcome::Interrupted(Interrupt::Stop) => {}
         Outcome::Finished(Ok(Ok(output))) => {
-            finish(
+            end(
                 &shared,
-                Status::Complete,
-                Some(output),
-                None,
-                EventKind::InstanceCompleted,
+                End {
+                    status: Status::Complete,
+                    output: Some(output),
+                    failure: None,
+                    rollback: None,
+                },
             )
-            .await
+            .await?;
         }
-        Outcome::Finished(Ok(Err(failure))) => Box::pin(fail(&ctx, failure, Status::Errored)).await,
+        Outcome::Finished(Ok(Err(failure))) => {
+            Box::pin(fail(&ctx, failure, Status::Errored)).await?
+        }
         Outcome::Finished(Err(panic)) => {
             let failure = Failure::new(
                 FailureKind::Panic,
                 format!("the workflow panicked: {panic}"),
             );
-            Box::pin(fail(&ctx, failure, Status::Errored)).await
+            Box::pin(fail(&ctx, failure, Status::Errored)).await?;
         }
-        Outcome::Interrupted(Interrupt::Suspend | Interrupt::Stop) => Ok(()),
         Outcome::Interrupted(Interrupt::Terminate { rollback: false }) => {
-            finish(
+            end(
                 &shared,
-                Status::Terminated,
-                None,
-                None,
-                EventKind::InstanceTerminated,
+                End {
+                    status: Status::Terminated,
+                    output: None,
+                    failure: None,
+                    rollback: None,
+                },
             )
-            .await
+            .await?;
         }
         Outcome::Interrupted(Interrupt::Terminate { rollback: true }) => {
             let cause = Failure::new(FailureKind::Workflow, "terminated by user");
-            Box::pin(fail(&ctx, cause, Status::Terminated)).await
+            Box::pin(fail(&ctx, cause, Status::Terminated)).await?;
         }
         Outcome::Interrupted(Interrupt::Fail(failure)) => {
-            let error = failure.message().to_owned();
-            finish(
+            end(
                 &shared,
-                Status::Errored,
-                None,
-                Some(failure),
-                EventKind::InstanceErrored { error },
+                End {
+                    status: Status::Errored,
+                    output: None,
+                    failure: Some(failure),
+                    rollback: None,
+                },
             )
-            .await
+            .await?;
         }
-    }?;
+    }
     Ok(Exit::Other)
 }
 
@@ -208,145 +200,71 @@ async fn run_forward(
 async fn fail(ctx: &Arc<Ctx>, cause: Failure, then: Status) -> Result<()> {
     let shared = &ctx.shared;
     let handlers = ctx.take_rollbacks();
-    let slots = shared.engine.store.slots(&shared.id)?;
-    let any_eligible = !handlers.is_empty() || slots.iter().any(|(_, s)| s.has_rollback);
-    if !any_eligible {
-        return end_after(shared, cause, then, None, false).await;
-    }
-    shared.write(|txn| {
-        // Steps still running were stopped with the workflow: they will
-        // never run again, and their compensation gets no output.
-        for (index, slot) in &slots {
-            if matches!(slot.state, SlotState::Running { .. }) {
-                let mut slot = slot.clone();
-                slot.state = SlotState::Cancelled;
-                txn.put(Op::PutSlot(shared.id.to_string(), *index, slot));
-            }
-        }
-        // A step that was called but stopped before its task stored
-        // anything is started too: record it, or a crash from here on
-        // would forget its compensation (recovery rebuilds handlers only
-        // for steps history knows).
-        let recorded: BTreeSet<u32> = slots.iter().map(|(i, _)| *i).collect();
-        for handler in handlers.iter().filter(|h| !recorded.contains(&h.index)) {
-            let slot = SlotRecord {
-                kind: SlotKind::Step,
-                name: handler.step.clone(),
-                occurrence: handler.occurrence,
-                has_rollback: true,
-                history_seq: txn.next_seq(),
-                state: SlotState::Cancelled,
-            };
-            txn.put(Op::PutSlot(shared.id.to_string(), handler.index, slot));
-        }
-        let record = txn.record()?;
-        record.status = Status::RollingBack;
-        record.rollback = Some(RollbackPlan {
-            cause: cause.clone(),
-            then,
-            failure: None,
-        });
-        txn.event(EventKind::RollbackStarted {
-            cause: cause.message().to_owned(),
-        });
-        Ok(())
+    let any_eligible = shared.core.journal.read(&shared.id, |s| {
+        s.slots.values().any(|slot| slot.has_rollback)
     })?;
-    shared.engine.flush().await?;
+    if !any_eligible {
+        return end_after(shared, cause, then, None).await;
+    }
+    shared.append(Change::RollbackStarted {
+        cause: cause.clone(),
+        then,
+    })?;
+    shared.core.journal.flush().await?;
     run_compensations(shared, handlers, cause, then).await
 }
 
 async fn run_compensations(
     shared: &Shared,
-    handlers: Vec<Registered>,
+    handlers: Vec<crate::compensation::Registered>,
     cause: Failure,
     then: Status,
 ) -> Result<()> {
     let failure = compensate(shared, handlers, &cause).await?;
-    end_after(shared, cause, then, failure, true).await
+    let outcome = match failure {
+        None => Ok(()),
+        Some(failure) => Err(failure),
+    };
+    end_after(shared, cause, then, Some(outcome)).await
 }
 
-/// Ends the instance `Errored` (with `cause`) or `Terminated`, recording
-/// the rollback's outcome when one ran.
+/// Ends the instance `Errored` (with `cause`) or `Terminated`, with the
+/// rollback's outcome when one ran.
 async fn end_after(
     shared: &Shared,
     cause: Failure,
     then: Status,
-    rollback_failure: Option<Failure>,
-    rolled_back: bool,
+    rollback: Option<std::result::Result<(), Failure>>,
 ) -> Result<()> {
-    shared.write(|txn| {
-        if rolled_back {
-            match &rollback_failure {
-                None => {
-                    txn.event(EventKind::RollbackCompleted);
-                }
-                Some(f) => {
-                    let step = match f.kind() {
-                        FailureKind::Rollback { step } => step.clone(),
-                        _ => String::new(),
-                    };
-                    txn.event(EventKind::RollbackFailed {
-                        step,
-                        error: f.message().to_owned(),
-                    });
-                }
-            }
-        }
-        let now = txn.now();
-        let record = txn.record()?;
-        record.status = then;
-        record.finished_at = Some(now);
-        if let Some(plan) = &mut record.rollback {
-            plan.failure = rollback_failure.clone();
-        }
-        if then == Status::Errored {
-            record.failure = Some(cause.clone());
-            txn.event(EventKind::InstanceErrored {
-                error: cause.message().to_owned(),
-            });
-        } else {
-            txn.event(EventKind::InstanceTerminated);
-        }
-        Ok(())
-    })?;
-    shared.engine.flush().await?;
-    shared.engine.release_cursor(&shared.id);
-    Ok(())
+    let failure = (then == Status::Errored).then_some(cause);
+    end(
+        shared,
+        End {
+            status: then,
+            output: None,
+            failure,
+            rollback,
+        },
+    )
+    .await
 }
 
-async fn finish(
-    shared: &Shared,
-    status: Status,
-    output: Option<Vec<u8>>,
-    failure: Option<Failure>,
-    event: EventKind,
-) -> Result<()> {
-    shared.write(|txn| {
-        let now = txn.now();
-        let record = txn.record()?;
-        record.status = status;
-        record.finished_at = Some(now);
-        record.output = output;
-        record.failure = failure;
-        txn.event(event);
-        Ok(())
-    })?;
-    shared.engine.flush().await?;
-    shared.engine.release_cursor(&shared.id);
-    Ok(())
+async fn end(shared: &Shared, end: End) -> Result<()> {
+    shared.append(Change::Ended(Box::new(end)))?;
+    shared.core.journal.flush().await
 }
 
 /// After a crash mid-rollback: replay the workflow code with every call
 /// answered from history (nothing runs forward) until the compensations of
 /// the started steps are registered again, then go on compensating.
 async fn rebuild_and_compensate(
-    engine: &Arc<EngineInner>,
+    core: &Arc<Core>,
     id: &Arc<str>,
     live: &Arc<Live>,
-    workflow: Arc<dyn RegisteredWorkflow>,
-    record: InstanceRecord,
+    workflow: Arc<dyn ErasedWorkflow>,
+    state: InstanceState,
 ) -> Result<()> {
-    let (cause, then) = match &record.rollback {
+    let (cause, then) = match &state.rollback {
         Some(plan) => (plan.cause.clone(), plan.then),
         None => (
             Failure::new(
@@ -356,29 +274,23 @@ async fn rebuild_and_compensate(
             Status::Errored,
         ),
     };
-    let slots = engine.store.slots(id)?;
-    let finished: BTreeSet<u32> = engine
-        .store
-        .rollbacks(id)?
-        .into_iter()
-        .filter(|(_, r)| r.state == RollbackState::Completed)
-        .map(|(i, _)| i)
-        .collect();
-    let needed: BTreeSet<u32> = slots
+    let needed: BTreeSet<u32> = state
+        .slots
         .iter()
-        .filter(|(i, s)| s.has_rollback && !finished.contains(i))
+        .filter(|(i, s)| {
+            s.has_rollback && state.compensations.get(i) != Some(&CompensationState::Completed)
+        })
         .map(|(i, _)| *i)
         .collect();
     let ctx = Ctx::new(
-        engine.clone(),
+        core.clone(),
         id.clone(),
-        Arc::from(record.workflow.as_str()),
         live.clone(),
         Mode::Rebuild,
-        slots,
+        &state,
     );
     let mut run =
-        CatchUnwind::new(workflow.run_erased(WorkflowContext { ctx: ctx.clone() }, &record.input));
+        CatchUnwind::new(workflow.run_erased(WorkflowContext { ctx: ctx.clone() }, &state.input));
     for _ in 0..REBUILD_POLLS {
         let done = poll_fn(|cx| Poll::Ready(Pin::new(&mut run).poll(cx).is_ready())).await;
         let registered: BTreeSet<u32> = ctx.registered_rollback_slots().into_iter().collect();

@@ -62,6 +62,22 @@ pub enum Error {
         step: String,
     },
 
+    /// `restart_from(step)` would keep a step whose compensation ran (or
+    /// began): its effect was undone, so keeping its output would act on
+    /// something that no longer stands. Restart from the beginning with
+    /// `restart()`: every step then runs again, with new idempotency keys.
+    #[error(
+        "instance {id:?} cannot restart from step {step:?}: step {compensated:?} before it was compensated, so its effect was undone; use restart() to run the whole workflow again"
+    )]
+    RestartAfterCompensation {
+        /// The instance.
+        id: String,
+        /// The step asked for.
+        step: String,
+        /// A step before it whose compensation ran.
+        compensated: String,
+    },
+
     /// The instance's workflow is not registered in this process, so it
     /// cannot run. Call `engine.register(workflow)` with it.
     #[error(
@@ -184,16 +200,4 @@ pub enum Error {
     /// The engine was closed.
     #[error("the engine was closed")]
     Closed,
-}
-
-impl From<sled::Error> for Error {
-    fn from(e: sled::Error) -> Self {
-        match e {
-            sled::Error::Corruption { at, .. } => Error::Corrupt {
-                what: "sled page".into(),
-                detail: format!("corruption at {at:?}"),
-            },
-            other => Error::Store(other.to_string()),
-        }
-    }
 }

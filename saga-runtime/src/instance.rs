@@ -8,20 +8,18 @@ use std::time::SystemTime;
 use serde::de::DeserializeOwned;
 
 use crate::clock::from_millis;
-use crate::codec::decode_payload;
-use crate::engine::EngineInner;
 use crate::error::{Error, Result};
 use crate::failure::{Failure, FailureKind};
-use crate::history::{Event, EventKind};
+use crate::history::Event;
+use crate::journal::{Change, End, InstanceState, SlotKind, Summary};
 use crate::live::Interrupt;
-use crate::record::{InstanceRecord, RollbackPlan, SlotKind, SlotState};
+use crate::runner::Runner;
 use crate::status::Status;
-use crate::store::Op;
 
 /// A handle on one instance. Cheap to clone.
 #[derive(Clone)]
 pub struct Instance {
-    engine: Arc<EngineInner>,
+    runner: Arc<Runner>,
     id: String,
 }
 
@@ -51,17 +49,17 @@ pub struct InstanceInfo {
 }
 
 impl InstanceInfo {
-    pub(crate) fn from_record(engine: &EngineInner, id: &str, record: &InstanceRecord) -> Self {
+    pub(crate) fn from_summary(runner: &Runner, id: &str, summary: Summary) -> Self {
         InstanceInfo {
             id: id.to_owned(),
-            workflow: record.workflow.clone(),
-            status: record.status,
-            created_at: from_millis(record.created_at),
-            updated_at: from_millis(record.updated_at),
-            finished_at: record.finished_at.map(from_millis),
-            failure: record.failure.clone(),
-            rollback_failure: record.rollback.as_ref().and_then(|p| p.failure.clone()),
-            workflow_registered: engine.is_registered(&record.workflow),
+            workflow_registered: runner.is_registered(&summary.workflow),
+            workflow: summary.workflow,
+            status: summary.status,
+            created_at: from_millis(summary.created_at),
+            updated_at: from_millis(summary.updated_at),
+            finished_at: summary.finished_at.map(from_millis),
+            failure: summary.failure,
+            rollback_failure: summary.rollback_failure,
         }
     }
 }
@@ -106,8 +104,12 @@ impl ListFilter {
 }
 
 impl Instance {
-    pub(crate) fn new(engine: Arc<EngineInner>, id: String) -> Self {
-        Instance { engine, id }
+    pub(crate) fn new(runner: Arc<Runner>, id: String) -> Self {
+        Instance { runner, id }
+    }
+
+    fn journal(&self) -> &crate::journal::Journal {
+        &self.runner.core.journal
     }
 
     /// The instance id.
@@ -117,43 +119,46 @@ impl Instance {
 
     /// Where the instance is.
     pub fn status(&self) -> Result<Status> {
-        Ok(self.engine.record(&self.id)?.status)
+        self.journal().read(&self.id, |s| s.status)
     }
 
     /// Status, timestamps, failure and rollback failure.
     pub fn info(&self) -> Result<InstanceInfo> {
-        let record = self.engine.record(&self.id)?;
-        Ok(InstanceInfo::from_record(&self.engine, &self.id, &record))
+        let summary = self.journal().read(&self.id, |s| Summary::of(s, 0))?;
+        Ok(InstanceInfo::from_summary(&self.runner, &self.id, summary))
     }
 
     /// Every event of the instance, in order.
     pub fn history(&self) -> Result<Vec<Event>> {
-        self.engine.record(&self.id)?;
-        Ok(self
-            .engine
-            .store
-            .history(&self.id)?
-            .into_iter()
-            .map(|(seq, record)| Event {
-                instance: self.id.clone(),
-                seq,
-                at: from_millis(record.at),
-                kind: record.kind,
-            })
-            .collect())
+        self.journal().history(&self.id)
     }
 
     /// Waits for the instance to finish: its output when it completed,
     /// [`Error::WorkflowFailed`] or [`Error::Terminated`] otherwise.
     pub async fn result<O: DeserializeOwned>(&self) -> Result<O> {
-        let mut ended = self.engine.ended.subscribe();
+        let mut ended = self.journal().subscribe_ends();
         loop {
             ended.borrow_and_update();
-            let record = self.engine.record(&self.id)?;
-            match record.status {
+            let state = self
+                .journal()
+                .state(&self.id)?
+                .ok_or_else(|| Error::UnknownInstance {
+                    id: self.id.clone(),
+                })?;
+            let rollback_failure = || {
+                state
+                    .rollback
+                    .as_ref()
+                    .and_then(|p| p.failure.clone())
+                    .map(Box::new)
+            };
+            match state.status {
                 Status::Complete => {
-                    let output = record.output.unwrap_or_default();
-                    return decode_payload(&output).map_err(|detail| Error::Decode {
+                    let decoded = match &state.output {
+                        Some(output) => output.decode::<O>(),
+                        None => Err("no output was stored".to_owned()),
+                    };
+                    return decoded.map_err(|detail| Error::Decode {
                         what: format!("output of instance {:?}", self.id),
                         type_name: std::any::type_name::<O>(),
                         detail,
@@ -162,33 +167,33 @@ impl Instance {
                 Status::Errored => {
                     return Err(Error::WorkflowFailed {
                         id: self.id.clone(),
-                        failure: Box::new(record.failure.unwrap_or_else(|| {
+                        failure: Box::new(state.failure.clone().unwrap_or_else(|| {
                             Failure::new(FailureKind::Workflow, "failed without a recorded error")
                         })),
-                        rollback_failure: record.rollback.and_then(|p| p.failure).map(Box::new),
+                        rollback_failure: rollback_failure(),
                     });
                 }
                 Status::Terminated => {
                     return Err(Error::Terminated {
                         id: self.id.clone(),
-                        rollback_failure: record.rollback.and_then(|p| p.failure).map(Box::new),
-                    });
-                }
-                _ if self.engine.store_failure(&self.id).is_some() => {
-                    let error = self.engine.store_failure(&self.id).unwrap_or_default();
-                    return Err(Error::Store(format!(
-                        "instance {:?} stopped on a store failure ({error}); it resumes when the store is opened again",
-                        self.id
-                    )));
-                }
-                _ if !self.engine.is_registered(&record.workflow) => {
-                    return Err(Error::WorkflowNotRegistered {
-                        id: self.id.clone(),
-                        workflow: record.workflow,
+                        rollback_failure: rollback_failure(),
                     });
                 }
                 _ => {}
             }
+            if let Some(error) = self.runner.core.store_failure(&self.id) {
+                return Err(Error::Store(format!(
+                    "instance {:?} stopped on a store failure ({error}); it resumes when the store is opened again",
+                    self.id
+                )));
+            }
+            if !self.runner.is_registered(&state.workflow) {
+                return Err(Error::WorkflowNotRegistered {
+                    id: self.id.clone(),
+                    workflow: state.workflow,
+                });
+            }
+            drop(state);
             if ended.changed().await.is_err() {
                 return Err(Error::Closed);
             }
@@ -198,20 +203,13 @@ impl Instance {
     /// Pauses the instance: it stops at its next step boundary (a step,
     /// sleep or wait it has not started yet) with status `Paused`.
     pub async fn pause(&self) -> Result<()> {
-        self.engine.write(&self.id, |txn| {
-            let record = txn.record()?;
-            match record.status {
-                Status::Queued | Status::Running | Status::Waiting => {
-                    record.status = Status::Paused;
-                    txn.event(EventKind::Paused);
-                    Ok(())
-                }
-                Status::Paused => Ok(()),
-                status => Err(self.invalid(status, "pause it")),
-            }
+        self.journal().write(&self.id, |state| match state.status {
+            Status::Queued | Status::Running | Status::Waiting => Ok((Some(Change::Paused), ())),
+            Status::Paused => Ok((None, ())),
+            status => Err(self.invalid(status, "pause it")),
         })?;
-        self.engine.flush().await?;
-        if let Some(live) = self.engine.live(&self.id) {
+        self.journal().flush().await?;
+        if let Some(live) = self.runner.live(&self.id) {
             live.request_pause(true);
         }
         Ok(())
@@ -219,23 +217,16 @@ impl Instance {
 
     /// Resumes a paused instance.
     pub async fn resume(&self) -> Result<()> {
-        let resumed = self.engine.write(&self.id, |txn| {
-            let record = txn.record()?;
-            match record.status {
-                Status::Paused => {
-                    record.status = Status::Running;
-                    txn.event(EventKind::Resumed);
-                    Ok(true)
-                }
-                Status::Queued | Status::Running | Status::Waiting => Ok(false),
-                status => Err(self.invalid(status, "resume it")),
-            }
+        let resumed = self.journal().write(&self.id, |state| match state.status {
+            Status::Paused => Ok((Some(Change::Unpaused), true)),
+            Status::Queued | Status::Running | Status::Waiting => Ok((None, false)),
+            status => Err(self.invalid(status, "resume it")),
         })?;
-        self.engine.flush().await?;
+        self.journal().flush().await?;
         if resumed {
-            match self.engine.live(&self.id) {
+            match self.runner.live(&self.id) {
                 Some(live) => live.request_pause(false),
-                None => self.engine.spawn_driver(&self.id),
+                None => self.runner.spawn_driver(&self.id),
             }
         }
         Ok(())
@@ -261,7 +252,7 @@ impl Instance {
         } else {
             "terminate it"
         };
-        if let Some(live) = self.engine.live(&self.id) {
+        if let Some(live) = self.runner.live(&self.id) {
             let status = self.status()?;
             if status.is_terminal() || status == Status::RollingBack {
                 return Err(self.invalid(status, operation));
@@ -276,117 +267,95 @@ impl Instance {
         }
         // No driver runs it: write the end (or the start of the rollback)
         // here.
-        self.engine.write(&self.id, |txn| {
-            let now = txn.now();
-            let record = txn.record()?;
-            if record.status.is_terminal() || record.status == Status::RollingBack {
-                return Err(self.invalid(record.status, operation));
+        self.journal().write(&self.id, |state| {
+            if state.status.is_terminal() || state.status == Status::RollingBack {
+                return Err(self.invalid(state.status, operation));
             }
-            if rollback {
-                record.status = Status::RollingBack;
-                record.rollback = Some(RollbackPlan {
+            let change = if rollback {
+                Change::RollbackStarted {
                     cause: Failure::new(FailureKind::Workflow, "terminated by user"),
                     then: Status::Terminated,
-                    failure: None,
-                });
-                txn.event(EventKind::RollbackStarted {
-                    cause: "terminated by user".into(),
-                });
+                }
             } else {
-                record.status = Status::Terminated;
-                record.finished_at = Some(now);
-                txn.event(EventKind::InstanceTerminated);
-            }
-            Ok(())
+                Change::Ended(Box::new(End {
+                    status: Status::Terminated,
+                    output: None,
+                    failure: None,
+                    rollback: None,
+                }))
+            };
+            Ok((Some(change), ()))
         })?;
-        self.engine.flush().await?;
+        self.journal().flush().await?;
         if rollback {
-            self.engine.spawn_driver(&self.id);
-            if let Some(live) = self.engine.live(&self.id) {
+            self.runner.spawn_driver(&self.id);
+            if let Some(live) = self.runner.live(&self.id) {
                 live.wait_stopped().await;
             }
         }
         Ok(())
     }
 
-    /// Runs the instance again from the beginning with the same input and
-    /// a new history.
+    /// Runs the instance again from the beginning with the same input, as a
+    /// new generation: its steps run again with new idempotency keys.
     pub async fn restart(&self) -> Result<()> {
         self.restart_at(None).await
     }
 
-    /// Runs the instance again from the first call of step `step`: history
-    /// before it is kept (those steps are not run again), the rest is
-    /// discarded. Events its discarded waits took are delivered again.
+    /// Runs the instance again from the first call of step `step`: the
+    /// steps before it are kept (they are not run again), the rest run
+    /// again as a new generation, with new idempotency keys. Events its
+    /// discarded waits took are delivered again.
     pub async fn restart_from(&self, step: &str) -> Result<()> {
         self.restart_at(Some(step)).await
     }
 
     async fn restart_at(&self, step: Option<&str>) -> Result<()> {
-        self.engine.record(&self.id)?;
-        if let Some(live) = self.engine.live(&self.id) {
+        // Checked before the driver is stopped, so a refused restart leaves
+        // the instance as it was; checked again when the restart is written.
+        self.journal()
+            .read(&self.id, |state| self.restart_slot(state, step))??;
+        if let Some(live) = self.runner.live(&self.id) {
             live.interrupt(Interrupt::Stop);
             live.wait_stopped().await;
         }
-        let slots = self.engine.store.slots(&self.id)?;
-        let (first_slot, first_seq) = match step {
-            None => (0, 1),
-            Some(step) => slots
-                .iter()
-                .find(|(_, s)| s.kind == SlotKind::Step && s.name == step)
-                .map(|(i, s)| (*i, s.history_seq))
-                .ok_or_else(|| Error::UnknownStep {
-                    id: self.id.clone(),
-                    step: step.to_owned(),
-                })?,
-        };
-        let mut requeue = Vec::new();
-        for (_, slot) in slots.iter().filter(|(i, _)| *i >= first_slot) {
-            if let SlotState::Received {
-                event_type,
-                payload,
-            } = &slot.state
-            {
-                requeue.push((
-                    self.engine.store.unique_id()?,
-                    event_type.clone(),
-                    payload.clone(),
-                ));
-            }
-        }
-        self.engine.write(&self.id, |txn| {
-            for (i, _) in slots.iter().filter(|(i, _)| *i >= first_slot) {
-                txn.put(Op::DeleteSlot(self.id.clone(), *i));
-            }
-            for (i, _) in self.engine.store.rollbacks(&self.id)? {
-                txn.put(Op::DeleteRollback(self.id.clone(), i));
-            }
-            for (seq, event_type, payload) in requeue {
-                txn.put(Op::PutPendingEvent(
-                    self.id.clone(),
-                    seq,
-                    crate::record::PendingEvent {
-                        event_type,
-                        payload,
-                        sent_at: txn.now(),
-                    },
-                ));
-            }
-            txn.truncate_history(first_seq)?;
-            let record = txn.record()?;
-            record.status = Status::Queued;
-            record.finished_at = None;
-            record.output = None;
-            record.failure = None;
-            record.rollback = None;
-            txn.event(EventKind::InstanceRestarted {
-                from_step: step.map(str::to_owned),
-            });
-            Ok(())
+        self.journal().write(&self.id, |state| {
+            let from_slot = self.restart_slot(state, step)?;
+            Ok((
+                Some(Change::Restarted {
+                    from_slot,
+                    from_step: step.map(str::to_owned),
+                }),
+                (),
+            ))
         })?;
-        self.engine.flush().await?;
-        self.engine.spawn_driver(&self.id);
+        self.journal().flush().await?;
+        self.runner.spawn_driver(&self.id);
         Ok(())
+    }
+
+    /// The slot a restart from `step` begins at: the step's first call.
+    /// Refused when a step it would keep was compensated: its effect was
+    /// undone, so only a restart from the beginning is sound.
+    fn restart_slot(&self, state: &InstanceState, step: Option<&str>) -> Result<u32> {
+        let Some(step) = step else { return Ok(0) };
+        let from_slot = state
+            .slots
+            .iter()
+            .find(|(_, s)| s.kind == SlotKind::Step && s.name == step)
+            .map(|(i, _)| *i)
+            .ok_or_else(|| Error::UnknownStep {
+                id: self.id.clone(),
+                step: step.to_owned(),
+            })?;
+        if let Some(kept) = state.compensated_before(from_slot) {
+            return Err(Error::RestartAfterCompensation {
+                id: self.id.clone(),
+                step: step.to_owned(),
+                compensated: kept.name.clone(),
+            });
+        }
+        Ok(from_slot)
     }
 
     fn invalid(&self, status: Status, operation: &'static str) -> Error {

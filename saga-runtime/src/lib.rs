@@ -34,11 +34,12 @@
     warn(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
-mod attempt;
 mod clock;
 mod codec;
+mod compensation;
 mod config;
 mod context;
+mod core;
 mod driver;
 mod duration;
 mod engine;
@@ -47,11 +48,15 @@ mod failpoint;
 mod failure;
 mod history;
 mod instance;
+mod journal;
+mod key;
 mod live;
+mod lock;
 mod macro_support;
 mod panic;
-mod record;
 mod retention;
+mod retry;
+mod runner;
 mod saga;
 mod status;
 mod step;
@@ -61,6 +66,7 @@ mod wait;
 mod workflow;
 
 pub use crate::clock::{Clock, Sleep, SystemClock, TestClock};
+pub use crate::compensation::{BoxFuture, RollbackContext, RollbackInput, RollbackRegistration};
 pub use crate::config::{Backoff, MAX_RETRIES, StepConfig};
 pub use crate::context::WorkflowContext;
 pub use crate::duration::IntoDuration;
@@ -69,9 +75,11 @@ pub use crate::error::{Error, Result};
 pub use crate::failure::{Failure, FailureKind, StepError, StepFailed, WaitError, WorkflowError};
 pub use crate::history::{Event, EventKind};
 pub use crate::instance::{Instance, InstanceInfo, ListFilter, Run};
-pub use crate::saga::{BoxFuture, RollbackContext, RollbackInput, RollbackRegistration};
+pub use crate::key::{IdempotencyKey, StepContext};
 pub use crate::status::Status;
-pub use crate::step::{IdempotencyKey, StepContext, StepFuture};
+pub use crate::step::StepFuture;
+#[doc(hidden)]
+pub use crate::store::{SledStore, Store, run_conformance_suite};
 pub use crate::subscription::{RecvError, Subscription};
 pub use crate::workflow::{FnWorkflow, Workflow, WorkflowFuture, workflow_fn};
 
@@ -115,7 +123,7 @@ pub mod __private {
         Fut: ::std::future::Future<Output = Result<T, crate::StepError>> + Send + 'static,
     {
         let _ = read_only;
-        crate::step::start_step(ctx, name, config, body, rollback)
+        crate::step::start_step(ctx, name, None, config, body, rollback)
     }
 }
 
@@ -135,3 +143,6 @@ fn compile_time_assertions() {
     send::<Subscription>();
     send_sync::<TestClock>();
 }
+
+#[cfg(test)]
+mod test_list;

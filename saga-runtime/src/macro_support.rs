@@ -15,11 +15,12 @@ use serde::de::DeserializeOwned;
 
 // Every type generated code names, so that it names only `__private` (and
 // `start_step`, defined there).
+pub use crate::compensation::{BoxFuture, RollbackContext, RollbackInput, RollbackRegistration};
 pub use crate::config::{Backoff, StepConfig};
 pub use crate::context::WorkflowContext;
 pub use crate::failure::{StepError, WorkflowError};
-pub use crate::saga::{BoxFuture, RollbackContext, RollbackInput, RollbackRegistration};
-pub use crate::step::{IdempotencyKey, StepContext, StepFuture};
+pub use crate::key::{IdempotencyKey, StepContext};
+pub use crate::step::StepFuture;
 pub use crate::workflow::{Workflow, WorkflowFuture};
 
 /// Implemented by the hidden type `#[rollback]` generates beside a handler.

@@ -2,7 +2,6 @@
 //! task, their output stored and flushed before the workflow sees it, and
 //! never run again once completed.
 
-use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -13,102 +12,14 @@ use serde::de::DeserializeOwned;
 use tokio::sync::oneshot;
 use tracing::Instrument;
 
-use crate::attempt::run_attempt;
-use crate::clock::{add_millis, from_millis};
-use crate::codec::{decode_payload, encode_payload};
+use crate::codec::Payload;
+use crate::compensation::{Registered, RollbackRegistration};
 use crate::config::StepConfig;
 use crate::context::{Mode, Shared, Slot, WorkflowContext};
 use crate::failure::{Failure, FailureKind, StepError, StepFailed};
-use crate::history::EventKind;
-use crate::record::{SlotKind, SlotRecord, SlotState};
-use crate::saga::{Registered, RollbackRegistration};
-use crate::store::Op;
-
-/// The idempotency key of a step or of a rollback handler.
-///
-/// Deterministic: `"{instance}:{step}"` (with `#{occurrence}` from the
-/// second call of the same step on), and `"{instance}:rollback:{step}"` for
-/// the step's compensation. Every attempt and every replay gets the same
-/// key, so a callee that dedupes on it applies the side effect once.
-#[derive(Clone, PartialEq, Eq, Hash)]
-pub struct IdempotencyKey(Arc<str>);
-
-impl IdempotencyKey {
-    /// The key as a string, to pass to the callee.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-
-    pub(crate) fn forward(instance: &str, step: &str, occurrence: u32) -> Self {
-        IdempotencyKey(with_occurrence(format!("{instance}:{step}"), occurrence).into())
-    }
-
-    pub(crate) fn rollback(instance: &str, step: &str, occurrence: u32) -> Self {
-        IdempotencyKey(with_occurrence(format!("{instance}:rollback:{step}"), occurrence).into())
-    }
-}
-
-fn with_occurrence(mut key: String, occurrence: u32) -> String {
-    if occurrence > 0 {
-        key.push_str(&format!("#{occurrence}"));
-    }
-    key
-}
-
-impl fmt::Display for IdempotencyKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl fmt::Debug for IdempotencyKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&*self.0, f)
-    }
-}
-
-impl AsRef<str> for IdempotencyKey {
-    fn as_ref(&self) -> &str {
-        &self.0
-    }
-}
-
-/// What a step body may know about the attempt it runs in.
-#[derive(Clone, Debug)]
-pub struct StepContext {
-    key: IdempotencyKey,
-    instance: Arc<str>,
-    step: &'static str,
-    occurrence: u32,
-    attempt: u32,
-}
-
-impl StepContext {
-    /// The step's idempotency key.
-    pub fn key(&self) -> IdempotencyKey {
-        self.key.clone()
-    }
-
-    /// The instance id.
-    pub fn instance_id(&self) -> &str {
-        &self.instance
-    }
-
-    /// The step's name.
-    pub fn step_name(&self) -> &str {
-        self.step
-    }
-
-    /// 0 for the first call of this step in the instance, 1 for the second, ...
-    pub fn occurrence(&self) -> u32 {
-        self.occurrence
-    }
-
-    /// The attempt number, from 1.
-    pub fn attempt(&self) -> u32 {
-        self.attempt
-    }
-}
+use crate::journal::{Change, SlotKind, SlotState};
+use crate::key::{IdempotencyKey, StepContext};
+use crate::retry::{Resume, Retried, retry};
 
 /// The result of a step call: its output, or [`StepFailed`] once it gave up.
 ///
@@ -191,6 +102,7 @@ impl WorkflowContext {
         start_step(
             self,
             name,
+            None,
             config,
             move |step: StepContext| body(step.key),
             None,
@@ -210,7 +122,7 @@ impl WorkflowContext {
         F: FnMut(StepContext) -> Fut + Send + 'static,
         Fut: Future<Output = Result<T, StepError>> + Send + 'static,
     {
-        start_step(self, name, config, body, None)
+        start_step(self, name, None, config, body, None)
     }
 
     /// Like [`step`](WorkflowContext::step), with a compensation that runs
@@ -230,6 +142,7 @@ impl WorkflowContext {
         start_step(
             self,
             name,
+            None,
             config,
             move |step: StepContext| body(step.key),
             Some(rollback),
@@ -237,11 +150,12 @@ impl WorkflowContext {
     }
 }
 
-/// Starts a step: takes its slot now, registers its compensation, and
-/// either answers from history or spawns its task.
+/// Starts a step: takes its slot now, records its start, registers its
+/// compensation, and either answers from history or spawns its task.
 pub(crate) fn start_step<T, F, Fut>(
     workflow: &WorkflowContext,
     name: &'static str,
+    renamed_from: Option<&'static str>,
     config: StepConfig,
     body: F,
     rollback: Option<RollbackRegistration<T>>,
@@ -253,29 +167,50 @@ where
 {
     let ctx = &workflow.ctx;
     let shared = &ctx.shared;
-    let Some(slot) = ctx.take_slot(SlotKind::Step, name) else {
+    let Some(slot) = ctx.take_slot_renamed(SlotKind::Step, name, renamed_from) else {
         return StepFuture::never();
     };
+    let forward = shared.mode == Mode::Forward;
+    let recorded_state = slot.recorded.as_ref().map(|r| &r.state);
     // A pause stops the workflow before a step that is to run (anew, or
     // again after a crash): it is not started, so its compensation is not
     // registered either.
-    let to_run = matches!(
-        slot.recorded.as_ref().map(|r| &r.state),
-        None | Some(SlotState::Running { .. })
-    );
-    if to_run && shared.mode == Mode::Forward && shared.pause_here() {
+    let to_run = matches!(recorded_state, None | Some(SlotState::Running { .. }));
+    if to_run && forward && shared.pause_here() {
         return StepFuture::never();
     }
-    let has_rollback = rollback.is_some();
-    if let Some(rollback) = rollback {
-        // In rebuild mode only steps that history says started get their
-        // handler back; a call past that point never happened.
-        if shared.mode == Mode::Forward || slot.recorded.is_some() {
-            ctx.register_rollback(Registered::new(slot.index, name, slot.occurrence, rollback));
+    // In rebuild mode only steps that history says started get their
+    // handler back; a call past that point never happened.
+    let started = slot.recorded.is_some();
+    if !started {
+        if !forward {
+            return StepFuture::never();
+        }
+        // Recorded now, in call order, so history and rollback both see
+        // steps in the order the workflow called them.
+        let recorded = shared.append(Change::StepStarted {
+            slot: slot.index,
+            name: slot.name.to_string(),
+            occurrence: slot.occurrence,
+            has_rollback: rollback.is_some(),
+            input: None,
+        });
+        if let Err(e) = recorded {
+            shared.store_failed(e);
+            return StepFuture::never();
         }
     }
+    if let Some(rollback) = rollback {
+        ctx.register_rollback(Registered::new(
+            slot.index,
+            &slot.name,
+            slot.occurrence,
+            slot.generation,
+            rollback,
+        ));
+    }
     match slot.recorded.as_ref().map(|r| &r.state) {
-        Some(SlotState::Completed { output, .. }) => match decode_payload::<T>(output) {
+        Some(SlotState::Completed { output, .. }) => match output.decode::<T>() {
             Ok(value) => StepFuture {
                 state: State::Ready(Some(Ok(value))),
             },
@@ -298,14 +233,13 @@ where
                 error: error.clone(),
             }))),
         },
-        Some(SlotState::Running { .. }) | None if shared.mode == Mode::Forward => {
+        Some(SlotState::Running { .. }) | None if forward => {
             let (done, result) = oneshot::channel();
             let task = StepTask {
                 shared: shared.clone(),
                 slot,
                 name,
                 config,
-                has_rollback,
             };
             ctx.spawn(async move {
                 if let Some(outcome) = task.run(body).await {
@@ -326,7 +260,6 @@ struct StepTask {
     slot: Slot,
     name: &'static str,
     config: StepConfig,
-    has_rollback: bool,
 }
 
 impl StepTask {
@@ -334,59 +267,27 @@ impl StepTask {
     /// told and stops the instance).
     async fn run<T, F, Fut>(self, mut body: F) -> Option<Result<T, StepFailed>>
     where
-        T: Serialize + Send + 'static,
+        T: Serialize + DeserializeOwned + Send + 'static,
         F: FnMut(StepContext) -> Fut + Send + 'static,
         Fut: Future<Output = Result<T, StepError>> + Send + 'static,
     {
         let shared = &self.shared;
-        let engine = &shared.engine;
-        let key = IdempotencyKey::forward(&shared.id, self.name, self.slot.occurrence);
-        let (mut attempts, retry_at) = match self.slot.recorded.as_ref().map(|r| &r.state) {
-            Some(SlotState::Running { attempts, retry_at }) => (*attempts, *retry_at),
-            _ => (0, None),
+        let slot = &self.slot;
+        let key = IdempotencyKey::forward(&shared.id, &slot.name, slot.occurrence, slot.generation);
+        let resume = match slot.recorded.as_ref().map(|r| &r.state) {
+            Some(SlotState::Running { attempts, retry_at }) => Resume {
+                attempts: *attempts,
+                retry_at: *retry_at,
+            },
+            _ => Resume::default(),
         };
-        let mut record = match &self.slot.recorded {
-            Some(record) => record.clone(),
-            None => {
-                let started = shared.write(|txn| {
-                    let record = SlotRecord {
-                        kind: SlotKind::Step,
-                        name: self.name.to_owned(),
-                        occurrence: self.slot.occurrence,
-                        has_rollback: self.has_rollback,
-                        history_seq: txn.next_seq(),
-                        state: SlotState::Running {
-                            attempts: 0,
-                            retry_at: None,
-                        },
-                    };
-                    txn.event(EventKind::StepStarted {
-                        step: self.name.to_owned(),
-                        occurrence: self.slot.occurrence,
-                    });
-                    txn.put(Op::PutSlot(
-                        shared.id.to_string(),
-                        self.slot.index,
-                        record.clone(),
-                    ));
-                    Ok(record)
-                });
-                match started {
-                    Ok(record) => record,
-                    Err(e) => return self.store_failed(e),
-                }
-            }
-        };
-        if let Some(at) = retry_at {
-            engine.clock.sleep_until(from_millis(at)).await;
-        }
-        loop {
-            attempts += 1;
+        let this = &self;
+        let attempt = |attempts: u32| {
             let step = StepContext {
                 key: key.clone(),
                 instance: shared.id.clone(),
                 step: self.name,
-                occurrence: self.slot.occurrence,
+                occurrence: slot.occurrence,
                 attempt: attempts,
             };
             let span = tracing::info_span!(
@@ -394,113 +295,95 @@ impl StepTask {
                 instance = %shared.id,
                 workflow = %shared.workflow,
                 step = self.name,
-                occurrence = self.slot.occurrence,
+                occurrence = slot.occurrence,
                 attempt = attempts,
             );
-            let outcome = run_attempt(&engine.clock, self.config.timeout, body(step))
-                .instrument(span)
-                .await
-                .and_then(|value| self.encode(&value).map(|bytes| (value, bytes)));
-            match outcome {
-                Ok((value, output)) => {
-                    record.state = SlotState::Completed { output, attempts };
-                    let completed = EventKind::StepCompleted {
-                        step: self.name.to_owned(),
-                        occurrence: self.slot.occurrence,
-                        attempts,
-                    };
-                    if let Err(e) = self.save(&record, completed, true).await {
-                        return self.store_failed(e);
-                    }
-                    return Some(Ok(value));
-                }
-                Err(error) if error.is_retryable() && self.config.allows_retry_after(attempts) => {
-                    let delay = self.config.delay_after(attempts);
-                    let at = add_millis(engine.now_millis(), delay);
-                    record.state = SlotState::Running {
-                        attempts,
-                        retry_at: Some(at),
-                    };
-                    tracing::warn!(instance = %shared.id, step = self.name, attempt = attempts, error = %error, ?delay, "step attempt failed; retrying");
-                    let retrying = EventKind::StepRetrying {
-                        step: self.name.to_owned(),
-                        occurrence: self.slot.occurrence,
-                        attempt: attempts,
-                        error: error.to_string(),
-                        delay,
-                    };
-                    if let Err(e) = self.save(&record, retrying, false).await {
-                        return self.store_failed(e);
-                    }
-                    engine.clock.sleep_until(from_millis(at)).await;
-                }
-                Err(error) => {
-                    record.state = SlotState::Failed {
-                        error: error.clone(),
-                        attempts,
-                    };
-                    let failed = EventKind::StepFailed {
-                        step: self.name.to_owned(),
-                        occurrence: self.slot.occurrence,
-                        attempts,
-                        error: error.to_string(),
-                    };
-                    if let Err(e) = self.save(&record, failed, true).await {
-                        return self.store_failed(e);
-                    }
-                    return Some(Err(StepFailed {
-                        step: self.name.to_owned(),
-                        attempts,
-                        error,
-                    }));
-                }
-            }
+            let run = body(step).instrument(span);
+            async move { run.await.and_then(|value| this.round_trip(&value)) }
+        };
+        let record_retry = |attempt: u32, error: &StepError, retry_at: u64, delay| {
+            tracing::warn!(instance = %shared.id, step = self.name, attempt, error = %error, ?delay, "step attempt failed; retrying");
+            shared.append(Change::StepRetrying {
+                slot: slot.index,
+                attempt,
+                error: error.clone(),
+                retry_at,
+                delay,
+            })
+        };
+        let outcome = retry(
+            &shared.core.clock,
+            &self.config,
+            resume,
+            attempt,
+            record_retry,
+        )
+        .await;
+        let (change, result) = match outcome {
+            Err(e) => return self.store_failed(e),
+            Ok(Retried::Done((value, output), attempts)) => (
+                Change::StepCompleted {
+                    slot: slot.index,
+                    output,
+                    attempts,
+                },
+                Ok(value),
+            ),
+            Ok(Retried::GaveUp(error, attempts)) => (
+                Change::StepFailed {
+                    slot: slot.index,
+                    error: error.clone(),
+                    attempts,
+                },
+                Err(StepFailed {
+                    step: self.name.to_owned(),
+                    attempts,
+                    error,
+                }),
+            ),
+        };
+        // The outcome is durable before the workflow sees it, so a replay
+        // gives the same.
+        let written = match shared.append(change) {
+            Ok(()) => shared.core.journal.flush().await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = written {
+            return self.store_failed(e);
         }
+        Some(result)
     }
 
-    /// Stores the slot with its history event, and with `durable` waits
-    /// until both are on disk. An outcome the workflow will see (output or
-    /// failure) is durable before it sees it, so replay gives the same.
-    async fn save(
+    /// Encodes an output and decodes it again, so the first run sees what
+    /// every replay will see. One over the size limit, or one that does not
+    /// round-trip, fails the step for good (no retry changes it).
+    fn round_trip<T: Serialize + DeserializeOwned>(
         &self,
-        record: &SlotRecord,
-        event: EventKind,
-        durable: bool,
-    ) -> crate::Result<()> {
-        let shared = &self.shared;
-        shared.write(|txn| {
-            txn.event(event);
-            txn.put(Op::PutSlot(
-                shared.id.to_string(),
-                self.slot.index,
-                record.clone(),
-            ));
-            Ok(())
-        })?;
-        if durable {
-            shared.engine.flush().await?;
-        }
-        Ok(())
-    }
-
-    /// Encodes an output; one over the size limit fails the step for good
-    /// (no retry makes it smaller).
-    fn encode<T: Serialize>(&self, value: &T) -> Result<Vec<u8>, StepError> {
-        let limit = self.shared.engine.max_payload;
-        let bytes = encode_payload(value).map_err(|detail| {
+        value: &T,
+    ) -> Result<(T, Payload), StepError> {
+        let limit = self.shared.core.max_payload;
+        let type_name = std::any::type_name::<T>();
+        let payload = Payload::encode(value).map_err(|detail| {
             StepError::fatal(format!(
-                "could not encode the output of step {:?}: {detail}",
+                "could not encode the output of step {:?} (`{type_name}`) as JSON: {detail}",
                 self.name
             ))
         })?;
-        if bytes.len() > limit {
+        if payload.len() > limit {
             return Err(StepError::fatal(format!(
                 "the output of step {:?} is {} bytes, over the limit of {limit}; return a reference (a key, a URL) instead",
                 self.name,
-                bytes.len()
+                payload.len()
             )));
         }
-        Ok(bytes)
+        let decoded = payload.decode::<T>().map_err(|detail| {
+            StepError::fatal(format!(
+                "the output of step {:?} does not survive the store: `{type_name}` encoded as JSON does not decode back ({detail}); \
+                 NaN, infinities and maps with non-string keys cannot be stored",
+                self.name
+            ))
+        })?;
+        Ok((decoded, payload))
     }
 
     fn store_failed<T>(&self, error: crate::Error) -> Option<T> {

@@ -10,16 +10,11 @@ use std::time::SystemTime;
 use serde::de::DeserializeOwned;
 
 use crate::clock::{add_millis, from_millis, to_millis};
-use crate::codec::{decode_payload, encode_payload};
+use crate::codec::Payload;
 use crate::context::{Mode, Shared, Slot, WorkflowContext};
 use crate::duration::IntoDuration;
-use crate::engine::Txn;
-use crate::error::Result;
 use crate::failure::WaitError;
-use crate::history::EventKind;
-use crate::record::{SlotKind, SlotRecord, SlotState};
-use crate::status::Status;
-use crate::store::Op;
+use crate::journal::{Change, SlotKind, SlotState};
 
 impl WorkflowContext {
     /// Sleeps durably for `duration` (a [`Duration`](std::time::Duration) or a
@@ -80,7 +75,7 @@ impl WorkflowContext {
                 event_type,
             };
             let payload = wait.run(timeout).await?;
-            decode_payload::<T>(&payload).map_err(|detail| WaitError::Decode {
+            payload.decode::<T>().map_err(|detail| WaitError::Decode {
                 name: name.to_owned(),
                 type_name: std::any::type_name::<T>(),
                 detail,
@@ -91,7 +86,7 @@ impl WorkflowContext {
     /// The current time, recorded: replay gets the same value. Use it
     /// instead of `SystemTime::now()` in workflow code.
     pub fn now(&self) -> impl Future<Output = SystemTime> + Send + 'static {
-        let recorded = self.recorded_value(SlotKind::Now, |shared| shared.engine.now_millis());
+        let recorded = self.recorded_value(SlotKind::Now, |shared| shared.core.now_millis());
         async move { from_millis(recorded.await) }
     }
 
@@ -111,106 +106,29 @@ impl WorkflowContext {
         kind: SlotKind,
         compute: impl FnOnce(&Shared) -> u64 + Send + 'static,
     ) -> impl Future<Output = u64> + Send + 'static {
-        let slot = self.ctx.take_slot(kind, kind_name(kind));
+        let slot = self.ctx.take_slot(kind, kind.value_name());
         let shared = self.ctx.shared.clone();
         async move {
             let Some(slot) = slot else {
                 return pending().await;
             };
             if let Some(SlotState::Value { value }) = slot.recorded.as_ref().map(|r| &r.state) {
-                match decode_payload::<u64>(value) {
-                    Ok(value) => return value,
-                    Err(detail) => {
-                        shared.fail(crate::failure::Failure::new(
-                            crate::failure::FailureKind::Decode,
-                            format!(
-                                "the recorded value of {} does not decode: {detail}",
-                                kind.describe("")
-                            ),
-                        ));
-                        return pending().await;
-                    }
-                }
+                return *value;
             }
             if shared.mode == Mode::Rebuild || slot.recorded.is_some() {
                 return pending().await;
             }
             let value = compute(&shared);
-            let state = SlotState::Value {
-                value: encode_payload(&value).unwrap_or_default(),
-            };
-            let written = shared.write(|txn| {
-                put_slot(txn, &shared, &slot, kind, kind_name(kind), state);
-                Ok(())
-            });
-            match written {
-                Ok(()) => match shared.engine.flush().await {
-                    Ok(()) => value,
-                    Err(e) => stall(&shared, e).await,
-                },
-                Err(e) => stall(&shared, e).await,
-            }
+            shared
+                .record(Change::ValueRecorded {
+                    slot: slot.index,
+                    kind,
+                    value,
+                })
+                .await;
+            value
         }
     }
-}
-
-fn kind_name(kind: SlotKind) -> &'static str {
-    match kind {
-        SlotKind::Now => "now",
-        SlotKind::Random => "random",
-        SlotKind::Step => "step",
-        SlotKind::Sleep => "sleep",
-        SlotKind::Event => "event",
-    }
-}
-
-/// Reports a store failure to the driver and never completes.
-async fn stall<T>(shared: &Shared, error: crate::Error) -> T {
-    shared.store_failed(error);
-    pending().await
-}
-
-fn put_slot(
-    txn: &mut Txn<'_>,
-    shared: &Shared,
-    slot: &Slot,
-    kind: SlotKind,
-    name: &str,
-    state: SlotState,
-) {
-    let history_seq = slot
-        .recorded
-        .as_ref()
-        .map_or_else(|| txn.next_seq(), |r| r.history_seq);
-    txn.put(Op::PutSlot(
-        shared.id.to_string(),
-        slot.index,
-        SlotRecord {
-            kind,
-            name: name.to_owned(),
-            occurrence: slot.occurrence,
-            has_rollback: false,
-            history_seq,
-            state,
-        },
-    ));
-}
-
-/// Marks the instance waiting (or running again), unless a user paused it
-/// or it is rolling back.
-fn set_waiting(txn: &mut Txn<'_>, waiting: bool) -> Result<()> {
-    let record = txn.record()?;
-    if matches!(
-        record.status,
-        Status::Queued | Status::Running | Status::Waiting
-    ) {
-        record.status = if waiting {
-            Status::Waiting
-        } else {
-            Status::Running
-        };
-    }
-    Ok(())
 }
 
 async fn sleep_in_slot(
@@ -224,53 +142,29 @@ async fn sleep_in_slot(
     };
     let wake_at = match slot.recorded.as_ref().map(|r| &r.state) {
         Some(SlotState::Slept) => return Ok(()),
-        Some(SlotState::Sleeping { wake_at }) if shared.mode == Mode::Forward => {
-            let wake_at = *wake_at;
-            if let Err(e) = shared.write(|txn| set_waiting(txn, true)) {
-                return stall(&shared, e).await;
-            }
-            wake_at
-        }
+        Some(SlotState::Sleeping { wake_at }) if shared.mode == Mode::Forward => *wake_at,
         None if shared.mode == Mode::Forward => {
             if shared.pause_here() {
                 return pending().await;
             }
-            let wake_at = wake_at(shared.engine.now_millis());
-            let written = shared.write(|txn| {
-                put_slot(
-                    txn,
-                    &shared,
-                    &slot,
-                    SlotKind::Sleep,
-                    name,
-                    SlotState::Sleeping { wake_at },
-                );
-                txn.event(EventKind::SleepStarted {
+            let wake_at = wake_at(shared.core.now_millis());
+            shared
+                .record(Change::SleepStarted {
+                    slot: slot.index,
                     name: name.to_owned(),
-                    wake_at: from_millis(wake_at),
-                });
-                set_waiting(txn, true)
-            });
-            if let Err(e) = written {
-                return stall(&shared, e).await;
-            }
-            if let Err(e) = shared.engine.flush().await {
-                return stall(&shared, e).await;
-            }
+                    occurrence: slot.occurrence,
+                    wake_at,
+                })
+                .await;
             wake_at
         }
         _ => return pending().await,
     };
-    shared.engine.clock.sleep_until(from_millis(wake_at)).await;
-    let written = shared.write(|txn| {
-        put_slot(txn, &shared, &slot, SlotKind::Sleep, name, SlotState::Slept);
-        txn.event(EventKind::SleepCompleted {
-            name: name.to_owned(),
-        });
-        set_waiting(txn, false)
-    });
-    if let Err(e) = written {
-        return stall(&shared, e).await;
+    shared.core.clock.sleep_until(from_millis(wake_at)).await;
+    // Not waited for: the next durable call's flush covers it, and a crash
+    // before then sleeps again until the same wake time, which has passed.
+    if let Err(e) = shared.append(Change::SleepCompleted { slot: slot.index }) {
+        return shared.stall(e).await;
     }
     Ok(())
 }
@@ -284,43 +178,26 @@ struct EventWait {
 
 impl EventWait {
     /// The payload of the event this wait takes.
-    async fn run(self, timeout: std::time::Duration) -> Result<Vec<u8>, WaitError> {
+    async fn run(self, timeout: std::time::Duration) -> Result<Payload, WaitError> {
         let shared = &self.shared;
         let deadline = match self.slot.recorded.as_ref().map(|r| &r.state) {
             Some(SlotState::Received { payload, .. }) => return Ok(payload.clone()),
             Some(SlotState::TimedOut { .. }) => return Err(self.timeout_error()),
-            Some(SlotState::Waiting { deadline, .. }) if shared.mode == Mode::Forward => {
-                if let Err(e) = shared.write(|txn| set_waiting(txn, true)) {
-                    return stall(shared, e).await;
-                }
-                *deadline
-            }
+            Some(SlotState::Waiting { deadline, .. }) if shared.mode == Mode::Forward => *deadline,
             None if shared.mode == Mode::Forward => {
                 if shared.pause_here() {
                     return pending().await;
                 }
-                let deadline = add_millis(shared.engine.now_millis(), timeout);
-                let written = shared.write(|txn| {
-                    self.put(
-                        txn,
-                        SlotState::Waiting {
-                            event_type: self.event_type.clone(),
-                            deadline,
-                        },
-                    );
-                    txn.event(EventKind::EventWaitStarted {
+                let deadline = add_millis(shared.core.now_millis(), timeout);
+                shared
+                    .record(Change::WaitStarted {
+                        slot: self.slot.index,
                         name: self.name.to_owned(),
+                        occurrence: self.slot.occurrence,
                         event_type: self.event_type.clone(),
-                        deadline: from_millis(deadline),
-                    });
-                    set_waiting(txn, true)
-                });
-                if let Err(e) = written {
-                    return stall(shared, e).await;
-                }
-                if let Err(e) = shared.engine.flush().await {
-                    return stall(shared, e).await;
-                }
+                        deadline,
+                    })
+                    .await;
                 deadline
             }
             _ => return pending().await,
@@ -329,81 +206,49 @@ impl EventWait {
             let sent = shared.live.event_sent.notified();
             match self.take_pending() {
                 Ok(Some(payload)) => {
-                    if let Err(e) = shared.engine.flush().await {
-                        return stall(shared, e).await;
+                    if let Err(e) = shared.core.journal.flush().await {
+                        return shared.stall(e).await;
                     }
                     return Ok(payload);
                 }
                 Ok(None) => {}
-                Err(e) => return stall(shared, e).await,
+                Err(e) => return shared.stall(e).await,
             }
-            if shared.engine.now_millis() >= deadline {
-                let written = shared.write(|txn| {
-                    self.put(
-                        txn,
-                        SlotState::TimedOut {
-                            event_type: self.event_type.clone(),
-                        },
-                    );
-                    txn.event(EventKind::EventWaitTimedOut {
-                        name: self.name.to_owned(),
-                        event_type: self.event_type.clone(),
-                    });
-                    set_waiting(txn, false)
-                });
-                if let Err(e) = written {
-                    return stall(shared, e).await;
-                }
-                if let Err(e) = shared.engine.flush().await {
-                    return stall(shared, e).await;
-                }
+            if shared.core.now_millis() >= deadline {
+                shared
+                    .record(Change::WaitTimedOut {
+                        slot: self.slot.index,
+                    })
+                    .await;
                 return Err(self.timeout_error());
             }
             tokio::select! {
                 () = sent => {}
-                () = shared.engine.clock.sleep_until(from_millis(deadline)) => {}
+                () = shared.core.clock.sleep_until(from_millis(deadline)) => {}
             }
         }
     }
 
     /// Takes the oldest stored event of this wait's type, if any, in the
-    /// same write that records it as this wait's result.
-    fn take_pending(&self) -> Result<Option<Vec<u8>>> {
-        let shared = &self.shared;
-        shared.write(|txn| {
-            let pending = shared.engine.store.pending_events(&shared.id)?;
-            let Some((seq, event)) = pending
-                .into_iter()
-                .find(|(_, e)| e.event_type == self.event_type)
-            else {
-                return Ok(None);
-            };
-            txn.put(Op::DeletePendingEvent(shared.id.to_string(), seq));
-            self.put(
-                txn,
-                SlotState::Received {
-                    event_type: event.event_type.clone(),
-                    payload: event.payload.clone(),
-                },
-            );
-            txn.event(EventKind::EventDelivered {
-                name: self.name.to_owned(),
-                event_type: self.event_type.clone(),
-            });
-            set_waiting(txn, false)?;
-            Ok(Some(event.payload))
+    /// same record that makes it this wait's result.
+    fn take_pending(&self) -> crate::Result<Option<Payload>> {
+        let slot = self.slot.index;
+        self.shared.write(|state| {
+            let found = state
+                .pending
+                .iter()
+                .find(|(_, e)| e.event_type == self.event_type);
+            Ok(match found {
+                Some((event, pending)) => (
+                    Some(Change::EventTaken {
+                        slot,
+                        event: *event,
+                    }),
+                    Some(pending.payload.clone()),
+                ),
+                None => (None, None),
+            })
         })
-    }
-
-    fn put(&self, txn: &mut Txn<'_>, state: SlotState) {
-        put_slot(
-            txn,
-            &self.shared,
-            &self.slot,
-            SlotKind::Event,
-            self.name,
-            state,
-        );
     }
 
     fn timeout_error(&self) -> WaitError {

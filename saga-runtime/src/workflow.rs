@@ -7,7 +7,7 @@ use std::pin::Pin;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::codec::{decode_payload, encode_payload};
+use crate::codec::Payload;
 use crate::context::WorkflowContext;
 use crate::failure::{Failure, FailureKind, WorkflowError};
 
@@ -125,20 +125,26 @@ where
 
 /// A workflow with its types erased, as the engine's registry holds it.
 pub(crate) trait ErasedWorkflow: Send + Sync + 'static {
+    fn workflow_name(&self) -> &'static str;
+
     fn run_erased(
         &self,
         ctx: WorkflowContext,
-        input: &[u8],
-    ) -> Pin<Box<dyn Future<Output = Result<Vec<u8>, Failure>> + Send + 'static>>;
+        input: &Payload,
+    ) -> Pin<Box<dyn Future<Output = Result<Payload, Failure>> + Send + 'static>>;
 }
 
 impl<W: Workflow> ErasedWorkflow for W {
+    fn workflow_name(&self) -> &'static str {
+        self.name()
+    }
+
     fn run_erased(
         &self,
         ctx: WorkflowContext,
-        input: &[u8],
-    ) -> Pin<Box<dyn Future<Output = Result<Vec<u8>, Failure>> + Send + 'static>> {
-        let input = match decode_payload::<W::Input>(input) {
+        input: &Payload,
+    ) -> Pin<Box<dyn Future<Output = Result<Payload, Failure>> + Send + 'static>> {
+        let input = match input.decode::<W::Input>() {
             Ok(input) => input,
             Err(detail) => {
                 let failure = Failure::new(
@@ -151,26 +157,35 @@ impl<W: Workflow> ErasedWorkflow for W {
                 return Box::pin(std::future::ready(Err(failure)));
             }
         };
-        let max = ctx.ctx.shared.engine.max_payload;
+        let max = ctx.ctx.shared.core.max_payload;
         let run = self.run(ctx, input);
         Box::pin(async move {
             let output = run.await.map_err(WorkflowError::into_failure)?;
-            let bytes = encode_payload(&output).map_err(|detail| {
+            let payload = Payload::encode(&output).map_err(|detail| {
                 Failure::new(
                     FailureKind::Workflow,
-                    format!("could not encode the workflow output: {detail}"),
+                    format!("could not encode the workflow output as JSON: {detail}"),
                 )
             })?;
-            if bytes.len() > max {
+            if payload.len() > max {
                 return Err(Failure::new(
                     FailureKind::Workflow,
                     format!(
                         "the workflow output is {} bytes, over the limit of {max}; return a reference instead",
-                        bytes.len()
+                        payload.len()
                     ),
                 ));
             }
-            Ok(bytes)
+            if let Err(detail) = payload.decode::<W::Output>() {
+                return Err(Failure::new(
+                    FailureKind::Workflow,
+                    format!(
+                        "the workflow output `{}` does not survive the store: encoded as JSON it does not decode back ({detail})",
+                        std::any::type_name::<W::Output>()
+                    ),
+                ));
+            }
+            Ok(payload)
         })
     }
 }

@@ -1,69 +1,59 @@
-//! Where records live. The engine talks to a [`Store`]; sled is the
+//! Where journals live. The engine talks to a [`Store`]; sled is the
 //! embedded one, and a server-backed store (PostgreSQL, for many workers)
-//! can be added beside it without touching the engine.
+//! implements the same trait.
+//!
+//! A store holds bytes, not records: encoding is the journal's business
+//! (`codec` pins it), so every store keeps the same bytes.
+//!
+//! Two kinds of data:
+//!
+//! - **Journals**: per instance, records keyed by a sequence number that
+//!   grows from 0 without gaps. A record is never changed once appended;
+//!   an instance's journal is removed whole, by retention.
+//! - **The index**: per instance, a summary (status, workflow, times)
+//!   derived from its journal. It may lag the journal; the journal module
+//!   rebuilds it on open wherever it does.
+//!
+//! A write is durable once [`Store::flush`] returns after it. A store
+//! recovers after a crash with a prefix of its writes: a write is never
+//! kept while one made before it is lost.
 
+mod conformance;
 mod flusher;
 mod sled_store;
 
+#[doc(hidden)]
+pub use conformance::run_conformance_suite;
 pub(crate) use flusher::Flusher;
-pub(crate) use sled_store::{SledStore, wait_until_released};
+pub use sled_store::SledStore;
+pub(crate) use sled_store::{LegacyInstance, wait_until_released};
 
 use crate::error::Result;
-use crate::record::{HistoryRecord, InstanceRecord, PendingEvent, RollbackRecord, SlotRecord};
 
-/// Durable storage of instances, slots, history, compensations and pending
-/// events. Writes are atomic per [`Batch`]; a write is durable once
-/// [`Store::flush`] returns after it.
-pub(crate) trait Store: Send + Sync + 'static {
-    fn instance(&self, id: &str) -> Result<Option<InstanceRecord>>;
-    fn instance_ids(&self) -> Result<Vec<String>>;
-    fn slots(&self, id: &str) -> Result<Vec<(u32, SlotRecord)>>;
-    fn rollbacks(&self, id: &str) -> Result<Vec<(u32, RollbackRecord)>>;
-    fn history(&self, id: &str) -> Result<Vec<(u64, HistoryRecord)>>;
-    /// One past the last history sequence number of the instance.
-    fn next_history_seq(&self, id: &str) -> Result<u64>;
-    fn pending_events(&self, id: &str) -> Result<Vec<(u64, PendingEvent)>>;
-    /// Stores `record` and applies `batch`, atomically, unless an instance
-    /// with this id exists (then nothing is written and `false` returned).
-    fn create_instance(&self, id: &str, record: &InstanceRecord, batch: Batch) -> Result<bool>;
-    fn apply(&self, batch: Batch) -> Result<()>;
-    /// A number never returned before by this store.
-    fn unique_id(&self) -> Result<u64>;
-    /// Blocks until every write applied before the call is on disk.
+/// Durable storage of journals and the index. Not yet a stable API: a
+/// server-backed store will reshape it (async calls, leases).
+#[doc(hidden)]
+pub trait Store: Send + Sync + 'static {
+    /// Stores record 0 of a new instance's journal unless the instance
+    /// exists; `true` when it was created. Also stores its first index
+    /// summary, before the record, so the index never misses an instance.
+    fn create(&self, id: &str, index: &[u8], record: &[u8]) -> Result<bool>;
+    /// Appends record `seq` to the journal of `id`: one write.
+    fn append(&self, id: &str, seq: u64, record: &[u8]) -> Result<()>;
+    /// The journal of `id`, in order; empty when there is none.
+    fn journal(&self, id: &str) -> Result<Vec<(u64, Vec<u8>)>>;
+    /// The sequence number of the last record of `id`'s journal.
+    fn last_seq(&self, id: &str) -> Result<Option<u64>>;
+    /// Replaces the index summary of `id`.
+    fn put_index(&self, id: &str, summary: &[u8]) -> Result<()>;
+    /// The index summary of `id`.
+    fn index(&self, id: &str) -> Result<Option<Vec<u8>>>;
+    /// Every index entry, in id order.
+    fn index_entries(&self) -> Result<Vec<(String, Vec<u8>)>>;
+    /// Removes an instance: its journal first, then its index entry (so a
+    /// crash in between leaves an index entry without a journal, which the
+    /// journal module finishes removing on open).
+    fn remove(&self, id: &str) -> Result<()>;
+    /// Blocks until every write made before the call is durable.
     fn flush(&self) -> Result<()>;
-}
-
-/// Writes applied together or not at all.
-#[derive(Default, Debug)]
-pub(crate) struct Batch {
-    pub(crate) ops: Vec<Op>,
-}
-
-#[derive(Debug)]
-pub(crate) enum Op {
-    PutInstance(String, Box<InstanceRecord>),
-    DeleteInstance(String),
-    PutSlot(String, u32, SlotRecord),
-    DeleteSlot(String, u32),
-    PutHistory(String, u64, HistoryRecord),
-    DeleteHistory(String, u64),
-    PutRollback(String, u32, RollbackRecord),
-    DeleteRollback(String, u32),
-    PutPendingEvent(String, u64, PendingEvent),
-    DeletePendingEvent(String, u64),
-}
-
-impl Batch {
-    pub(crate) fn new() -> Self {
-        Batch::default()
-    }
-
-    pub(crate) fn push(&mut self, op: Op) -> &mut Self {
-        self.ops.push(op);
-        self
-    }
-
-    pub(crate) fn is_empty(&self) -> bool {
-        self.ops.is_empty()
-    }
 }

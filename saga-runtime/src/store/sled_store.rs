@@ -1,262 +1,248 @@
-//! The embedded store: one sled directory, one tree per kind of record.
+//! The embedded store: one sled directory, two trees.
 //!
-//! Keys of per-instance trees are `<id>/<big-endian index>`; ids never
-//! contain `/`, and `/` sorts before every id character, so a prefix scan
-//! of `<id>/` sees exactly one instance's records, in order.
+//! - `journal`: key `<id>/<big-endian u64 seq>`, one insert per record.
+//!   Ids never contain `/`, and `/` sorts before every id character, so a
+//!   prefix scan of `<id>/` sees exactly one instance's records, in order.
+//! - `index`: key `<id>`, the instance's summary.
+//!
+//! Nothing here uses a sled `Batch` or a multi-tree transaction: measured
+//! on sled 0.34.7, those cap near 10k durable writes/s at any concurrency,
+//! while plain inserts that share a flush scale to ~33k/s.
+//!
+//! sled recovers a prefix of its log after a crash, so a record is never
+//! kept while one written before it is lost.
 
 use std::io;
 use std::path::{Path, PathBuf};
 
-use serde::de::DeserializeOwned;
-use sled::Transactional;
-
-use super::{Batch, Op, Store};
-use crate::codec::{decode_record, encode_record};
+use super::Store;
 use crate::error::{Error, Result};
 use crate::failpoint::{self, Call};
-use crate::record::{HistoryRecord, InstanceRecord, PendingEvent, RollbackRecord, SlotRecord};
 
-pub(crate) struct SledStore {
+/// The sled store. Not yet a stable API (see [`Store`]).
+#[doc(hidden)]
+pub struct SledStore {
     db: sled::Db,
-    instances: sled::Tree,
-    slots: sled::Tree,
-    history: sled::Tree,
-    rollbacks: sled::Tree,
-    events: sled::Tree,
+    journal: sled::Tree,
+    index: sled::Tree,
+    path: Option<PathBuf>,
+}
+
+/// The trees of the first release's layout, read once to upgrade a store.
+pub(crate) const LEGACY_TREES: [&str; 5] = ["instances", "slots", "history", "rollbacks", "events"];
+
+/// The records of one instance in the first release's layout, as bytes:
+/// the instance record, then per tree the key suffixes (big-endian index)
+/// and values.
+pub(crate) struct LegacyInstance {
+    pub(crate) id: String,
+    pub(crate) record: Vec<u8>,
+    pub(crate) slots: Vec<(Vec<u8>, Vec<u8>)>,
+    pub(crate) history: Vec<(Vec<u8>, Vec<u8>)>,
+    pub(crate) rollbacks: Vec<(Vec<u8>, Vec<u8>)>,
+    pub(crate) events: Vec<(Vec<u8>, Vec<u8>)>,
 }
 
 impl SledStore {
     /// Opens (creating with mode 0700) the store in `path`.
-    pub(crate) fn open(path: &Path) -> Result<Self> {
+    pub fn open(path: &Path) -> Result<Self> {
         create_private_dir(path)
             .map_err(|e| Error::Store(format!("could not create {}: {e}", path.display())))?;
         let db = sled::Config::new()
             .path(path)
             .open()
             .map_err(|e| open_error(path, e))?;
-        Self::with_db(db)
+        Self::with_db(db, Some(path.to_owned()))
     }
 
     /// A store in a temporary directory, removed when dropped.
-    pub(crate) fn temporary() -> Result<Self> {
-        let db = sled::Config::new().temporary(true).open()?;
-        Self::with_db(db)
+    pub fn temporary() -> Result<Self> {
+        let db = sled::Config::new()
+            .temporary(true)
+            .open()
+            .map_err(sled_error)?;
+        Self::with_db(db, None)
     }
 
-    fn with_db(db: sled::Db) -> Result<Self> {
+    fn with_db(db: sled::Db, path: Option<PathBuf>) -> Result<Self> {
         Ok(SledStore {
-            instances: db.open_tree("instances")?,
-            slots: db.open_tree("slots")?,
-            history: db.open_tree("history")?,
-            rollbacks: db.open_tree("rollbacks")?,
-            events: db.open_tree("events")?,
+            journal: db.open_tree("journal").map_err(sled_error)?,
+            index: db.open_tree("index").map_err(sled_error)?,
             db,
+            path,
         })
     }
 
-    fn scan<T: DeserializeOwned, I: FromKey>(
-        tree: &sled::Tree,
-        id: &str,
-        what: &str,
-    ) -> Result<Vec<(I, T)>> {
-        let prefix = instance_prefix(id);
-        tree.scan_prefix(&prefix)
-            .map(|entry| {
-                let (key, value) = entry?;
-                let index = I::from_key(&key[prefix.len()..]).ok_or_else(|| Error::Corrupt {
-                    what: format!("{what} key of instance {id:?}"),
-                    detail: format!("key suffix of {} bytes", key.len() - prefix.len()),
-                })?;
-                let record = decode_record(&value).map_err(|detail| Error::Corrupt {
-                    what: format!("{what} #{index} of instance {id:?}"),
-                    detail,
-                })?;
-                Ok((index, record))
-            })
-            .collect()
+    /// The directory of the store (`None` when temporary).
+    pub(crate) fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
     }
 
-    fn split(&self, batch: &Batch) -> [sled::Batch; 5] {
-        let mut out: [sled::Batch; 5] = Default::default();
-        let [instances, slots, history, rollbacks, events] = &mut out;
-        for op in &batch.ops {
-            match op {
-                Op::PutInstance(id, r) => {
-                    instances.insert(id.as_bytes(), encode_record(r.as_ref()))
-                }
-                Op::DeleteInstance(id) => instances.remove(id.as_bytes()),
-                Op::PutSlot(id, i, r) => slots.insert(key(id, *i), encode_record(r)),
-                Op::DeleteSlot(id, i) => slots.remove(key(id, *i)),
-                Op::PutHistory(id, i, r) => history.insert(key(id, *i), encode_record(r)),
-                Op::DeleteHistory(id, i) => history.remove(key(id, *i)),
-                Op::PutRollback(id, i, r) => rollbacks.insert(key(id, *i), encode_record(r)),
-                Op::DeleteRollback(id, i) => rollbacks.remove(key(id, *i)),
-                Op::PutPendingEvent(id, i, r) => events.insert(key(id, *i), encode_record(r)),
-                Op::DeletePendingEvent(id, i) => events.remove(key(id, *i)),
-            }
+    /// The instances of the first release's layout, if the store has any.
+    pub(crate) fn legacy_instances(&self) -> Result<Vec<LegacyInstance>> {
+        let names = self.db.tree_names();
+        if !names
+            .iter()
+            .any(|n| n.as_ref() == LEGACY_TREES[0].as_bytes())
+        {
+            return Ok(Vec::new());
         }
-        out
+        let tree = |name: &str| self.db.open_tree(name).map_err(sled_error);
+        let [instances, slots, history, rollbacks, events] = [
+            tree(LEGACY_TREES[0])?,
+            tree(LEGACY_TREES[1])?,
+            tree(LEGACY_TREES[2])?,
+            tree(LEGACY_TREES[3])?,
+            tree(LEGACY_TREES[4])?,
+        ];
+        let scan = |tree: &sled::Tree, id: &str| -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+            let prefix = instance_prefix(id);
+            tree.scan_prefix(&prefix)
+                .map(|entry| {
+                    let (key, value) = entry.map_err(sled_error)?;
+                    Ok((key[prefix.len()..].to_vec(), value.to_vec()))
+                })
+                .collect()
+        };
+        let mut out = Vec::new();
+        for entry in instances.iter() {
+            let (key, record) = entry.map_err(sled_error)?;
+            let id = String::from_utf8_lossy(&key).into_owned();
+            out.push(LegacyInstance {
+                slots: scan(&slots, &id)?,
+                history: scan(&history, &id)?,
+                rollbacks: scan(&rollbacks, &id)?,
+                events: scan(&events, &id)?,
+                record: record.to_vec(),
+                id,
+            });
+        }
+        Ok(out)
     }
 
-    /// Applies the batches in one sled transaction; `guard` runs first and
-    /// may veto the write.
-    fn transact(
-        &self,
-        batch: &Batch,
-        guard: impl Fn(
-            &sled::transaction::TransactionalTree,
-        ) -> sled::transaction::ConflictableTransactionResult<bool, ()>,
-    ) -> Result<bool> {
-        let [b_instances, b_slots, b_history, b_rollbacks, b_events] = self.split(batch);
-        let trees = (
-            &self.instances,
-            &self.slots,
-            &self.history,
-            &self.rollbacks,
-            &self.events,
-        );
+    /// Drops the first release's trees once their instances are in journals.
+    pub(crate) fn drop_legacy_trees(&self) -> Result<()> {
+        for name in LEGACY_TREES {
+            self.db.drop_tree(name).map_err(sled_error)?;
+        }
+        Ok(())
+    }
+
+    fn insert(tree: &sled::Tree, key: &[u8], value: &[u8]) -> Result<()> {
         let n = failpoint::before(Call::Write)?;
-        let result = trees.transaction(|(instances, slots, history, rollbacks, events)| {
-            if !guard(instances)? {
-                return Ok(false);
-            }
-            instances.apply_batch(&b_instances)?;
-            slots.apply_batch(&b_slots)?;
-            history.apply_batch(&b_history)?;
-            rollbacks.apply_batch(&b_rollbacks)?;
-            events.apply_batch(&b_events)?;
-            Ok(true)
-        });
-        let written = match result {
-            Ok(written) => written,
-            Err(sled::transaction::TransactionError::Storage(e)) => return Err(e.into()),
-            Err(sled::transaction::TransactionError::Abort(())) => false,
-        };
-        failpoint::after(Call::Write, n)?;
-        Ok(written)
+        tree.insert(key, value).map_err(sled_error)?;
+        failpoint::after(Call::Write, n)
     }
 }
 
 impl Store for SledStore {
-    fn instance(&self, id: &str) -> Result<Option<InstanceRecord>> {
-        match self.instances.get(id.as_bytes())? {
-            None => Ok(None),
-            Some(bytes) => decode_record(&bytes)
-                .map(Some)
-                .map_err(|detail| Error::Corrupt {
-                    what: format!("instance record {id:?}"),
-                    detail,
-                }),
+    fn create(&self, id: &str, index: &[u8], record: &[u8]) -> Result<bool> {
+        let n = failpoint::before(Call::Write)?;
+        let claimed = self
+            .index
+            .compare_and_swap(id.as_bytes(), None as Option<&[u8]>, Some(index))
+            .map_err(sled_error)?
+            .is_ok();
+        failpoint::after(Call::Write, n)?;
+        if !claimed && self.last_seq(id)?.is_some() {
+            return Ok(false);
         }
+        if !claimed {
+            // An index entry without a journal: a create that failed half
+            // way. This one takes its place.
+            Self::insert(&self.index, id.as_bytes(), index)?;
+        }
+        Self::insert(&self.journal, &key(id, 0), record)?;
+        Ok(true)
     }
 
-    fn instance_ids(&self) -> Result<Vec<String>> {
-        self.instances
-            .iter()
-            .keys()
-            .map(|key| Ok(String::from_utf8_lossy(&key?).into_owned()))
+    fn append(&self, id: &str, seq: u64, record: &[u8]) -> Result<()> {
+        Self::insert(&self.journal, &key(id, seq), record)
+    }
+
+    fn journal(&self, id: &str) -> Result<Vec<(u64, Vec<u8>)>> {
+        let prefix = instance_prefix(id);
+        self.journal
+            .scan_prefix(&prefix)
+            .map(|entry| {
+                let (key, value) = entry.map_err(sled_error)?;
+                Ok((seq_of(id, &key[prefix.len()..])?, value.to_vec()))
+            })
             .collect()
     }
 
-    fn slots(&self, id: &str) -> Result<Vec<(u32, SlotRecord)>> {
-        Self::scan(&self.slots, id, "slot")
-    }
-
-    fn rollbacks(&self, id: &str) -> Result<Vec<(u32, RollbackRecord)>> {
-        Self::scan(&self.rollbacks, id, "rollback record")
-    }
-
-    fn history(&self, id: &str) -> Result<Vec<(u64, HistoryRecord)>> {
-        Self::scan(&self.history, id, "history event")
-    }
-
-    fn next_history_seq(&self, id: &str) -> Result<u64> {
+    fn last_seq(&self, id: &str) -> Result<Option<u64>> {
         let prefix = instance_prefix(id);
-        match self.history.scan_prefix(&prefix).keys().next_back() {
-            None => Ok(0),
+        match self.journal.scan_prefix(&prefix).keys().next_back() {
+            None => Ok(None),
             Some(key) => {
-                let key = key?;
-                u64::from_key(&key[prefix.len()..])
-                    .map(|last| last + 1)
-                    .ok_or_else(|| Error::Corrupt {
-                        what: format!("history key of instance {id:?}"),
-                        detail: "not an 8-byte sequence number".into(),
-                    })
+                let key = key.map_err(sled_error)?;
+                seq_of(id, &key[prefix.len()..]).map(Some)
             }
         }
     }
 
-    fn pending_events(&self, id: &str) -> Result<Vec<(u64, PendingEvent)>> {
-        Self::scan(&self.events, id, "pending event")
+    fn put_index(&self, id: &str, summary: &[u8]) -> Result<()> {
+        Self::insert(&self.index, id.as_bytes(), summary)
     }
 
-    fn create_instance(&self, id: &str, record: &InstanceRecord, mut batch: Batch) -> Result<bool> {
-        batch.push(Op::PutInstance(id.to_owned(), Box::new(record.clone())));
-        let key = id.as_bytes().to_vec();
-        self.transact(&batch, |instances| Ok(instances.get(&key)?.is_none()))
+    fn index(&self, id: &str) -> Result<Option<Vec<u8>>> {
+        Ok(self
+            .index
+            .get(id.as_bytes())
+            .map_err(sled_error)?
+            .map(|v| v.to_vec()))
     }
 
-    fn apply(&self, batch: Batch) -> Result<()> {
-        if batch.is_empty() {
-            return Ok(());
+    fn index_entries(&self) -> Result<Vec<(String, Vec<u8>)>> {
+        self.index
+            .iter()
+            .map(|entry| {
+                let (key, value) = entry.map_err(sled_error)?;
+                Ok((String::from_utf8_lossy(&key).into_owned(), value.to_vec()))
+            })
+            .collect()
+    }
+
+    fn remove(&self, id: &str) -> Result<()> {
+        let n = failpoint::before(Call::Write)?;
+        for key in self.journal.scan_prefix(instance_prefix(id)).keys() {
+            self.journal
+                .remove(key.map_err(sled_error)?)
+                .map_err(sled_error)?;
         }
-        self.transact(&batch, |_| Ok(true)).map(|_| ())
-    }
-
-    fn unique_id(&self) -> Result<u64> {
-        Ok(self.db.generate_id()?)
+        self.index.remove(id.as_bytes()).map_err(sled_error)?;
+        failpoint::after(Call::Write, n)
     }
 
     fn flush(&self) -> Result<()> {
         let n = failpoint::before(Call::Flush)?;
-        self.db.flush()?;
+        self.db.flush().map_err(sled_error)?;
         failpoint::after(Call::Flush, n)
     }
 }
 
 fn instance_prefix(id: &str) -> Vec<u8> {
-    let mut prefix = Vec::with_capacity(id.len() + 1);
+    let mut prefix = Vec::with_capacity(id.len() + 9);
     prefix.extend_from_slice(id.as_bytes());
     prefix.push(b'/');
     prefix
 }
 
-fn key<I: ToKey>(id: &str, index: I) -> Vec<u8> {
+fn key(id: &str, seq: u64) -> Vec<u8> {
     let mut key = instance_prefix(id);
-    index.append_to(&mut key);
+    key.extend_from_slice(&seq.to_be_bytes());
     key
 }
 
-trait ToKey {
-    fn append_to(self, key: &mut Vec<u8>);
-}
-
-impl ToKey for u32 {
-    fn append_to(self, key: &mut Vec<u8>) {
-        key.extend_from_slice(&self.to_be_bytes());
-    }
-}
-
-impl ToKey for u64 {
-    fn append_to(self, key: &mut Vec<u8>) {
-        key.extend_from_slice(&self.to_be_bytes());
-    }
-}
-
-trait FromKey: Sized + std::fmt::Display {
-    fn from_key(bytes: &[u8]) -> Option<Self>;
-}
-
-impl FromKey for u32 {
-    fn from_key(bytes: &[u8]) -> Option<Self> {
-        bytes.try_into().ok().map(u32::from_be_bytes)
-    }
-}
-
-impl FromKey for u64 {
-    fn from_key(bytes: &[u8]) -> Option<Self> {
-        bytes.try_into().ok().map(u64::from_be_bytes)
-    }
+fn seq_of(id: &str, suffix: &[u8]) -> Result<u64> {
+    suffix
+        .try_into()
+        .map(u64::from_be_bytes)
+        .map_err(|_| Error::Corrupt {
+            what: format!("journal key of instance {id:?}"),
+            detail: format!("a key suffix of {} bytes, not 8", suffix.len()),
+        })
 }
 
 /// Waits (at most `within`) until no one holds the lock of the store in
@@ -295,6 +281,18 @@ fn create_private_dir(path: &Path) -> io::Result<()> {
     builder.create(path)
 }
 
+/// sled's errors, as the store's: no sled type reaches the public API.
+fn sled_error(error: sled::Error) -> Error {
+    match error {
+        sled::Error::Io(io) => Error::Store(format!("the sled store failed: {io}")),
+        sled::Error::Corruption { at, .. } => Error::Corrupt {
+            what: "the sled store".into(),
+            detail: format!("damaged data at {at:?}; restore the directory from a backup"),
+        },
+        other => Error::Store(format!("the sled store failed: {other}")),
+    }
+}
+
 fn open_error(path: &Path, error: sled::Error) -> Error {
     match &error {
         sled::Error::Io(io) if io.to_string().contains("could not acquire lock") => {
@@ -308,6 +306,6 @@ fn open_error(path: &Path, error: sled::Error) -> Error {
                 "sled found damaged data at {at:?} and will not open it; restore the directory from a backup"
             ),
         },
-        _ => error.into(),
+        _ => sled_error(error),
     }
 }

@@ -1,0 +1,122 @@
+//! What every part of a running engine shares: the journal, the clock,
+//! the Tokio runtime, the payload limit and the tasks to stop at shutdown.
+//! Below the drivers and the workflow context, so they depend on it and
+//! never on the engine.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use serde::Serialize;
+use tokio::runtime::Handle;
+
+use crate::clock::Clock;
+use crate::codec::Payload;
+use crate::error::{Error, Result};
+use crate::journal::Journal;
+use crate::lock::lock;
+
+pub(crate) struct Core {
+    pub(crate) journal: Journal,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) runtime: Handle,
+    pub(crate) max_payload: usize,
+    closed: AtomicBool,
+    /// Drivers, step tasks and the retention sweeper.
+    tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// Instances stopped by a store failure in this process, with the
+    /// error: `result()` reports it instead of waiting for a reopen.
+    store_failures: Mutex<HashMap<String, String>>,
+}
+
+impl Core {
+    pub(crate) fn new(
+        journal: Journal,
+        clock: Arc<dyn Clock>,
+        runtime: Handle,
+        max_payload: usize,
+    ) -> Core {
+        Core {
+            journal,
+            clock,
+            runtime,
+            max_payload,
+            closed: AtomicBool::new(false),
+            tasks: Mutex::new(Vec::new()),
+            store_failures: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub(crate) fn now_millis(&self) -> u64 {
+        self.journal.now_millis()
+    }
+
+    /// Encodes a user value, refusing one over the payload limit.
+    pub(crate) fn encode_limited<T: Serialize + ?Sized>(
+        &self,
+        value: &T,
+        what: impl Fn() -> String,
+    ) -> Result<Payload> {
+        let payload = Payload::encode(value).map_err(|detail| Error::Encode {
+            what: what(),
+            detail,
+        })?;
+        if payload.len() > self.max_payload {
+            return Err(Error::PayloadTooLarge {
+                what: what(),
+                size: payload.len(),
+                limit: self.max_payload,
+            });
+        }
+        Ok(payload)
+    }
+
+    /// Keeps a task's handle so shutdown can stop it and `close` wait for it.
+    pub(crate) fn track(&self, task: tokio::task::JoinHandle<()>) {
+        let mut tasks = lock(&self.tasks);
+        if tasks.len() >= 64 && tasks.len().is_power_of_two() {
+            tasks.retain(|t| !t.is_finished());
+        }
+        tasks.push(task);
+        if self.is_closed() {
+            for task in tasks.iter() {
+                task.abort();
+            }
+        }
+    }
+
+    /// Marks the engine closed and stops every task; returns them to wait
+    /// on (empty when it was closed already).
+    pub(crate) fn close(&self) -> Vec<tokio::task::JoinHandle<()>> {
+        if self.closed.swap(true, Ordering::SeqCst) {
+            return Vec::new();
+        }
+        let tasks: Vec<_> = lock(&self.tasks).drain(..).collect();
+        for task in &tasks {
+            task.abort();
+        }
+        tasks
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::SeqCst)
+    }
+
+    /// Notes that a store failure stopped instance `id`, and wakes
+    /// `result()` callers so they can say so.
+    pub(crate) fn stopped_by_store(&self, id: &str, error: &Error) {
+        lock(&self.store_failures).insert(id.to_owned(), error.to_string());
+        self.journal.notify_ended();
+    }
+
+    /// The store failure that stopped instance `id` in this process, if any.
+    pub(crate) fn store_failure(&self, id: &str) -> Option<String> {
+        lock(&self.store_failures).get(id).cloned()
+    }
+
+    /// A new driver runs `id`: an earlier store failure is history.
+    pub(crate) fn clear_store_failure(&self, id: &str) {
+        lock(&self.store_failures).remove(id);
+    }
+}

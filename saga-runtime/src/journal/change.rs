@@ -1,0 +1,154 @@
+//! The records of an instance's journal: one named intent per durable
+//! change. Private and apart from the public [`EventKind`]: the history a
+//! user sees is derived from these (`state::public_events`), so the on-disk
+//! format can grow without changing the API, and the other way round.
+//!
+//! Variants are only ever added at the end: bincode stores an enum's
+//! variant by its index.
+//!
+//! [`EventKind`]: crate::history::EventKind
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::legacy::Imported;
+use super::state::SlotKind;
+use crate::codec::Payload;
+use crate::failure::{Failure, StepError};
+use crate::status::Status;
+
+/// One journal record: when, and what changed.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct Entry {
+    /// Milliseconds since the Unix epoch, on the engine's clock.
+    pub(crate) at: u64,
+    pub(crate) change: Change,
+}
+
+/// What changed. Slots are the durable calls of the workflow code, by call
+/// order (see `context`); a compensation is keyed by its step's slot.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) enum Change {
+    /// `engine.start` stored the instance.
+    Created {
+        workflow: String,
+        input: Payload,
+    },
+    /// The instance as the first release stored it (upgrade on open).
+    Imported(Box<Imported>),
+    /// A process began (or, after a restart, resumed) running it.
+    DriverStarted,
+    /// A step was called (its start order is its slot order).
+    StepStarted {
+        slot: u32,
+        name: String,
+        occurrence: u32,
+        has_rollback: bool,
+        /// The step's inputs, when the step records them.
+        input: Option<Payload>,
+    },
+    /// An attempt failed; the next may start at `retry_at`.
+    StepRetrying {
+        slot: u32,
+        attempt: u32,
+        error: StepError,
+        retry_at: u64,
+        delay: Duration,
+    },
+    StepCompleted {
+        slot: u32,
+        output: Payload,
+        attempts: u32,
+    },
+    StepFailed {
+        slot: u32,
+        error: StepError,
+        attempts: u32,
+    },
+    SleepStarted {
+        slot: u32,
+        name: String,
+        occurrence: u32,
+        wake_at: u64,
+    },
+    SleepCompleted {
+        slot: u32,
+    },
+    WaitStarted {
+        slot: u32,
+        name: String,
+        occurrence: u32,
+        event_type: String,
+        deadline: u64,
+    },
+    /// `engine.send_event` stored an event; its id is this record's seq.
+    EventReceived {
+        event_type: String,
+        payload: Payload,
+    },
+    /// A wait took the pending event `event`.
+    EventTaken {
+        slot: u32,
+        event: EventId,
+    },
+    WaitTimedOut {
+        slot: u32,
+    },
+    /// `ctx.now()` or `ctx.random()` recorded a value.
+    ValueRecorded {
+        slot: u32,
+        kind: SlotKind,
+        value: u64,
+    },
+    /// A user paused the instance.
+    Paused,
+    /// A user resumed it.
+    Unpaused,
+    /// The workflow is failing (or was terminated with rollback): steps in
+    /// flight are stopped for good, and the compensations begin.
+    RollbackStarted {
+        cause: Failure,
+        then: Status,
+    },
+    CompensationStarted {
+        slot: u32,
+    },
+    CompensationRetrying {
+        slot: u32,
+        attempt: u32,
+        retry_at: u64,
+    },
+    CompensationCompleted {
+        slot: u32,
+    },
+    CompensationFailed {
+        slot: u32,
+        error: String,
+    },
+    /// The one way an instance ends.
+    Ended(Box<End>),
+    /// A user restarted the instance, from the beginning (`from_slot` 0) or
+    /// from a step's slot; a new generation begins.
+    Restarted {
+        from_slot: u32,
+        from_step: Option<String>,
+    },
+}
+
+/// How an instance ended.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct End {
+    /// `Complete`, `Errored` or `Terminated`.
+    pub(crate) status: Status,
+    pub(crate) output: Option<Payload>,
+    /// Why it failed (`Errored`).
+    pub(crate) failure: Option<Failure>,
+    /// How its rollback ended, when one ran: `Ok` or the compensation
+    /// that gave up.
+    pub(crate) rollback: Option<Result<(), Failure>>,
+}
+
+/// A pending event: the seq of the record that stored it, and its place
+/// in that record (a restart re-queues several events in one record).
+pub(crate) type EventId = (u64, u32);

@@ -1,0 +1,452 @@
+//! The journal: the only code that changes an instance's durable state.
+//!
+//! Every change is one record (a named intent, [`Change`]) appended to the
+//! instance's journal with one store write. An instance's state (status,
+//! slots, compensations, pending events) is folded from its journal and
+//! cached in memory while the instance is live; the index that `list()`
+//! reads is derived from it, written without waiting for a flush, and
+//! repaired from the journals on open wherever it lags.
+//!
+//! A record is durable once a flush that began after its write returns
+//! ([`Journal::flush`], group-committed by the flusher); lifecycle events
+//! reach subscribers only then.
+
+mod change;
+mod index;
+pub(crate) mod legacy;
+mod state;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::{broadcast, watch};
+
+pub(crate) use change::{Change, End};
+pub(crate) use index::Summary;
+pub(crate) use state::{CompensationState, InstanceState, SlotKind, SlotRecord, SlotState};
+
+use self::change::Entry;
+use crate::clock::{Clock, from_millis, to_millis};
+use crate::codec::{Payload, decode_record, encode_record};
+use crate::error::{Error, Result};
+use crate::history::Event;
+use crate::lock::lock;
+use crate::store::{Flusher, Store};
+
+pub(crate) struct Journal {
+    store: Arc<dyn Store>,
+    flusher: Flusher,
+    clock: Arc<dyn Clock>,
+    /// Per instance: the lock that orders its writes, holding its folded
+    /// state once loaded.
+    cache: Mutex<HashMap<String, Arc<Mutex<Cached>>>>,
+    events: broadcast::Sender<Event>,
+    /// Bumped after an instance's end is durable; `result()` waits on it.
+    ended: watch::Sender<u64>,
+    terminal_written: AtomicBool,
+}
+
+#[derive(Default)]
+struct Cached {
+    /// `None` until loaded (or after a failed write, to load again).
+    loaded: Option<Loaded>,
+    /// Kept in memory while a driver runs the instance.
+    keep: bool,
+}
+
+struct Loaded {
+    state: InstanceState,
+    next_seq: u64,
+}
+
+impl Journal {
+    pub(crate) fn new(store: Arc<dyn Store>, clock: Arc<dyn Clock>) -> Result<Journal> {
+        let (events, _) = broadcast::channel(4096);
+        let flusher = Flusher::start(store.clone(), events.clone())?;
+        Ok(Journal {
+            store,
+            flusher,
+            clock,
+            cache: Mutex::new(HashMap::new()),
+            events,
+            ended: watch::Sender::new(0),
+            terminal_written: AtomicBool::new(false),
+        })
+    }
+
+    pub(crate) fn now_millis(&self) -> u64 {
+        to_millis(self.clock.now())
+    }
+
+    pub(crate) fn subscribe_events(&self) -> broadcast::Receiver<Event> {
+        self.events.subscribe()
+    }
+
+    pub(crate) fn subscribe_ends(&self) -> watch::Receiver<u64> {
+        self.ended.subscribe()
+    }
+
+    /// Wakes `result()` callers (an instance stopped without ending).
+    pub(crate) fn notify_ended(&self) {
+        self.ended.send_modify(|n| *n += 1);
+    }
+
+    fn entry(&self, id: &str) -> Arc<Mutex<Cached>> {
+        lock(&self.cache).entry(id.to_owned()).or_default().clone()
+    }
+
+    /// Forgets the cached state of `id` unless it is kept or a writer holds
+    /// it (clones are made only under the map's lock, so the count is exact).
+    fn evict_if_idle(&self, id: &str) {
+        let mut cache = lock(&self.cache);
+        if let Some(entry) = cache.get(id)
+            && Arc::strong_count(entry) == 1
+            && !lock(entry).keep
+        {
+            cache.remove(id);
+        }
+    }
+
+    /// Keeps the state of `id` in memory (a driver runs it) or lets it go.
+    pub(crate) fn keep(&self, id: &str, keep: bool) {
+        let entry = self.entry(id);
+        lock(&entry).keep = keep;
+        drop(entry);
+        if !keep {
+            self.evict_if_idle(id);
+        }
+    }
+
+    /// Stores a new instance unless the id exists; `true` if it was new.
+    pub(crate) fn create(&self, id: &str, workflow: &str, input: Payload) -> Result<bool> {
+        let entry = self.entry(id);
+        let mut cached = lock(&entry);
+        let record = Entry {
+            at: self.now_millis(),
+            change: Change::Created {
+                workflow: workflow.to_owned(),
+                input,
+            },
+        };
+        let mut state = None;
+        let events = state::apply(&mut state, 0, &record).map_err(|e| corrupt(id, 0, e))?;
+        let Some(state) = state else {
+            return Err(corrupt(id, 0, "the first record made no instance".into()));
+        };
+        let summary = encode_record(&Summary::of(&state, 0));
+        let created = self.store.create(id, &summary, &encode_record(&record))?;
+        if created {
+            self.publish(id, &state, record.at, events);
+            cached.loaded = Some(Loaded { state, next_seq: 1 });
+        }
+        drop(cached);
+        drop(entry);
+        self.evict_if_idle(id);
+        Ok(created)
+    }
+
+    /// Appends the change `f` decides on, given the instance's state, and
+    /// returns `f`'s answer. Writes of one instance are serialized.
+    pub(crate) fn write<R>(
+        &self,
+        id: &str,
+        f: impl FnOnce(&InstanceState) -> Result<(Option<Change>, R)>,
+    ) -> Result<R> {
+        let entry = self.entry(id);
+        let result = self.write_locked(id, &entry, f);
+        drop(entry);
+        self.evict_if_idle(id);
+        result
+    }
+
+    fn write_locked<R>(
+        &self,
+        id: &str,
+        entry: &Mutex<Cached>,
+        f: impl FnOnce(&InstanceState) -> Result<(Option<Change>, R)>,
+    ) -> Result<R> {
+        let mut cached = lock(entry);
+        if cached.loaded.is_none() {
+            cached.loaded = self.load(id)?;
+        }
+        let Some(loaded) = cached.loaded.as_mut() else {
+            return Err(Error::UnknownInstance { id: id.to_owned() });
+        };
+        let (change, answer) = f(&loaded.state)?;
+        let Some(change) = change else {
+            return Ok(answer);
+        };
+        let seq = loaded.next_seq;
+        let record = Entry {
+            at: self.now_millis(),
+            change,
+        };
+        let status_before = loaded.state.status;
+        // Applied first, so a change that does not fit the state is never
+        // stored; a failed store write loads the state again.
+        let applied = state::apply_to_state(&mut loaded.state, seq, &record);
+        let events = match applied {
+            Ok(events) => events,
+            Err(e) => {
+                cached.loaded = None;
+                return Err(corrupt(id, seq, e));
+            }
+        };
+        if let Err(e) = self.store.append(id, seq, &encode_record(&record)) {
+            cached.loaded = None;
+            return Err(e);
+        }
+        loaded.next_seq = seq + 1;
+        let state = &loaded.state;
+        if state.status != status_before {
+            if state.status.is_terminal() {
+                self.terminal_written.store(true, Ordering::SeqCst);
+            }
+            // Derived data: a failure here is repaired on the next open.
+            if let Err(e) = self
+                .store
+                .put_index(id, &encode_record(&Summary::of(state, seq)))
+            {
+                tracing::warn!(instance = %id, error = %e, "could not update the instance index");
+            }
+        }
+        self.publish(id, state, record.at, events);
+        Ok(answer)
+    }
+
+    /// Appends `change` unconditionally.
+    pub(crate) fn append(&self, id: &str, change: Change) -> Result<()> {
+        self.write(id, |_| Ok((Some(change), ())))
+    }
+
+    fn publish(&self, id: &str, state: &InstanceState, at: u64, events: Vec<crate::EventKind>) {
+        let first = state.events - events.len() as u64;
+        for (i, kind) in events.into_iter().enumerate() {
+            self.flusher.publish_when_durable(Event {
+                instance: id.to_owned(),
+                seq: first + i as u64,
+                at: from_millis(at),
+                kind,
+            });
+        }
+    }
+
+    /// Waits until everything written so far is durable.
+    pub(crate) async fn flush(&self) -> Result<()> {
+        self.flusher.flush().await?;
+        if self.terminal_written.swap(false, Ordering::SeqCst) {
+            self.notify_ended();
+        }
+        Ok(())
+    }
+
+    /// Stops the flusher (after a last flush).
+    pub(crate) fn stop(&self) {
+        self.flusher.stop();
+    }
+
+    /// The state of `id`, or `None` when there is no such instance.
+    pub(crate) fn state(&self, id: &str) -> Result<Option<InstanceState>> {
+        let entry = lock(&self.cache).get(id).cloned();
+        if let Some(entry) = entry
+            && let Some(loaded) = &lock(&entry).loaded
+        {
+            return Ok(Some(loaded.state.clone()));
+        }
+        Ok(self.load(id)?.map(|loaded| loaded.state))
+    }
+
+    /// Reads `f` of the state without copying it all.
+    pub(crate) fn read<R>(&self, id: &str, f: impl FnOnce(&InstanceState) -> R) -> Result<R> {
+        let entry = lock(&self.cache).get(id).cloned();
+        if let Some(entry) = entry
+            && let Some(loaded) = &lock(&entry).loaded
+        {
+            return Ok(f(&loaded.state));
+        }
+        match self.load(id)? {
+            Some(loaded) => Ok(f(&loaded.state)),
+            None => Err(Error::UnknownInstance { id: id.to_owned() }),
+        }
+    }
+
+    /// The history of `id`, as users see it.
+    pub(crate) fn history(&self, id: &str) -> Result<Vec<Event>> {
+        let mut state = None;
+        let mut out = Vec::new();
+        for (seq, bytes) in self.store.journal(id)? {
+            let record: Entry = decode_record(&bytes).map_err(|e| corrupt(id, seq, e))?;
+            let kinds = state::apply(&mut state, seq, &record).map_err(|e| corrupt(id, seq, e))?;
+            // An imported instance keeps the times of its old history.
+            let times: Vec<u64> = match &record.change {
+                Change::Imported(imported) => imported.history.iter().map(|(at, _)| *at).collect(),
+                _ => Vec::new(),
+            };
+            for (i, kind) in kinds.into_iter().enumerate() {
+                out.push(Event {
+                    instance: id.to_owned(),
+                    seq: out.len() as u64,
+                    at: from_millis(times.get(i).copied().unwrap_or(record.at)),
+                    kind,
+                });
+            }
+        }
+        if state.is_none() {
+            return Err(Error::UnknownInstance { id: id.to_owned() });
+        }
+        Ok(out)
+    }
+
+    /// Folds the journal of `id` from the store.
+    fn load(&self, id: &str) -> Result<Option<Loaded>> {
+        let mut state = None;
+        let mut next_seq = 0;
+        for (seq, bytes) in self.store.journal(id)? {
+            if seq != next_seq {
+                return Err(corrupt(id, seq, format!("record {next_seq} is missing")));
+            }
+            let record: Entry = decode_record(&bytes).map_err(|e| corrupt(id, seq, e))?;
+            state::apply(&mut state, seq, &record).map_err(|e| corrupt(id, seq, e))?;
+            next_seq = seq + 1;
+        }
+        Ok(state.map(|state| Loaded { state, next_seq }))
+    }
+
+    /// The summaries of every instance, in id order; the state of an
+    /// instance cached here wins over its (possibly lagging) summary.
+    pub(crate) fn summaries(&self) -> Result<Vec<(String, Result<Summary>)>> {
+        let mut out = Vec::new();
+        for (id, bytes) in self.store.index_entries()? {
+            let entry = lock(&self.cache).get(&id).cloned();
+            let cached = entry.and_then(|entry| {
+                lock(&entry)
+                    .loaded
+                    .as_ref()
+                    .map(|l| Summary::of(&l.state, l.next_seq.saturating_sub(1)))
+            });
+            let summary = match cached {
+                Some(summary) => Ok(summary),
+                None => decode_record::<Summary>(&bytes).map_err(|detail| Error::Corrupt {
+                    what: format!("index entry of instance {id:?}"),
+                    detail,
+                }),
+            };
+            out.push((id, summary));
+        }
+        Ok(out)
+    }
+
+    /// On open: makes the index agree with the journals. An entry whose
+    /// journal lags or leads it is rebuilt from the journal; one without a
+    /// journal (a create or a removal cut short) is removed.
+    pub(crate) fn repair_index(&self) -> Result<usize> {
+        let mut repaired = 0;
+        for (id, bytes) in self.store.index_entries()? {
+            let last = self.store.last_seq(&id)?;
+            let summary = decode_record::<Summary>(&bytes).ok();
+            match last {
+                None => {
+                    self.store.remove(&id)?;
+                    repaired += 1;
+                }
+                Some(last) if summary.is_none_or(|s| s.last_seq != last) => {
+                    match self.load(&id) {
+                        Ok(Some(loaded)) => {
+                            let summary = Summary::of(&loaded.state, loaded.next_seq - 1);
+                            self.store.put_index(&id, &encode_record(&summary))?;
+                        }
+                        // A journal whose first record is gone: a removal
+                        // cut short.
+                        Ok(None) | Err(Error::Corrupt { .. })
+                            if self
+                                .store
+                                .journal(&id)?
+                                .first()
+                                .is_none_or(|(s, _)| *s != 0) =>
+                        {
+                            self.store.remove(&id)?;
+                        }
+                        Ok(None) => {}
+                        Err(e) => {
+                            tracing::warn!(instance = %id, error = %e, "could not rebuild the index entry of a corrupt instance");
+                        }
+                    }
+                    repaired += 1;
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(repaired)
+    }
+
+    /// Removes an instance, journal and all, when `f` says so, deciding
+    /// under the instance's write lock (nothing writes in between).
+    pub(crate) fn remove_if(
+        &self,
+        id: &str,
+        f: impl FnOnce(&InstanceState) -> bool,
+    ) -> Result<bool> {
+        let entry = self.entry(id);
+        let mut cached = lock(&entry);
+        if cached.loaded.is_none() {
+            cached.loaded = self.load(id)?;
+        }
+        let remove = cached.loaded.as_ref().is_some_and(|l| f(&l.state));
+        if remove {
+            self.store.remove(id)?;
+            cached.loaded = None;
+            cached.keep = false;
+        }
+        drop(cached);
+        drop(entry);
+        self.evict_if_idle(id);
+        Ok(remove)
+    }
+
+    /// Upgrades a store of the first release: each instance becomes one
+    /// `Imported` record, then the old trees go.
+    pub(crate) fn import_legacy(&self, store: &crate::store::SledStore) -> Result<usize> {
+        let instances = store.legacy_instances()?;
+        let mut imported = 0;
+        for legacy in &instances {
+            if self.store.last_seq(&legacy.id)?.is_some() {
+                continue;
+            }
+            let record = legacy::import(legacy).map_err(|detail| Error::Corrupt {
+                what: format!("instance {:?} of a format-version-1 store", legacy.id),
+                detail,
+            })?;
+            let entry = Entry {
+                at: record.state.created_at,
+                change: Change::Imported(Box::new(record)),
+            };
+            let mut state = None;
+            state::apply(&mut state, 0, &entry).map_err(|e| corrupt(&legacy.id, 0, e))?;
+            let Some(state) = state else { continue };
+            let summary = encode_record(&Summary::of(&state, 0));
+            self.store
+                .create(&legacy.id, &summary, &encode_record(&entry))?;
+            imported += 1;
+        }
+        if !instances.is_empty() {
+            self.store.flush()?;
+            store.drop_legacy_trees()?;
+            self.store.flush()?;
+        }
+        Ok(imported)
+    }
+}
+
+impl Drop for Journal {
+    fn drop(&mut self) {
+        self.flusher.stop();
+    }
+}
+
+fn corrupt(id: &str, seq: u64, detail: String) -> Error {
+    Error::Corrupt {
+        what: format!("journal record {seq} of instance {id:?}"),
+        detail,
+    }
+}

@@ -1,0 +1,627 @@
+//! An instance's state, folded from its journal: status, slots,
+//! compensations and pending events. The fold is the only code that gives
+//! a journal record its meaning, and [`public_events`] the only code that
+//! turns records into the history users see.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::change::{Change, End, Entry, EventId};
+use crate::clock::from_millis;
+use crate::codec::Payload;
+use crate::failure::{Failure, FailureKind, StepError};
+use crate::history::EventKind;
+use crate::status::Status;
+
+/// Everything durable about one instance.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct InstanceState {
+    pub(crate) workflow: String,
+    pub(crate) input: Payload,
+    pub(crate) status: Status,
+    pub(crate) created_at: u64,
+    pub(crate) updated_at: u64,
+    pub(crate) finished_at: Option<u64>,
+    pub(crate) output: Option<Payload>,
+    pub(crate) failure: Option<Failure>,
+    pub(crate) rollback: Option<RollbackPlan>,
+    pub(crate) slots: BTreeMap<u32, SlotRecord>,
+    pub(crate) compensations: BTreeMap<u32, CompensationState>,
+    pub(crate) pending: BTreeMap<EventId, PendingEvent>,
+    /// 0, then one more per restart: a new generation's steps get new
+    /// idempotency keys.
+    pub(crate) generation: u32,
+    /// How many public history events the journal holds so far.
+    pub(crate) events: u64,
+}
+
+/// Set when compensation begins, so recovery knows why and how the
+/// instance ends.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct RollbackPlan {
+    /// The error that failed the workflow (or "terminated by user").
+    pub(crate) cause: Failure,
+    /// `Errored` or `Terminated`.
+    pub(crate) then: Status,
+    /// A compensation that gave up.
+    pub(crate) failure: Option<Failure>,
+}
+
+/// The kind of a slot: every durable call of workflow code takes the next
+/// slot, and replay checks that it asks for the same kind and name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub(crate) enum SlotKind {
+    Step,
+    Sleep,
+    Event,
+    Now,
+    Random,
+}
+
+impl SlotKind {
+    pub(crate) fn describe(self, name: &str) -> String {
+        match self {
+            SlotKind::Step => format!("step {name:?}"),
+            SlotKind::Sleep => format!("sleep {name:?}"),
+            SlotKind::Event => format!("event wait {name:?}"),
+            SlotKind::Now => "ctx.now()".into(),
+            SlotKind::Random => "ctx.random()".into(),
+        }
+    }
+
+    /// The name a `now()`/`random()` slot is stored under.
+    pub(crate) fn value_name(self) -> &'static str {
+        match self {
+            SlotKind::Now => "now",
+            SlotKind::Random => "random",
+            SlotKind::Step => "step",
+            SlotKind::Sleep => "sleep",
+            SlotKind::Event => "event",
+        }
+    }
+}
+
+/// What happened at one slot.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct SlotRecord {
+    pub(crate) kind: SlotKind,
+    pub(crate) name: String,
+    pub(crate) occurrence: u32,
+    pub(crate) has_rollback: bool,
+    /// The generation the slot was taken in (its keys carry it).
+    pub(crate) generation: u32,
+    pub(crate) input: Option<Payload>,
+    pub(crate) state: SlotState,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) enum SlotState {
+    /// A step between attempts or in one; `retry_at` is when the next
+    /// attempt may start.
+    Running {
+        attempts: u32,
+        retry_at: Option<u64>,
+    },
+    Completed {
+        output: Payload,
+        attempts: u32,
+    },
+    Failed {
+        error: StepError,
+        attempts: u32,
+    },
+    /// In flight when the workflow failed: stopped, never to run again.
+    Cancelled,
+    Sleeping {
+        wake_at: u64,
+    },
+    Slept,
+    Waiting {
+        event_type: String,
+        deadline: u64,
+    },
+    Received {
+        event_type: String,
+        payload: Payload,
+    },
+    TimedOut {
+        event_type: String,
+    },
+    Value {
+        value: u64,
+    },
+}
+
+/// The progress of one compensation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) enum CompensationState {
+    Running {
+        attempts: u32,
+        retry_at: Option<u64>,
+    },
+    Completed,
+    Failed {
+        error: String,
+    },
+}
+
+/// An event sent to an instance and not yet taken by a wait.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct PendingEvent {
+    pub(crate) event_type: String,
+    pub(crate) payload: Payload,
+    pub(crate) sent_at: u64,
+}
+
+impl InstanceState {
+    /// Whether the workflow code runs (so waits may mark it waiting).
+    fn is_active(&self) -> bool {
+        matches!(
+            self.status,
+            Status::Queued | Status::Running | Status::Waiting
+        )
+    }
+
+    fn set_waiting(&mut self, waiting: bool) {
+        if self.is_active() {
+            self.status = if waiting {
+                Status::Waiting
+            } else {
+                Status::Running
+            };
+        }
+    }
+
+    fn slot(&mut self, index: u32) -> Result<&mut SlotRecord, String> {
+        self.slots
+            .get_mut(&index)
+            .ok_or_else(|| format!("a record names slot {index}, which was never taken"))
+    }
+
+    fn slot_ref(&self, index: u32) -> Result<&SlotRecord, String> {
+        self.slots
+            .get(&index)
+            .ok_or_else(|| format!("a record names slot {index}, which was never taken"))
+    }
+
+    /// A step before slot `below` whose compensation started (its effect
+    /// may be undone).
+    pub(crate) fn compensated_before(&self, below: u32) -> Option<&SlotRecord> {
+        self.compensations
+            .iter()
+            .filter(|(slot, _)| **slot < below)
+            .find_map(|(slot, _)| self.slots.get(slot))
+    }
+}
+
+/// Applies `entry` to the state (`None` before the instance's first
+/// record); returns the public events it stands for. An `Err` means the
+/// journal is inconsistent (a corrupt store).
+pub(crate) fn apply(
+    state: &mut Option<InstanceState>,
+    seq: u64,
+    entry: &Entry,
+) -> Result<Vec<EventKind>, String> {
+    let at = entry.at;
+    let change = &entry.change;
+    let Some(s) = state else {
+        return match change {
+            Change::Created { workflow, input } => {
+                *state = Some(InstanceState {
+                    workflow: workflow.clone(),
+                    input: input.clone(),
+                    status: Status::Queued,
+                    created_at: at,
+                    updated_at: at,
+                    finished_at: None,
+                    output: None,
+                    failure: None,
+                    rollback: None,
+                    slots: BTreeMap::new(),
+                    compensations: BTreeMap::new(),
+                    pending: BTreeMap::new(),
+                    generation: 0,
+                    events: 1,
+                });
+                Ok(vec![EventKind::InstanceCreated {
+                    workflow: workflow.clone(),
+                }])
+            }
+            Change::Imported(imported) => {
+                let mut imported_state = imported.state.clone();
+                imported_state.events = imported.history.len() as u64;
+                *state = Some(imported_state);
+                Ok(imported.history.iter().map(|(_, k)| k.clone()).collect())
+            }
+            _ => Err(format!(
+                "record {seq} comes before the instance was created"
+            )),
+        };
+    };
+    apply_to_state(s, seq, entry)
+}
+
+/// Applies `entry` to the state of an existing instance.
+pub(crate) fn apply_to_state(
+    s: &mut InstanceState,
+    seq: u64,
+    entry: &Entry,
+) -> Result<Vec<EventKind>, String> {
+    let events = apply_to(s, seq, entry.at, &entry.change)?;
+    s.updated_at = entry.at;
+    s.events += events.len() as u64;
+    Ok(events)
+}
+
+fn apply_to(
+    s: &mut InstanceState,
+    seq: u64,
+    at: u64,
+    change: &Change,
+) -> Result<Vec<EventKind>, String> {
+    let event = match change {
+        Change::Created { .. } | Change::Imported(_) => {
+            return Err(format!("record {seq} creates an instance that exists"));
+        }
+        Change::DriverStarted => {
+            if s.status == Status::Queued {
+                s.status = Status::Running;
+            }
+            EventKind::InstanceResumed
+        }
+        Change::StepStarted {
+            slot,
+            name,
+            occurrence,
+            has_rollback,
+            input,
+        } => {
+            s.slots.insert(
+                *slot,
+                SlotRecord {
+                    kind: SlotKind::Step,
+                    name: name.clone(),
+                    occurrence: *occurrence,
+                    has_rollback: *has_rollback,
+                    generation: s.generation,
+                    input: input.clone(),
+                    state: SlotState::Running {
+                        attempts: 0,
+                        retry_at: None,
+                    },
+                },
+            );
+            EventKind::StepStarted {
+                step: name.clone(),
+                occurrence: *occurrence,
+            }
+        }
+        Change::StepRetrying {
+            slot,
+            attempt,
+            error,
+            retry_at,
+            delay,
+        } => {
+            let record = s.slot(*slot)?;
+            record.state = SlotState::Running {
+                attempts: *attempt,
+                retry_at: Some(*retry_at),
+            };
+            EventKind::StepRetrying {
+                step: record.name.clone(),
+                occurrence: record.occurrence,
+                attempt: *attempt,
+                error: error.to_string(),
+                delay: *delay,
+            }
+        }
+        Change::StepCompleted {
+            slot,
+            output,
+            attempts,
+        } => {
+            let record = s.slot(*slot)?;
+            record.state = SlotState::Completed {
+                output: output.clone(),
+                attempts: *attempts,
+            };
+            EventKind::StepCompleted {
+                step: record.name.clone(),
+                occurrence: record.occurrence,
+                attempts: *attempts,
+            }
+        }
+        Change::StepFailed {
+            slot,
+            error,
+            attempts,
+        } => {
+            let record = s.slot(*slot)?;
+            record.state = SlotState::Failed {
+                error: error.clone(),
+                attempts: *attempts,
+            };
+            EventKind::StepFailed {
+                step: record.name.clone(),
+                occurrence: record.occurrence,
+                attempts: *attempts,
+                error: error.to_string(),
+            }
+        }
+        Change::SleepStarted {
+            slot,
+            name,
+            occurrence,
+            wake_at,
+        } => {
+            s.slots.insert(
+                *slot,
+                SlotRecord {
+                    kind: SlotKind::Sleep,
+                    name: name.clone(),
+                    occurrence: *occurrence,
+                    has_rollback: false,
+                    generation: s.generation,
+                    input: None,
+                    state: SlotState::Sleeping { wake_at: *wake_at },
+                },
+            );
+            s.set_waiting(true);
+            EventKind::SleepStarted {
+                name: name.clone(),
+                wake_at: from_millis(*wake_at),
+            }
+        }
+        Change::SleepCompleted { slot } => {
+            let record = s.slot(*slot)?;
+            record.state = SlotState::Slept;
+            let name = record.name.clone();
+            s.set_waiting(false);
+            EventKind::SleepCompleted { name }
+        }
+        Change::WaitStarted {
+            slot,
+            name,
+            occurrence,
+            event_type,
+            deadline,
+        } => {
+            s.slots.insert(
+                *slot,
+                SlotRecord {
+                    kind: SlotKind::Event,
+                    name: name.clone(),
+                    occurrence: *occurrence,
+                    has_rollback: false,
+                    generation: s.generation,
+                    input: None,
+                    state: SlotState::Waiting {
+                        event_type: event_type.clone(),
+                        deadline: *deadline,
+                    },
+                },
+            );
+            s.set_waiting(true);
+            EventKind::EventWaitStarted {
+                name: name.clone(),
+                event_type: event_type.clone(),
+                deadline: from_millis(*deadline),
+            }
+        }
+        Change::EventReceived {
+            event_type,
+            payload,
+        } => {
+            s.pending.insert(
+                (seq, 0),
+                PendingEvent {
+                    event_type: event_type.clone(),
+                    payload: payload.clone(),
+                    sent_at: at,
+                },
+            );
+            EventKind::EventReceived {
+                event_type: event_type.clone(),
+            }
+        }
+        Change::EventTaken { slot, event } => {
+            let pending = s.pending.remove(event).ok_or_else(|| {
+                format!("record {seq} takes event {event:?}, which is not pending")
+            })?;
+            let record = s.slot(*slot)?;
+            record.state = SlotState::Received {
+                event_type: pending.event_type.clone(),
+                payload: pending.payload,
+            };
+            let name = record.name.clone();
+            s.set_waiting(false);
+            EventKind::EventDelivered {
+                name,
+                event_type: pending.event_type,
+            }
+        }
+        Change::WaitTimedOut { slot } => {
+            let record = s.slot(*slot)?;
+            let event_type = match &record.state {
+                SlotState::Waiting { event_type, .. } => event_type.clone(),
+                _ => String::new(),
+            };
+            record.state = SlotState::TimedOut {
+                event_type: event_type.clone(),
+            };
+            let name = record.name.clone();
+            s.set_waiting(false);
+            EventKind::EventWaitTimedOut { name, event_type }
+        }
+        Change::ValueRecorded { slot, kind, value } => {
+            s.slots.insert(
+                *slot,
+                SlotRecord {
+                    kind: *kind,
+                    name: kind.value_name().to_owned(),
+                    occurrence: 0,
+                    has_rollback: false,
+                    generation: s.generation,
+                    input: None,
+                    state: SlotState::Value { value: *value },
+                },
+            );
+            return Ok(Vec::new());
+        }
+        Change::Paused => {
+            s.status = Status::Paused;
+            EventKind::Paused
+        }
+        Change::Unpaused => {
+            s.status = Status::Running;
+            EventKind::Resumed
+        }
+        Change::RollbackStarted { cause, then } => {
+            for record in s.slots.values_mut() {
+                if matches!(record.state, SlotState::Running { .. }) {
+                    record.state = SlotState::Cancelled;
+                }
+            }
+            s.status = Status::RollingBack;
+            s.rollback = Some(RollbackPlan {
+                cause: cause.clone(),
+                then: *then,
+                failure: None,
+            });
+            EventKind::RollbackStarted {
+                cause: cause.message().to_owned(),
+            }
+        }
+        Change::CompensationStarted { slot } => {
+            let record = s.slot_ref(*slot)?;
+            let event = EventKind::RollbackStepStarted {
+                step: record.name.clone(),
+                occurrence: record.occurrence,
+            };
+            s.compensations.insert(
+                *slot,
+                CompensationState::Running {
+                    attempts: 0,
+                    retry_at: None,
+                },
+            );
+            event
+        }
+        Change::CompensationRetrying {
+            slot,
+            attempt,
+            retry_at,
+        } => {
+            s.slot_ref(*slot)?;
+            s.compensations.insert(
+                *slot,
+                CompensationState::Running {
+                    attempts: *attempt,
+                    retry_at: Some(*retry_at),
+                },
+            );
+            return Ok(Vec::new());
+        }
+        Change::CompensationCompleted { slot } => {
+            let record = s.slot_ref(*slot)?;
+            let event = EventKind::RollbackStepCompleted {
+                step: record.name.clone(),
+                occurrence: record.occurrence,
+            };
+            s.compensations.insert(*slot, CompensationState::Completed);
+            event
+        }
+        Change::CompensationFailed { slot, error } => {
+            let record = s.slot_ref(*slot)?;
+            let event = EventKind::RollbackStepFailed {
+                step: record.name.clone(),
+                occurrence: record.occurrence,
+                error: error.clone(),
+            };
+            s.compensations.insert(
+                *slot,
+                CompensationState::Failed {
+                    error: error.clone(),
+                },
+            );
+            event
+        }
+        Change::Ended(end) => return Ok(end_instance(s, at, end)),
+        Change::Restarted {
+            from_slot,
+            from_step,
+        } => {
+            restart(s, seq, at, *from_slot);
+            EventKind::InstanceRestarted {
+                from_step: from_step.clone(),
+            }
+        }
+    };
+    Ok(vec![event])
+}
+
+fn end_instance(s: &mut InstanceState, at: u64, end: &End) -> Vec<EventKind> {
+    let mut events = Vec::new();
+    match &end.rollback {
+        Some(Ok(())) => events.push(EventKind::RollbackCompleted),
+        Some(Err(failure)) => events.push(EventKind::RollbackFailed {
+            step: match failure.kind() {
+                FailureKind::Rollback { step } => step.clone(),
+                _ => String::new(),
+            },
+            error: failure.message().to_owned(),
+        }),
+        None => {}
+    }
+    if let (Some(plan), Some(Err(failure))) = (&mut s.rollback, &end.rollback) {
+        plan.failure = Some(failure.clone());
+    }
+    s.status = end.status;
+    s.finished_at = Some(at);
+    s.output = end.output.clone();
+    s.failure = end.failure.clone();
+    events.push(match end.status {
+        Status::Complete => EventKind::InstanceCompleted,
+        Status::Terminated => EventKind::InstanceTerminated,
+        _ => EventKind::InstanceErrored {
+            error: end
+                .failure
+                .as_ref()
+                .map(|f| f.message().to_owned())
+                .unwrap_or_default(),
+        },
+    });
+    events
+}
+
+/// A restart keeps the slots before `from_slot` and re-queues the events
+/// that the discarded waits took, in their order.
+fn restart(s: &mut InstanceState, seq: u64, at: u64, from_slot: u32) {
+    let discarded = s.slots.split_off(&from_slot);
+    for (i, slot) in discarded.into_values().enumerate() {
+        if let SlotState::Received {
+            event_type,
+            payload,
+        } = slot.state
+        {
+            let place = u32::try_from(i).unwrap_or(u32::MAX);
+            s.pending.insert(
+                (seq, place),
+                PendingEvent {
+                    event_type,
+                    payload,
+                    sent_at: at,
+                },
+            );
+        }
+    }
+    s.compensations.clear();
+    s.generation = s.generation.saturating_add(1);
+    s.status = Status::Queued;
+    s.finished_at = None;
+    s.output = None;
+    s.failure = None;
+    s.rollback = None;
+}

@@ -1,0 +1,134 @@
+//! Who runs what: the registered workflows, and one driver task per
+//! instance that runs here. Starts drivers (on start, resume, recovery)
+//! and lets go of them.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use crate::core::Core;
+use crate::driver::{self, Exit};
+use crate::live::Live;
+use crate::lock::lock;
+use crate::status::Status;
+use crate::workflow::ErasedWorkflow;
+
+pub(crate) struct Runner {
+    pub(crate) core: Arc<Core>,
+    registry: RwLock<HashMap<&'static str, Arc<dyn ErasedWorkflow>>>,
+    /// The instances a driver runs here.
+    live: Mutex<HashMap<String, Arc<Live>>>,
+    /// How long finished instances are kept.
+    pub(crate) retention: Duration,
+    /// The store's directory (`None` for a temporary store).
+    pub(crate) path: Option<PathBuf>,
+}
+
+impl Runner {
+    pub(crate) fn new(core: Arc<Core>, retention: Duration, path: Option<PathBuf>) -> Runner {
+        Runner {
+            core,
+            registry: RwLock::new(HashMap::new()),
+            live: Mutex::new(HashMap::new()),
+            retention,
+            path,
+        }
+    }
+
+    pub(crate) fn workflow(&self, name: &str) -> Option<Arc<dyn ErasedWorkflow>> {
+        self.registry
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .cloned()
+    }
+
+    pub(crate) fn is_registered(&self, name: &str) -> bool {
+        self.workflow(name).is_some()
+    }
+
+    /// Makes `workflow` runnable here, and resumes its unfinished instances.
+    pub(crate) fn register(self: &Arc<Self>, workflow: Arc<dyn ErasedWorkflow>) {
+        let name = workflow.workflow_name();
+        self.registry
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name, workflow);
+        self.resume_instances_of(name);
+    }
+
+    /// Recovery: every unfinished instance of `workflow` gets a driver.
+    fn resume_instances_of(self: &Arc<Self>, workflow: &str) {
+        let summaries = match self.core.journal.summaries() {
+            Ok(summaries) => summaries,
+            Err(e) => {
+                tracing::error!(error = %e, "could not list instances to resume");
+                return;
+            }
+        };
+        for (id, summary) in summaries {
+            match summary {
+                Ok(s) if s.workflow == workflow && s.status.resumes_on_open() => {
+                    self.spawn_driver(&id);
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::error!(instance = %id, error = %e, "not resuming an instance whose index entry is corrupt");
+                }
+            }
+        }
+    }
+
+    pub(crate) fn live(&self, id: &str) -> Option<Arc<Live>> {
+        lock(&self.live).get(id).cloned()
+    }
+
+    /// Runs the instance unless a driver already does (or its workflow is
+    /// not registered here).
+    pub(crate) fn spawn_driver(self: &Arc<Self>, id: &str) {
+        if self.core.is_closed() {
+            return;
+        }
+        let workflow = match self.core.journal.read(id, |s| s.workflow.clone()) {
+            Ok(name) => self.workflow(&name),
+            Err(e) => {
+                tracing::error!(instance = %id, error = %e, "cannot run an instance whose journal does not read");
+                return;
+            }
+        };
+        let Some(workflow) = workflow else { return };
+        let live = {
+            let mut running = lock(&self.live);
+            if running.contains_key(id) {
+                return;
+            }
+            let live = Arc::new(Live::new());
+            running.insert(id.to_owned(), live.clone());
+            live
+        };
+        self.core.clear_store_failure(id);
+        self.core.journal.keep(id, true);
+        let runner = self.clone();
+        let id: Arc<str> = Arc::from(id);
+        let task = self.core.runtime.spawn(async move {
+            let exit = driver::drive(&runner.core, workflow, &id, &live).await;
+            lock(&runner.live).remove(&*id);
+            runner.core.journal.keep(&id, false);
+            live.mark_stopped();
+            if exit == Exit::Suspended {
+                runner.after_suspend(&id);
+            }
+        });
+        self.core.track(task);
+    }
+
+    /// Called after a driver let go of a paused instance: if a user resumed
+    /// it in the meantime, run it again.
+    fn after_suspend(self: &Arc<Self>, id: &str) {
+        let status = self.core.journal.read(id, |s| s.status);
+        if matches!(status, Ok(Status::Running | Status::Queued)) {
+            self.spawn_driver(id);
+        }
+    }
+}

@@ -1,0 +1,150 @@
+//! The behaviour every [`Store`] must have, as a suite any store runs
+//! (`tests/store_conformance.rs` runs it against sled; a server-backed
+//! store runs it against its own).
+
+use super::Store;
+
+/// One check: `Ok(Err(violation))` when the store breaks the contract.
+type Check = fn(&dyn Store) -> crate::Result<Result<(), String>>;
+
+/// Runs the suite against stores made by `fresh` (each call an empty
+/// store). Returns every violation found, or `Ok` when there is none.
+#[doc(hidden)]
+pub fn run_conformance_suite<S: Store>(fresh: impl Fn() -> S) -> Result<(), Vec<String>> {
+    let mut violations = Vec::new();
+    let checks: [(&str, Check); 6] = [
+        ("create is once per id", create_is_once_per_id),
+        ("appends read back in order", appends_read_back_in_order),
+        (
+            "journals of ids sharing a prefix stay apart",
+            prefixes_stay_apart,
+        ),
+        (
+            "the index holds one summary per instance",
+            index_holds_summaries,
+        ),
+        ("remove takes journal and index", remove_takes_everything),
+        (
+            "a create cut short is taken over",
+            create_cut_short_is_taken_over,
+        ),
+    ];
+    for (name, check) in checks {
+        let store = fresh();
+        match check(&store) {
+            Ok(Ok(())) => {}
+            Ok(Err(violation)) => violations.push(format!("{name}: {violation}")),
+            Err(e) => violations.push(format!("{name}: the store failed: {e}")),
+        }
+    }
+    if violations.is_empty() {
+        Ok(())
+    } else {
+        Err(violations)
+    }
+}
+
+fn expect(ok: bool, what: impl FnOnce() -> String) -> Result<(), String> {
+    if ok { Ok(()) } else { Err(what()) }
+}
+
+fn create_is_once_per_id(store: &dyn Store) -> crate::Result<Result<(), String>> {
+    let first = store.create("a", b"index-1", b"record-1")?;
+    let second = store.create("a", b"index-2", b"record-2")?;
+    store.flush()?;
+    let journal = store.journal("a")?;
+    let index = store.index("a")?;
+    Ok(expect(first && !second, || {
+        format!("create answered {first} then {second}, expected true then false")
+    })
+    .and(expect(journal == [(0, b"record-1".to_vec())], || {
+        format!("journal after two creates: {journal:?}")
+    }))
+    .and(expect(
+        index.as_deref() == Some(b"index-1".as_slice()),
+        || format!("index after two creates: {index:?}"),
+    )))
+}
+
+fn appends_read_back_in_order(store: &dyn Store) -> crate::Result<Result<(), String>> {
+    store.create("a", b"i", b"r0")?;
+    for seq in 1..300u64 {
+        store.append("a", seq, format!("r{seq}").as_bytes())?;
+    }
+    store.flush()?;
+    let journal = store.journal("a")?;
+    let last = store.last_seq("a")?;
+    let in_order = journal
+        .iter()
+        .enumerate()
+        .all(|(i, (seq, bytes))| *seq == i as u64 && *bytes == format!("r{i}").into_bytes());
+    Ok(expect(journal.len() == 300 && in_order, || {
+        format!("{} records, in order: {in_order}", journal.len())
+    })
+    .and(expect(last == Some(299), || {
+        format!("last_seq {last:?}, expected 299")
+    }))
+    .and(expect(store.last_seq("nobody")?.is_none(), || {
+        "last_seq of an unknown id is not None".into()
+    })))
+}
+
+fn prefixes_stay_apart(store: &dyn Store) -> crate::Result<Result<(), String>> {
+    for id in ["a", "a-1", "a_", "ab", "b"] {
+        store.create(id, id.as_bytes(), id.as_bytes())?;
+        store.append(id, 1, id.as_bytes())?;
+    }
+    for id in ["a", "a-1", "a_", "ab", "b"] {
+        let journal = store.journal(id)?;
+        if journal.len() != 2 || journal.iter().any(|(_, r)| r != id.as_bytes()) {
+            return Ok(Err(format!("journal of {id:?} is {journal:?}")));
+        }
+    }
+    Ok(Ok(()))
+}
+
+fn index_holds_summaries(store: &dyn Store) -> crate::Result<Result<(), String>> {
+    store.create("b", b"b0", b"r")?;
+    store.create("a", b"a0", b"r")?;
+    store.put_index("a", b"a1")?;
+    let entries = store.index_entries()?;
+    Ok(expect(
+        entries
+            == [
+                ("a".to_owned(), b"a1".to_vec()),
+                ("b".to_owned(), b"b0".to_vec()),
+            ],
+        || format!("index entries {entries:?}"),
+    ))
+}
+
+fn remove_takes_everything(store: &dyn Store) -> crate::Result<Result<(), String>> {
+    store.create("a", b"i", b"r0")?;
+    store.append("a", 1, b"r1")?;
+    store.create("ab", b"i", b"r0")?;
+    store.remove("a")?;
+    store.flush()?;
+    Ok(
+        expect(store.journal("a")?.is_empty(), || "journal kept".into())
+            .and(expect(store.index("a")?.is_none(), || "index kept".into()))
+            .and(expect(store.journal("ab")?.len() == 1, || {
+                "removing \"a\" touched \"ab\"".into()
+            }))
+            .and(expect(store.create("a", b"i", b"again")?, || {
+                "a removed id cannot be created again".into()
+            })),
+    )
+}
+
+fn create_cut_short_is_taken_over(store: &dyn Store) -> crate::Result<Result<(), String>> {
+    // An index entry without a journal, as a crash between the two leaves.
+    store.put_index("a", b"stale")?;
+    let created = store.create("a", b"fresh", b"r0")?;
+    let index = store.index("a")?;
+    Ok(
+        expect(created, || "create refused an id with no journal".into()).and(expect(
+            index.as_deref() == Some(b"fresh".as_slice()),
+            || format!("index {index:?}"),
+        )),
+    )
+}
