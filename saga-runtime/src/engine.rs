@@ -316,6 +316,13 @@ impl Engine {
         }
     }
 
+    /// How many times the store was flushed so far (for benchmarks: group
+    /// commit shows as fewer flushes than durable writes). Not a stable API.
+    #[doc(hidden)]
+    pub fn flush_count(&self) -> u64 {
+        self.runner().core.journal.flushes()
+    }
+
     fn runner(&self) -> &Arc<Runner> {
         &self.handle.runner
     }

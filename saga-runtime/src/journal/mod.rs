@@ -241,6 +241,11 @@ impl Journal {
         Ok(())
     }
 
+    /// How many flushes the store did so far.
+    pub(crate) fn flushes(&self) -> u64 {
+        self.flusher.flushes()
+    }
+
     /// Stops the flusher (after a last flush).
     pub(crate) fn stop(&self) {
         self.flusher.stop();

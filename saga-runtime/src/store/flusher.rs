@@ -26,6 +26,8 @@ pub(crate) struct Flusher {
 
 struct Shared {
     state: Mutex<State>,
+    /// Flushes done so far, for the benchmarks' flushes-per-step figure.
+    flushes: std::sync::atomic::AtomicU64,
     wake: Condvar,
     events: broadcast::Sender<Event>,
 }
@@ -58,6 +60,7 @@ impl Flusher {
     pub(crate) fn start(store: Arc<dyn Store>, events: broadcast::Sender<Event>) -> Result<Self> {
         let shared = Arc::new(Shared {
             state: Mutex::new(State::default()),
+            flushes: std::sync::atomic::AtomicU64::new(0),
             wake: Condvar::new(),
             events,
         });
@@ -89,6 +92,13 @@ impl Flusher {
     /// call is on disk, without waiting for it.
     pub(crate) fn publish_when_durable(&self, event: Event) {
         self.shared.request(Request::Publish(event));
+    }
+
+    /// How many flushes the store did so far.
+    pub(crate) fn flushes(&self) -> u64 {
+        self.shared
+            .flushes
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Flushes what is pending and stops the thread.
@@ -162,6 +172,8 @@ impl Shared {
                 let target = state.requested;
                 drop(state);
                 let result = store.flush();
+                self.flushes
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 state = self.lock();
                 if let Err(e) = result {
                     tracing::error!(error = %e, "saga store flush failed");
