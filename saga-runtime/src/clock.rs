@@ -115,7 +115,11 @@ impl TestClock {
     /// Moves time forward by `by`, waking every sleep whose deadline passed.
     pub fn advance(&self, by: Duration) {
         let mut state = self.lock();
-        let to = state.now + by;
+        // Saturates at the latest time a SystemTime holds here.
+        let to = state
+            .now
+            .checked_add(by)
+            .unwrap_or_else(|| from_millis(u64::MAX));
         let due = state.advance_to(to);
         drop(state);
         wake_all(due);

@@ -121,6 +121,13 @@ impl Ctx {
         name: &str,
         renamed_from: Option<&str>,
     ) -> Option<Slot> {
+        if matches!(kind, SlotKind::Step | SlotKind::Sleep | SlotKind::Event)
+            && let Err(problem) = crate::names::check_name(kind.value_name(), name)
+        {
+            self.shared
+                .fail(Failure::new(FailureKind::Workflow, problem));
+            return None;
+        }
         let mut replay = lock(&self.replay);
         let counter = replay
             .occurrences
@@ -192,6 +199,12 @@ impl Ctx {
         replay.tasks.push(handle.abort_handle());
         drop(replay);
         self.shared.core.track(handle);
+    }
+
+    /// Waits until every step task of this run finished on its own.
+    pub(crate) async fn finish_tasks(&self) {
+        lock(&self.replay).tasks.clear();
+        self.shared.in_flight.wait_idle().await;
     }
 
     /// Stops every step task of this run and waits until they are gone, so

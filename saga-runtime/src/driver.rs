@@ -8,6 +8,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll;
 
+use crate::codec::Payload;
 use crate::context::{Ctx, Mode, Shared, WorkflowContext};
 use crate::core::Core;
 use crate::error::{Error, Result};
@@ -127,14 +128,23 @@ async fn run_forward(
         &state,
     );
     core.journal.append(id, Change::DriverStarted)?;
-    let run =
-        CatchUnwind::new(workflow.run_erased(WorkflowContext { ctx: ctx.clone() }, &state.input));
-    drop(state);
-    let outcome = tokio::select! {
-        result = run => Outcome::Finished(result),
-        why = live.interrupted() => Outcome::Interrupted(why),
+    let outcome = match start_run(&workflow, &ctx, &state) {
+        Ok(run) => {
+            drop(state);
+            tokio::select! {
+                result = run => Outcome::Finished(result),
+                why = live.interrupted() => Outcome::Interrupted(why),
+            }
+        }
+        Err(panic) => Outcome::Finished(Err(panic)),
     };
-    ctx.stop_tasks().await;
+    if let Outcome::Interrupted(Interrupt::Suspend) = outcome {
+        // A pause stops at the step boundary: steps already in flight
+        // finish and are recorded.
+        ctx.finish_tasks().await;
+    } else {
+        ctx.stop_tasks().await;
+    }
     let shared = ctx.shared.clone();
     // The rollback paths are boxed: a driver that only waits (thousands of
     // sleeping instances) then does not carry room for them in its task.
@@ -193,6 +203,20 @@ async fn run_forward(
         }
     }
     Ok(Exit::Other)
+}
+
+/// The workflow function's future, made so that a panic of user code that
+/// runs before its first await (a `workflow_fn` closure) is contained.
+type Run = CatchUnwind<crate::compensation::BoxFuture<std::result::Result<Payload, Failure>>>;
+
+fn start_run(
+    workflow: &Arc<dyn ErasedWorkflow>,
+    ctx: &Arc<Ctx>,
+    state: &InstanceState,
+) -> std::result::Result<Run, String> {
+    crate::panic::catch(|| {
+        CatchUnwind::new(workflow.run_erased(WorkflowContext { ctx: ctx.clone() }, &state.input))
+    })
 }
 
 /// The workflow failed (or was terminated with rollback): compensate the
@@ -289,8 +313,12 @@ async fn rebuild_and_compensate(
         Mode::Rebuild,
         &state,
     );
-    let mut run =
-        CatchUnwind::new(workflow.run_erased(WorkflowContext { ctx: ctx.clone() }, &state.input));
+    // A workflow that panics before its first await registers nothing:
+    // the compensations history names then fail as not rebuilt.
+    let Ok(mut run) = start_run(&workflow, &ctx, &state) else {
+        let handlers = ctx.take_rollbacks();
+        return run_compensations(&ctx.shared, handlers, cause, then).await;
+    };
     for _ in 0..REBUILD_POLLS {
         let done = poll_fn(|cx| Poll::Ready(Pin::new(&mut run).poll(cx).is_ready())).await;
         let registered: BTreeSet<u32> = ctx.registered_rollback_slots().into_iter().collect();

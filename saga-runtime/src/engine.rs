@@ -69,6 +69,8 @@ impl Drop for EngineHandle {
 fn shut_down(runner: &Runner) -> Vec<tokio::task::JoinHandle<()>> {
     let tasks = runner.core.close();
     runner.core.journal.stop();
+    // Pending result() and control calls see the engine closed.
+    runner.core.journal.notify_ended();
     tasks
 }
 
@@ -202,10 +204,8 @@ impl Engine {
             .core
             .encode_limited(&input, || format!("input of instance {id:?}"))?;
         let journal = &runner.core.journal;
-        if journal.create(id, name, input)? {
-            journal.flush().await?;
-            runner.spawn_driver(id);
-        } else {
+        let created = journal.create(id, name, input)?;
+        if !created {
             let existing = journal.read(id, |s| s.workflow.clone())?;
             if existing != name {
                 return Err(Error::InstanceIdInUse {
@@ -215,6 +215,11 @@ impl Engine {
                 });
             }
         }
+        // Before the await, so a caller that drops this future leaves a
+        // running instance (its first durable step flushes its creation
+        // too); a repeated start drives one that a dropped start left.
+        runner.spawn_driver_if_runnable(id);
+        journal.flush().await?;
         Ok(Run::new(Instance::new(runner.clone(), id.to_owned())))
     }
 
@@ -264,6 +269,7 @@ impl Engine {
         payload: &P,
     ) -> Result<()> {
         validate_id(id)?;
+        crate::names::check_event_type(event_type).map_err(Error::InvalidArgument)?;
         let runner = self.runner();
         let payload = runner.core.encode_limited(payload, || {
             format!("payload of event {event_type:?} for instance {id:?}")
@@ -283,11 +289,12 @@ impl Engine {
             };
             Ok((Some(change), ()))
         })?;
-        journal.flush().await?;
+        // Woken before the await: a dropped call still delivers the event
+        // now (the wait that takes it flushes before it returns).
         if let Some(live) = runner.live(id) {
             live.event_sent.notify_waiters();
         }
-        Ok(())
+        journal.flush().await
     }
 
     /// Removes finished instances older than the retention period now

@@ -181,6 +181,9 @@ impl Instance {
                 }
                 _ => {}
             }
+            if self.runner.core.is_closed() {
+                return Err(Error::Closed);
+            }
             if let Some(error) = self.runner.core.store_failure(&self.id) {
                 return Err(Error::Store(format!(
                     "instance {:?} stopped on a store failure ({error}); it resumes when the store is opened again",
@@ -208,11 +211,10 @@ impl Instance {
             Status::Paused => Ok((None, ())),
             status => Err(self.invalid(status, "pause it")),
         })?;
-        self.journal().flush().await?;
         if let Some(live) = self.runner.live(&self.id) {
             live.request_pause(true);
         }
-        Ok(())
+        self.journal().flush().await
     }
 
     /// Resumes a paused instance.
@@ -222,14 +224,14 @@ impl Instance {
             Status::Queued | Status::Running | Status::Waiting => Ok((None, false)),
             status => Err(self.invalid(status, "resume it")),
         })?;
-        self.journal().flush().await?;
+        // Acted on before the await, so a dropped call still resumes it.
         if resumed {
             match self.runner.live(&self.id) {
                 Some(live) => live.request_pause(false),
                 None => self.runner.spawn_driver(&self.id),
             }
         }
-        Ok(())
+        self.journal().flush().await
     }
 
     /// Ends the instance now, without compensation. Returns once it is
@@ -258,7 +260,7 @@ impl Instance {
                 return Err(self.invalid(status, operation));
             }
             live.interrupt(Interrupt::Terminate { rollback });
-            live.wait_stopped().await;
+            self.wait_stopped(&live).await?;
             // The driver may have stopped for a pause it saw first; then
             // ours was not acted on and the end is written below.
             if self.status()?.is_terminal() {
@@ -286,12 +288,13 @@ impl Instance {
             };
             Ok((Some(change), ()))
         })?;
-        self.journal().flush().await?;
         if rollback {
+            // Before any await: a dropped call still compensates.
             self.runner.spawn_driver(&self.id);
-            if let Some(live) = self.runner.live(&self.id) {
-                live.wait_stopped().await;
-            }
+        }
+        self.journal().flush().await?;
+        if let Some(live) = self.runner.live(&self.id) {
+            self.wait_stopped(&live).await?;
         }
         Ok(())
     }
@@ -317,7 +320,7 @@ impl Instance {
             .read(&self.id, |state| self.restart_slot(state, step))??;
         if let Some(live) = self.runner.live(&self.id) {
             live.interrupt(Interrupt::Stop);
-            live.wait_stopped().await;
+            self.wait_stopped(&live).await?;
         }
         self.journal().write(&self.id, |state| {
             let from_slot = self.restart_slot(state, step)?;
@@ -329,9 +332,8 @@ impl Instance {
                 (),
             ))
         })?;
-        self.journal().flush().await?;
         self.runner.spawn_driver(&self.id);
-        Ok(())
+        self.journal().flush().await
     }
 
     /// The slot a restart from `step` begins at: the step's first call.
@@ -356,6 +358,22 @@ impl Instance {
             });
         }
         Ok(from_slot)
+    }
+
+    /// Waits until the driver let go of the instance; [`Error::Closed`]
+    /// when the engine closes first.
+    async fn wait_stopped(&self, live: &crate::live::Live) -> Result<()> {
+        let mut ended = self.journal().subscribe_ends();
+        tokio::select! {
+            () = live.wait_stopped() => Ok(()),
+            () = async {
+                while !self.runner.core.is_closed() {
+                    if ended.changed().await.is_err() {
+                        break;
+                    }
+                }
+            } => Err(Error::Closed),
+        }
     }
 
     fn invalid(&self, status: Status, operation: &'static str) -> Error {

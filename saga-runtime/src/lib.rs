@@ -53,6 +53,7 @@ mod key;
 mod live;
 mod lock;
 mod macro_support;
+mod names;
 mod panic;
 mod retention;
 mod retry;

@@ -35,7 +35,13 @@ impl<F: Future> Future for CatchUnwind<F> {
     }
 }
 
-fn panic_message(payload: &(dyn Any + Send)) -> String {
+/// Calls `f`, turning a panic into `Err(message)`.
+pub(crate) fn catch<T>(f: impl FnOnce() -> T) -> Result<T, String> {
+    catch_unwind(AssertUnwindSafe(f)).map_err(|payload| panic_message(payload.as_ref()))
+}
+
+/// The message of a panic payload.
+pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
     if let Some(s) = payload.downcast_ref::<&'static str>() {
         (*s).to_owned()
     } else if let Some(s) = payload.downcast_ref::<String>() {

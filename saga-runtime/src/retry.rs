@@ -13,7 +13,7 @@ use std::time::Duration;
 use crate::clock::{Clock, add_millis, from_millis, to_millis};
 use crate::config::StepConfig;
 use crate::failure::StepError;
-use crate::panic::CatchUnwind;
+use crate::panic::{CatchUnwind, catch};
 
 /// How a run of attempts ended.
 pub(crate) enum Retried<T> {
@@ -50,7 +50,15 @@ where
     let mut attempts = resume.attempts;
     loop {
         attempts = attempts.saturating_add(1);
-        match run_attempt(clock, config.timeout, attempt(attempts)).await {
+        // User code may run (and panic) while the attempt's future is made
+        // (a hand-written closure, an input's `Clone`): a failed attempt too.
+        let outcome = match catch(|| attempt(attempts)) {
+            Ok(future) => run_attempt(clock, config.timeout, future).await,
+            Err(panic) => Err(StepError::retryable(format!(
+                "the attempt panicked: {panic}"
+            ))),
+        };
+        match outcome {
             Ok(value) => return Ok(Retried::Done(value, attempts)),
             Err(error) if error.is_retryable() && config.allows_retry_after(attempts) => {
                 let delay = config.delay_after(attempts);

@@ -11,6 +11,7 @@ use crate::core::Core;
 use crate::driver::{self, Exit};
 use crate::live::Live;
 use crate::lock::lock;
+use crate::panic::CatchUnwind;
 use crate::status::Status;
 use crate::workflow::ErasedWorkflow;
 
@@ -112,15 +113,37 @@ impl Runner {
         let runner = self.clone();
         let id: Arc<str> = Arc::from(id);
         let task = self.core.runtime.spawn(async move {
-            let exit = driver::drive(&runner.core, workflow, &id, &live).await;
-            lock(&runner.live).remove(&*id);
-            runner.core.journal.keep(&id, false);
-            live.mark_stopped();
-            if exit == Exit::Suspended {
-                runner.after_suspend(&id);
+            // Lets go of the instance however the driver ends: done, a
+            // panic, or aborted by shutdown (then `Drop` runs it).
+            let guard = Release {
+                runner: runner.clone(),
+                id: id.clone(),
+                live: live.clone(),
+            };
+            let exit = CatchUnwind::new(driver::drive(&runner.core, workflow, &id, &live)).await;
+            drop(guard);
+            match exit {
+                Ok(Exit::Suspended) => runner.after_suspend(&id),
+                Ok(Exit::Other) => {}
+                Err(panic) => {
+                    let error = crate::Error::Store(format!(
+                        "the engine's driver of this instance panicked ({panic}); it resumes when the store is opened again"
+                    ));
+                    tracing::error!(instance = %id, error = %error, "instance driver panicked");
+                    runner.core.stopped_by_store(&id, &error);
+                }
             }
         });
         self.core.track(task);
+    }
+
+    /// Runs the instance if its status says it should run (queued, running,
+    /// waiting or rolling back) and no driver does yet.
+    pub(crate) fn spawn_driver_if_runnable(self: &Arc<Self>, id: &str) {
+        let status = self.core.journal.read(id, |s| s.status);
+        if status.is_ok_and(Status::resumes_on_open) {
+            self.spawn_driver(id);
+        }
     }
 
     /// Called after a driver let go of a paused instance: if a user resumed
@@ -130,5 +153,20 @@ impl Runner {
         if matches!(status, Ok(Status::Running | Status::Queued)) {
             self.spawn_driver(id);
         }
+    }
+}
+
+/// Held by a driver task: when it goes, the instance has no driver here.
+struct Release {
+    runner: Arc<Runner>,
+    id: Arc<str>,
+    live: Arc<Live>,
+}
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        lock(&self.runner.live).remove(&*self.id);
+        self.runner.core.journal.keep(&self.id, false);
+        self.live.mark_stopped();
     }
 }

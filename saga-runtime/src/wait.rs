@@ -63,11 +63,19 @@ impl WorkflowContext {
         let slot = self.ctx.take_slot(SlotKind::Event, name);
         let shared = self.ctx.shared.clone();
         let event_type = event_type.to_owned();
+        let type_problem = crate::names::check_event_type(&event_type).err();
         async move {
             let timeout = timeout?;
             let Some(slot) = slot else {
                 return pending().await;
             };
+            if let Some(problem) = type_problem {
+                shared.fail(crate::failure::Failure::new(
+                    crate::failure::FailureKind::Workflow,
+                    problem,
+                ));
+                return pending().await;
+            }
             let wait = EventWait {
                 shared,
                 slot,
