@@ -14,6 +14,7 @@ use crate::ast::{ParamKind, RollbackFn, StepFn, WorkflowFn};
 use crate::attr::{Backoff, RetryConfig, RollbackArgs, StepArgs, WorkflowArgs};
 use crate::check;
 use crate::errors::Errors;
+use crate::steps;
 
 /// `#[step(..)]`.
 pub(crate) fn step(args: TokenStream, item: TokenStream) -> TokenStream {
@@ -48,8 +49,9 @@ pub(crate) fn workflow(args: TokenStream, item: TokenStream) -> TokenStream {
     run(shape, args, item, |args, item, errors| {
         let args = WorkflowArgs::parse(args, errors);
         let mut workflow = WorkflowFn::from_syn(item, errors)?;
-        check::workflow(&mut workflow, errors);
-        Some(workflow_tokens(&args, &workflow))
+        let body = check::workflow(&mut workflow, errors);
+        let checks = steps::workflow_checks(&body, &[]);
+        Some(workflow_tokens(&args, &workflow, checks))
     })
 }
 
@@ -105,6 +107,12 @@ fn step_tokens(args: &StepArgs, step: &StepFn) -> TokenStream {
         ParamKind::StepContext => quote!(__saga_step),
         ParamKind::Input => next_input.next().to_token_stream(),
     });
+    // A renamed step hands its old name to the runtime, for replay.
+    let (start, old_name) = match &args.renamed_from {
+        Some(old) => (quote!(start_step_renamed), quote!(#old,)),
+        None => (quote!(start_step), TokenStream::new()),
+    };
+    let definition = steps::step_definition(item, &name, args.renamed_from.as_ref());
     let take_key = step
         .injected(ParamKind::Key)
         .map(|_| quote!(let __saga_key = __saga_step.key();));
@@ -128,9 +136,10 @@ fn step_tokens(args: &StepArgs, step: &StepFn) -> TokenStream {
             #body
             let __saga_rollback = #rollback;
             // The explicit output type puts its bound errors on the user's type.
-            ::saga_runtime::__private::start_step::<#output, _, _>(
+            ::saga_runtime::__private::#start::<#output, _, _>(
                 __saga_ctx,
                 #name,
+                #old_name
                 #config,
                 #read_only,
                 move |__saga_step: ::saga_runtime::__private::StepContext| {
@@ -141,6 +150,7 @@ fn step_tokens(args: &StepArgs, step: &StepFn) -> TokenStream {
                 __saga_rollback,
             )
         }
+        #definition
     }
 }
 
@@ -258,8 +268,15 @@ fn hidden_handler_type(item: &ItemFn) -> TokenStream {
 
 /// The workflow value: a unit struct named like the function, implementing
 /// `Workflow` by running the function's body.
-fn workflow_tokens(args: &WorkflowArgs, workflow: &WorkflowFn) -> TokenStream {
-    let item = &workflow.item;
+/// `checks` go first in the body.
+fn workflow_tokens(args: &WorkflowArgs, workflow: &WorkflowFn, checks: TokenStream) -> TokenStream {
+    let mut item = workflow.item.clone();
+    if !checks.is_empty() {
+        item.block
+            .stmts
+            .insert(0, syn::Stmt::Item(syn::Item::Verbatim(checks)));
+    }
+    let item = &item;
     let (vis, ident) = (&item.vis, &item.sig.ident);
     let (input, output) = (&workflow.input, &workflow.output);
     let name = name_or_ident(args.name.as_ref(), ident);

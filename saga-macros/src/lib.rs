@@ -11,12 +11,14 @@
 mod ast;
 mod attr;
 mod body;
+mod calls;
 mod check;
 mod duration;
 mod errors;
 mod expand;
 mod forbidden;
 mod name;
+mod steps;
 mod types;
 mod usage;
 
