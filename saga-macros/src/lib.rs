@@ -16,6 +16,7 @@ mod check;
 mod duration;
 mod errors;
 mod expand;
+mod fallback;
 mod forbidden;
 mod name;
 mod steps;
