@@ -15,6 +15,7 @@ use crate::attr::{Backoff, RetryConfig, RollbackArgs, StepArgs, WorkflowArgs};
 use crate::check;
 use crate::errors::Errors;
 use crate::fallback;
+use crate::lock;
 use crate::steps;
 
 /// `#[step(..)]`.
@@ -27,7 +28,18 @@ pub(crate) fn step(args: TokenStream, item: TokenStream) -> TokenStream {
             return Some(fallback::step(&item));
         };
         check::step(&args, &step, errors);
-        Some(step_tokens(&args, &step, errors.is_empty()))
+        let lock = args.name.as_ref().map(|name| {
+            let ident = &step.item.sig.ident;
+            lock::step(
+                name,
+                args.renamed_from.as_ref(),
+                ident,
+                &step.output,
+                errors,
+            )
+        });
+        let step = step_tokens(&args, &step, errors.is_empty());
+        Some(quote!(#step #lock))
     })
 }
 
@@ -55,8 +67,13 @@ pub(crate) fn workflow(args: TokenStream, item: TokenStream) -> TokenStream {
             return Some(fallback::workflow(&args, &item));
         };
         let body = check::workflow(&mut workflow, errors);
-        let checks = steps::workflow_checks(&body, &[]);
-        Some(workflow_tokens(&args, &workflow, checks))
+        let (lock, unlisted) = match &args.name {
+            Some(name) => lock::workflow(name, &body, errors),
+            None => Default::default(),
+        };
+        let checks = steps::workflow_checks(&body, &unlisted);
+        let workflow = workflow_tokens(&args, &workflow, checks);
+        Some(quote!(#workflow #lock))
     })
 }
 

@@ -18,6 +18,7 @@ mod errors;
 mod expand;
 mod fallback;
 mod forbidden;
+mod lock;
 mod name;
 mod steps;
 mod types;
