@@ -21,7 +21,7 @@ const STEP_CONTEXT: &str = "StepContext";
 /// The type name of a rollback handler's context.
 const ROLLBACK_CONTEXT: &str = "RollbackContext";
 /// The type name of a workflow's context.
-const WORKFLOW_CONTEXT: &str = "WorkflowContext";
+pub(crate) const WORKFLOW_CONTEXT: &str = "WorkflowContext";
 
 /// What a step parameter is.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -109,6 +109,18 @@ impl StepFn {
     pub(crate) fn injected(&self, kind: ParamKind) -> Option<&Param> {
         self.params.iter().find(|p| p.kind == kind)
     }
+}
+
+/// Whether a step parameter of type `ty` is supplied by the engine (taken
+/// by value or, wrongly, by reference), so callers do not pass it.
+pub(crate) fn is_injected(ty: &Type) -> bool {
+    let ty = match ty {
+        Type::Reference(reference) => &*reference.elem,
+        other => other,
+    };
+    [IDEMPOTENCY_KEY, STEP_CONTEXT]
+        .into_iter()
+        .any(|name| types::is_named(ty, name))
 }
 
 /// Reads one step parameter; `None` (with the error recorded) when the

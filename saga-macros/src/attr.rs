@@ -14,6 +14,7 @@ use crate::errors::Errors;
 use crate::name;
 
 const NAME: &str = "name";
+const RENAMED_FROM: &str = "renamed_from";
 const ROLLBACK: &str = "rollback";
 const RETRIES: &str = "retries";
 const DELAY: &str = "delay";
@@ -22,7 +23,16 @@ const TIMEOUT: &str = "timeout";
 const READ_ONLY: &str = "read_only";
 const HANDLER: &str = "handler";
 
-const STEP_KEYS: &[&str] = &[NAME, ROLLBACK, RETRIES, DELAY, BACKOFF, TIMEOUT, READ_ONLY];
+const STEP_KEYS: &[&str] = &[
+    NAME,
+    RENAMED_FROM,
+    ROLLBACK,
+    RETRIES,
+    DELAY,
+    BACKOFF,
+    TIMEOUT,
+    READ_ONLY,
+];
 const ROLLBACK_KEYS: &[&str] = &[RETRIES, DELAY, BACKOFF, TIMEOUT];
 /// `rollback(handler = .., ..)` on a step: the handler and settings that
 /// override its own for this step.
@@ -32,6 +42,7 @@ const WORKFLOW_KEYS: &[&str] = &[NAME];
 /// A value of each key, for messages.
 const EXAMPLES: &[(&str, &str)] = &[
     (NAME, "\"charge-card\""),
+    (RENAMED_FROM, "\"old-name\""),
     (ROLLBACK, "refund_card"),
     (HANDLER, "refund_card"),
     (RETRIES, "5"),
@@ -73,6 +84,8 @@ pub(crate) struct RetryConfig {
 pub(crate) struct StepArgs {
     /// `None` when missing or invalid (the error is already recorded).
     pub(crate) name: Option<LitStr>,
+    /// The name earlier releases used; `None` when absent or invalid.
+    pub(crate) renamed_from: Option<LitStr>,
     pub(crate) rollback: Option<Path>,
     /// Settings of `rollback(handler = .., retries = ..)` that override the
     /// handler's own for this step.
@@ -107,6 +120,11 @@ impl StepArgs {
                     let value = expr_value(meta)?;
                     parsed.name = errors.ok(checked_name(&value, "step name"));
                 }
+                // renamed_from = "qa-check"
+                RENAMED_FROM => {
+                    let value = expr_value(meta)?;
+                    parsed.renamed_from = errors.ok(checked_name(&value, "old step name"));
+                }
                 // rollback = refund_account
                 // rollback(handler = refund_account, retries = 10, delay = "1 minute")
                 ROLLBACK => {
@@ -125,6 +143,19 @@ impl StepArgs {
                  #[step(name = \"charge-card\")]; the name identifies the step's results in \
                  stored history, so it must stay the same across releases",
             ));
+        }
+        if let (Some(name), Some(old)) = (&parsed.name, &parsed.renamed_from)
+            && name.value() == old.value()
+        {
+            errors.spanned(
+                old,
+                format!(
+                    "`renamed_from` names the step's current name {:?}: give the name the step \
+                     had before, or remove `renamed_from`",
+                    old.value()
+                ),
+            );
+            parsed.renamed_from = None;
         }
         parsed
     }

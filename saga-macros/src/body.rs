@@ -1,4 +1,5 @@
-//! What a workflow body calls: the determinism, name and call-site checks.
+//! What a workflow body calls: the determinism and name checks, and the
+//! call sites it records for the step checks (`calls`).
 //!
 //! Macro arguments are looked into too: they are parsed as expressions when
 //! they are (`tokio::join!(a(&ctx, x), b(&ctx, y))`), otherwise their tokens
@@ -11,8 +12,12 @@ use syn::punctuated::Punctuated;
 use syn::spanned::Spanned;
 use syn::visit::Visit;
 use syn::visit_mut::{self, VisitMut};
-use syn::{Expr, ExprCall, ExprClosure, ExprMethodCall, ExprPath, LitStr, Macro, Pat, Token};
+use syn::{
+    Expr, ExprCall, ExprClosure, ExprIf, ExprMatch, ExprMethodCall, ExprPath, LitStr, Macro, Pat,
+    Token,
+};
 
+use crate::calls::CallSites;
 use crate::duration;
 use crate::errors::Errors;
 use crate::forbidden::forbidden;
@@ -32,14 +37,31 @@ fn is_ref_to(expr: &Expr, var: &Ident) -> bool {
 }
 
 /// The durable operations a workflow body calls on its context: the method,
-/// what its first argument names, and which argument (if any) is a duration.
-const CONTEXT_CALLS: &[(&str, name::Kind, Option<usize>)] = &[
-    ("step", "step name", None),
-    ("step_with_context", "step name", None),
-    ("sleep", "sleep name", Some(1)),
-    ("sleep_until", "sleep name", None),
-    ("wait_for_event", "event wait name", Some(2)),
+/// what its first argument names, its kind in `saga.lock`, and which
+/// argument (if any) is a duration.
+const CONTEXT_CALLS: &[(&str, name::Kind, &str, Option<usize>)] = &[
+    ("step", "step name", "step", None),
+    ("step_with_context", "step name", "step", None),
+    ("sleep", "sleep name", "sleep", Some(1)),
+    ("sleep_until", "sleep name", "sleep", None),
+    ("wait_for_event", "event wait name", "event", Some(2)),
 ];
+
+/// A name literal given to `ctx.step`, `ctx.sleep`, `ctx.wait_for_event`.
+pub(crate) struct LiteralName {
+    /// `step`, `sleep` or `event`: its kind in `saga.lock`.
+    pub(crate) kind: &'static str,
+    /// The method called, for messages: `ctx.sleep`.
+    pub(crate) method: &'static str,
+    pub(crate) literal: LitStr,
+}
+
+/// What a workflow body uses: its literal names and the functions it calls
+/// with `&ctx`.
+pub(crate) struct BodySummary {
+    pub(crate) names: Vec<LiteralName>,
+    pub(crate) calls: CallSites,
+}
 
 /// Checks a workflow body: determinism, names, and call sites.
 pub(crate) struct WorkflowChecker<'e> {
@@ -47,29 +69,44 @@ pub(crate) struct WorkflowChecker<'e> {
     ctx: Option<Ident>,
     errors: &'e mut Errors,
     /// Names given to `ctx.step(..)`, `ctx.sleep(..)`, `ctx.wait_for_event(..)`.
-    names: Vec<String>,
-    /// The functions called with `&ctx` first: the #[step] calls.
-    step_calls: Vec<String>,
+    names: Vec<LiteralName>,
+    /// The functions called with `&ctx` first, and where.
+    calls: CallSites,
     /// How many invalid names were replaced.
     replaced: usize,
 }
 
 impl<'e> WorkflowChecker<'e> {
-    /// A checker for a body whose context variable is `ctx`.
-    pub(crate) fn new(ctx: Option<Ident>, errors: &'e mut Errors) -> Self {
+    /// A checker for a body whose context variable is `ctx`, and whose
+    /// call sites are recorded in `calls`.
+    pub(crate) fn new(ctx: Option<Ident>, calls: CallSites, errors: &'e mut Errors) -> Self {
         WorkflowChecker {
             ctx,
             errors,
             names: Vec::new(),
-            step_calls: Vec::new(),
+            calls,
             replaced: 0,
+        }
+    }
+
+    /// What the walk found.
+    pub(crate) fn into_summary(self) -> BodySummary {
+        BodySummary {
+            names: self.names,
+            calls: self.calls,
         }
     }
 
     /// Checks the name argument of a context call and remembers it. A name
     /// that is not a literal is replaced by one (still evaluating the
     /// original), so its type does not cause a second error.
-    fn check_name(&mut self, arg: &mut Expr, kind: name::Kind) {
+    fn check_name(
+        &mut self,
+        arg: &mut Expr,
+        kind: name::Kind,
+        lock_kind: &'static str,
+        method: &'static str,
+    ) {
         let literal = match name::literal(arg, kind) {
             Ok(literal) => literal,
             Err(error) => {
@@ -86,14 +123,22 @@ impl<'e> WorkflowChecker<'e> {
         if let Err(error) = name::check(&literal, kind) {
             return self.errors.push(error);
         }
-        self.remember_name(&literal);
+        self.remember_name(LiteralName {
+            kind: lock_kind,
+            method,
+            literal,
+        });
     }
 
-    fn remember_name(&mut self, literal: &LitStr) {
-        let value = literal.value();
-        if self.names.contains(&value) {
+    fn remember_name(&mut self, name: LiteralName) {
+        let value = name.literal.value();
+        if self
+            .names
+            .iter()
+            .any(|known| known.literal.value() == value)
+        {
             self.errors.push(syn::Error::new(
-                literal.span(),
+                name.literal.span(),
                 format!(
                     "the name {value:?} is already used by another step, sleep or event wait \
                      of this workflow: each call site needs its own name, or replay would \
@@ -102,7 +147,7 @@ impl<'e> WorkflowChecker<'e> {
                 ),
             ));
         } else {
-            self.names.push(value);
+            self.names.push(name);
         }
     }
 
@@ -117,27 +162,14 @@ impl<'e> WorkflowChecker<'e> {
         }
     }
 
-    /// Remembers a call `f(&ctx, ..)` and reports a second call site of `f`.
-    fn check_step_call(&mut self, call: &ExprCall) {
+    /// Records a call `f(&ctx, ..)`: whether `f` is a step, and so whether
+    /// two call sites are a mistake, is checked by the generated code.
+    fn record_call(&mut self, call: &ExprCall) {
         let (Some(ctx), Expr::Path(callee)) = (&self.ctx, &*call.func) else {
             return;
         };
-        if !call.args.first().is_some_and(|first| is_ref_to(first, ctx)) {
-            return;
-        }
-        let path = path_string(&callee.path);
-        if self.step_calls.contains(&path) {
-            self.errors.spanned(
-                callee,
-                format!(
-                    "the step `{path}` is already called at another place in this workflow: \
-                     both call sites would share one step name, so their stored results \
-                     depend on the order they run in; call it from one place (inside a loop \
-                     to run it several times) or define a second #[step] with its own name"
-                ),
-            );
-        } else {
-            self.step_calls.push(path);
+        if call.args.first().is_some_and(|first| is_ref_to(first, ctx)) {
+            self.calls.record(callee);
         }
     }
 
@@ -191,14 +223,6 @@ fn path_at(trees: &[TokenTree], mut at: usize) -> (TokenStream, usize) {
     (path, at)
 }
 
-fn path_string(path: &syn::Path) -> String {
-    path.segments
-        .iter()
-        .map(|segment| segment.ident.to_string())
-        .collect::<Vec<_>>()
-        .join("::")
-}
-
 /// The key check of an inline step's closure: `|key| ..` must use `key`
 /// (`|step| ..` of `step_with_context` must use `step.key()`); `|_| ..`
 /// declares a step without side effects.
@@ -246,13 +270,13 @@ impl VisitMut for WorkflowChecker<'_> {
             .is_some_and(|ctx| is_var(&call.receiver, ctx));
         let known = CONTEXT_CALLS
             .iter()
-            .find(|(method, _, _)| call.method == method)
+            .find(|(method, ..)| call.method == method)
             .filter(|_| on_ctx);
-        let Some((method, kind, duration_at)) = known else {
+        let Some((method, kind, lock_kind, duration_at)) = known else {
             return visit_mut::visit_expr_method_call_mut(self, call);
         };
         if let Some(name) = call.args.first_mut() {
-            self.check_name(name, kind);
+            self.check_name(name, kind, lock_kind, method);
         }
         if let Some(duration) = duration_at.and_then(|at| call.args.iter().nth(at))
             && let Err(error) = duration::check_literal(duration)
@@ -273,8 +297,36 @@ impl VisitMut for WorkflowChecker<'_> {
     }
 
     fn visit_expr_call_mut(&mut self, call: &mut ExprCall) {
-        self.check_step_call(call);
+        self.record_call(call);
         visit_mut::visit_expr_call_mut(self, call);
+    }
+
+    // if cond { then } else { other }: the condition runs before the branch.
+    fn visit_expr_if_mut(&mut self, expr: &mut ExprIf) {
+        self.visit_expr_mut(&mut expr.cond);
+        let point = self.calls.branch_point();
+        self.calls.enter(point, 0);
+        self.visit_block_mut(&mut expr.then_branch);
+        self.calls.leave();
+        if let Some((_, other)) = &mut expr.else_branch {
+            self.calls.enter(point, 1);
+            self.visit_expr_mut(other);
+            self.calls.leave();
+        }
+    }
+
+    // match scrutinee { pat if guard => body, .. }: guards run before an arm
+    // is chosen.
+    fn visit_expr_match_mut(&mut self, expr: &mut ExprMatch) {
+        self.visit_expr_mut(&mut expr.expr);
+        let point = self.calls.branch_point();
+        for (index, arm) in expr.arms.iter_mut().enumerate() {
+            // The guard is part of the pattern (`Pat::Guard`).
+            self.visit_pat_mut(&mut arm.pat);
+            self.calls.enter(point, index);
+            self.visit_expr_mut(&mut arm.body);
+            self.calls.leave();
+        }
     }
 
     fn visit_expr_path_mut(&mut self, path: &mut ExprPath) {

@@ -7,7 +7,8 @@ use syn::visit_mut::VisitMut;
 
 use crate::ast::{Param, ParamKind, RollbackFn, StepFn, WorkflowFn};
 use crate::attr::StepArgs;
-use crate::body::WorkflowChecker;
+use crate::body::{BodySummary, WorkflowChecker};
+use crate::calls::CallSites;
 use crate::errors::Errors;
 use crate::usage;
 
@@ -83,7 +84,18 @@ pub(crate) fn rollback(handler: &RollbackFn, errors: &mut Errors) {
 
 /// A workflow body is deterministic and names each durable call once.
 /// Names that are not literals are replaced (see `WorkflowChecker`).
-pub(crate) fn workflow(workflow: &mut WorkflowFn, errors: &mut Errors) {
-    let mut checker = WorkflowChecker::new(workflow.ctx.clone(), errors);
+/// Returns the names and call sites, for the checks the generated code
+/// makes (`steps`) and for `saga.lock`.
+pub(crate) fn workflow(workflow: &mut WorkflowFn, errors: &mut Errors) -> BodySummary {
+    let params = workflow.item.sig.inputs.iter().filter_map(|arg| match arg {
+        syn::FnArg::Typed(typed) => match &*typed.pat {
+            syn::Pat::Ident(ident) => Some(ident.ident.to_string()),
+            _ => None,
+        },
+        syn::FnArg::Receiver(_) => None,
+    });
+    let calls = CallSites::new(&workflow.item.block, params);
+    let mut checker = WorkflowChecker::new(workflow.ctx.clone(), calls, errors);
     checker.visit_block_mut(&mut workflow.item.block);
+    checker.into_summary()
 }

@@ -30,6 +30,11 @@ impl Errors {
         result.map_err(|error| self.push(error)).ok()
     }
 
+    /// Whether no error was recorded.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.combined.is_none()
+    }
+
     /// The `compile_error!`s of every recorded error.
     pub(crate) fn into_compile_errors(self) -> TokenStream {
         self.combined

@@ -14,6 +14,9 @@ use crate::ast::{ParamKind, RollbackFn, StepFn, WorkflowFn};
 use crate::attr::{Backoff, RetryConfig, RollbackArgs, StepArgs, WorkflowArgs};
 use crate::check;
 use crate::errors::Errors;
+use crate::fallback;
+use crate::lock;
+use crate::steps;
 
 /// `#[step(..)]`.
 pub(crate) fn step(args: TokenStream, item: TokenStream) -> TokenStream {
@@ -21,9 +24,22 @@ pub(crate) fn step(args: TokenStream, item: TokenStream) -> TokenStream {
         "#[step] goes on an `async fn(key: IdempotencyKey, inputs..) -> Result<Output, StepError>`";
     run(shape, args, item, |args, item, errors| {
         let args = StepArgs::parse(args, errors);
-        let step = StepFn::from_syn(item, errors)?;
+        let Some(step) = StepFn::from_syn(item.clone(), errors) else {
+            return Some(fallback::step(&item));
+        };
         check::step(&args, &step, errors);
-        Some(step_tokens(&args, &step))
+        let lock = args.name.as_ref().map(|name| {
+            let ident = &step.item.sig.ident;
+            lock::step(
+                name,
+                args.renamed_from.as_ref(),
+                ident,
+                &step.output,
+                errors,
+            )
+        });
+        let step = step_tokens(&args, &step, errors.is_empty());
+        Some(quote!(#step #lock))
     })
 }
 
@@ -34,7 +50,7 @@ pub(crate) fn rollback(args: TokenStream, item: TokenStream) -> TokenStream {
     run(shape, args, item, |args, item, errors| {
         let args = RollbackArgs::parse(args, errors);
         let Some(handler) = RollbackFn::from_syn(item.clone(), errors) else {
-            return Some(rollback_fallback_tokens(&item));
+            return Some(fallback::rollback(&item));
         };
         check::rollback(&handler, errors);
         Some(rollback_tokens(&args, &handler))
@@ -47,9 +63,17 @@ pub(crate) fn workflow(args: TokenStream, item: TokenStream) -> TokenStream {
         `async fn(ctx: WorkflowContext, input: Input) -> Result<Output, WorkflowError>`";
     run(shape, args, item, |args, item, errors| {
         let args = WorkflowArgs::parse(args, errors);
-        let mut workflow = WorkflowFn::from_syn(item, errors)?;
-        check::workflow(&mut workflow, errors);
-        Some(workflow_tokens(&args, &workflow))
+        let Some(mut workflow) = WorkflowFn::from_syn(item.clone(), errors) else {
+            return Some(fallback::workflow(&args, &item));
+        };
+        let body = check::workflow(&mut workflow, errors);
+        let (lock, unlisted) = match &args.name {
+            Some(name) => lock::workflow(name, &body, errors),
+            None => Default::default(),
+        };
+        let checks = steps::workflow_checks(&body, &unlisted);
+        let workflow = workflow_tokens(&args, &workflow, checks);
+        Some(quote!(#workflow #lock))
     })
 }
 
@@ -76,7 +100,9 @@ fn run(
 
 /// The step function: takes `&WorkflowContext` and the caller's inputs,
 /// starts the step, returns its future.
-fn step_tokens(args: &StepArgs, step: &StepFn) -> TokenStream {
+/// When the step has errors (`checked` is false), the user's body does not
+/// add warnings that contradict them ("prefix `key` with `_`").
+fn step_tokens(args: &StepArgs, step: &StepFn, checked: bool) -> TokenStream {
     let item = &step.item;
     let (attrs, vis, ident) = (&item.attrs, &item.vis, &item.sig.ident);
     let output = &step.output;
@@ -84,6 +110,7 @@ fn step_tokens(args: &StepArgs, step: &StepFn) -> TokenStream {
     let config = config_tokens(&args.config);
     let read_only = args.read_only;
     let body = inner_async_fn(item, &format_ident!("__saga_body"));
+    let quiet = (!checked).then(|| quote!(#[allow(unused_variables)]));
 
     let inputs: Vec<_> = step.inputs().collect();
     let input_vars: Vec<Ident> = inputs
@@ -105,6 +132,12 @@ fn step_tokens(args: &StepArgs, step: &StepFn) -> TokenStream {
         ParamKind::StepContext => quote!(__saga_step),
         ParamKind::Input => next_input.next().to_token_stream(),
     });
+    // A renamed step hands its old name to the runtime, for replay.
+    let (start, old_name) = match &args.renamed_from {
+        Some(old) => (quote!(start_step_renamed), quote!(#old,)),
+        None => (quote!(start_step), TokenStream::new()),
+    };
+    let definition = steps::step_definition(item, &name, args.renamed_from.as_ref());
     let take_key = step
         .injected(ParamKind::Key)
         .map(|_| quote!(let __saga_key = __saga_step.key();));
@@ -125,12 +158,14 @@ fn step_tokens(args: &StepArgs, step: &StepFn) -> TokenStream {
             __saga_ctx: &::saga_runtime::__private::WorkflowContext,
             #(#input_vars: #input_types),*
         ) -> ::saga_runtime::__private::StepFuture<#output> {
+            #quiet
             #body
             let __saga_rollback = #rollback;
             // The explicit output type puts its bound errors on the user's type.
-            ::saga_runtime::__private::start_step::<#output, _, _>(
+            ::saga_runtime::__private::#start::<#output, _, _>(
                 __saga_ctx,
                 #name,
+                #old_name
                 #config,
                 #read_only,
                 move |__saga_step: ::saga_runtime::__private::StepContext| {
@@ -141,6 +176,7 @@ fn step_tokens(args: &StepArgs, step: &StepFn) -> TokenStream {
                 __saga_rollback,
             )
         }
+        #definition
     }
 }
 
@@ -207,39 +243,10 @@ fn rollback_tokens(args: &RollbackArgs, handler: &RollbackFn) -> TokenStream {
     }
 }
 
-/// A handler whose signature could not be read: emitted unchanged, with a
-/// hidden type that fits any step, so the steps naming it report nothing
-/// more than the handler's own error.
-fn rollback_fallback_tokens(item: &ItemFn) -> TokenStream {
-    let ident = &item.sig.ident;
-    let hidden_type = hidden_handler_type(item);
-    let cfgs = cfg_attrs(item);
-    quote! {
-        #item
-        #hidden_type
-        #(#cfgs)*
-        #[automatically_derived]
-        impl<__SagaOutput, __SagaInputs> ::saga_runtime::__private::RollbackHandler<__SagaOutput, __SagaInputs> for #ident {
-            const CONFIG: ::saga_runtime::__private::StepConfig =
-                ::saga_runtime::__private::StepConfig::new();
-            fn call(
-                __saga_rollback: ::saga_runtime::__private::RollbackInput<__SagaOutput>,
-                __saga_inputs: __SagaInputs,
-            ) -> ::saga_runtime::__private::BoxFuture<
-                ::core::result::Result<(), ::saga_runtime::__private::StepError>,
-            > {
-                <::saga_runtime::__private::NotARollbackHandler
-                    as ::saga_runtime::__private::RollbackHandler<__SagaOutput, __SagaInputs>>
-                    ::call(__saga_rollback, __saga_inputs)
-            }
-        }
-    }
-}
-
 /// The type named like the handler function (a braced struct lives in the
 /// type namespace only, so it coexists with the function) that steps find
 /// through `rollback = handler`.
-fn hidden_handler_type(item: &ItemFn) -> TokenStream {
+pub(crate) fn hidden_handler_type(item: &ItemFn) -> TokenStream {
     let (vis, ident) = (&item.vis, &item.sig.ident);
     let doc =
         format!("The rollback handler `{ident}` as a type, for `#[step(rollback = {ident})]`.");
@@ -258,8 +265,15 @@ fn hidden_handler_type(item: &ItemFn) -> TokenStream {
 
 /// The workflow value: a unit struct named like the function, implementing
 /// `Workflow` by running the function's body.
-fn workflow_tokens(args: &WorkflowArgs, workflow: &WorkflowFn) -> TokenStream {
-    let item = &workflow.item;
+/// `checks` go first in the body.
+fn workflow_tokens(args: &WorkflowArgs, workflow: &WorkflowFn, checks: TokenStream) -> TokenStream {
+    let mut item = workflow.item.clone();
+    if !checks.is_empty() {
+        item.block
+            .stmts
+            .insert(0, syn::Stmt::Item(syn::Item::Verbatim(checks)));
+    }
+    let item = &item;
     let (vis, ident) = (&item.vis, &item.sig.ident);
     let (input, output) = (&workflow.input, &workflow.output);
     let name = name_or_ident(args.name.as_ref(), ident);
@@ -303,7 +317,7 @@ fn workflow_tokens(args: &WorkflowArgs, workflow: &WorkflowFn) -> TokenStream {
 const LINT_LEVELS: &[&str] = &["allow", "expect", "warn", "deny", "forbid"];
 
 /// The `#[cfg(..)]`s of the function, for the items generated beside it.
-fn cfg_attrs(item: &ItemFn) -> Vec<&syn::Attribute> {
+pub(crate) fn cfg_attrs(item: &ItemFn) -> Vec<&syn::Attribute> {
     item.attrs
         .iter()
         .filter(|attr| attr.path().is_ident("cfg"))
@@ -352,7 +366,7 @@ fn config_chain(config: &RetryConfig) -> TokenStream {
 
 /// The name literal, or (when it is missing or invalid, an error already
 /// reported) the function's name, so the expansion still type-checks.
-fn name_or_ident(name: Option<&LitStr>, ident: &Ident) -> LitStr {
+pub(crate) fn name_or_ident(name: Option<&LitStr>, ident: &Ident) -> LitStr {
     name.cloned()
         .unwrap_or_else(|| LitStr::new(&ident.to_string(), ident.span()))
 }

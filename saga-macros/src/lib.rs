@@ -6,17 +6,28 @@
 //! (`attr`), parse the function into our own AST (`ast`), validate it
 //! (`check`) and generate code (`expand`). Every error is collected
 //! (`errors`) and reported in one build, next to a best-effort expansion, so
-//! a mistake never hides behind follow-on errors.
+//! a mistake never hides behind follow-on errors: an item that fails its
+//! checks still expands to its declared shape (`fallback`).
+//!
+//! Some rules need more than one item. `#[step]` gives each step a hidden
+//! type carrying its names, and a workflow's generated code asks the
+//! compiler which of the functions it calls are steps (`steps`, `calls`);
+//! `saga.lock` joins what each macro knows through the lock file and those
+//! compile-time checks (`lock`, whose docs describe the file).
 
 mod ast;
 mod attr;
 mod body;
+mod calls;
 mod check;
 mod duration;
 mod errors;
 mod expand;
+mod fallback;
 mod forbidden;
+mod lock;
 mod name;
+mod steps;
 mod types;
 mod usage;
 
@@ -43,7 +54,15 @@ use proc_macro::TokenStream;
 ///   `ctx.sleep_until` and `ctx.wait_for_event` follow the same rules, and
 ///   no name is used at two call sites; literal durations parse;
 /// - a `#[step]` function (a call `f(&ctx, ..)`) is called from one place
-///   only (a loop is one place);
+///   only (a loop is one place), or from exclusive branches (`if`/`else`
+///   arms, `match` arms); ordinary helpers that take `&WorkflowContext` may
+///   be called anywhere. This is checked by the generated code, which asks
+///   the compiler which callees are steps, so the errors read "evaluation
+///   panicked: ..." at the call;
+/// - no two step functions of the workflow (or a step function and a
+///   literal name) share a name; the error names both;
+/// - with a `saga.lock` (see below), the workflow, its literal names and
+///   the steps it calls match the lock.
 /// - no call reads the clock (`SystemTime::now`, `Instant::now`), draws
 ///   random numbers (`rand::…`), spawns tasks (`tokio::spawn`), sleeps
 ///   (`tokio::time::sleep`, `std::thread::sleep`) or does file or network
@@ -72,13 +91,27 @@ pub fn workflow(args: TokenStream, item: TokenStream) -> TokenStream {
 /// handler's own settings for this step), `retries` (0 to 10,000),
 /// `delay` and `timeout` (`"30 seconds"`, `"2 minutes"`, `"7 days"`, or
 /// integer milliseconds), `backoff` (`"constant"`, `"linear"` or
-/// `"exponential"`), `read_only`.
+/// `"exponential"`), `read_only`, `renamed_from` (the name earlier
+/// releases gave the step: replay finds results stored under it, and
+/// `saga.lock` accepts its old line).
 ///
 /// The engine supplies an `IdempotencyKey` parameter and a `StepContext`
 /// parameter (attempt number, instance id, ...) wherever they appear; the
 /// other parameters are the step's inputs, owned and `Clone` (they are
 /// cloned for every attempt and for the rollback handler). A step that is
 /// not `read_only` must take the key and use it.
+///
+/// # `saga.lock`
+///
+/// When the crate has a `saga.lock` (or `SAGA_LOCK_PATH` names one), each
+/// step and workflow is checked against it: a step name not in the lock, a
+/// step renamed without `renamed_from`, a changed output type (a hash of
+/// its tokens as written: `Foo` → `crate::Foo` is flagged, a field added
+/// inside `Foo` is not), a locked name a workflow no longer uses, a step a
+/// workflow calls that the lock does not list for it. Each error says the
+/// two ways forward: declare `renamed_from = "old"`, or run
+/// `SAGA_LOCK=update cargo build` on purpose, the only build that writes
+/// the file. A workflow deleted entirely is not seen by the macros.
 #[proc_macro_attribute]
 pub fn step(args: TokenStream, item: TokenStream) -> TokenStream {
     expand::step(args.into(), item.into()).into()

@@ -102,3 +102,182 @@ impl<T: Clone + Send + 'static> StepInput for T {}
 pub fn clone_input<T: StepInput>(input: &T) -> T {
     input.clone()
 }
+
+/// Starts the step `name`, which earlier releases called `renamed_from`.
+/// Generated instead of `start_step` when `#[step(.., renamed_from = "..")]`
+/// is given; same bounds and start-order guarantee as `start_step`.
+///
+/// The contract for the runtime: on replay, a history slot recorded under
+/// `renamed_from` answers `name` (the step is not run again and its rollback
+/// still runs), and idempotency keys come from the name stored in history,
+/// so a step in flight across the deploy retries with its old key.
+pub fn start_step_renamed<T, F, Fut>(
+    ctx: &WorkflowContext,
+    name: &'static str,
+    renamed_from: &'static str,
+    config: StepConfig,
+    read_only: bool,
+    body: F,
+    rollback: Option<RollbackRegistration<T>>,
+) -> StepFuture<T>
+where
+    T: serde::Serialize + DeserializeOwned + Send + 'static,
+    F: FnMut(StepContext) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Result<T, StepError>> + Send + 'static,
+{
+    // The runtime's alias support lands with the journal rewrite; see report.
+    let _ = (renamed_from, read_only);
+    crate::step::start_step(ctx, name, config, body, rollback)
+}
+
+/// What `#[step]` declares about a step function, carried by the hidden
+/// type of the same name it generates (types and functions live in
+/// different namespaces). A workflow reads it through [`StepProbe`].
+pub trait StepDefinition {
+    /// The step's name and the name it had before, if renamed.
+    const NAMES: StepNames;
+}
+
+/// The name of a step and the name earlier releases gave it.
+#[derive(Clone, Copy)]
+pub struct StepNames {
+    /// `name = ".."`.
+    pub name: &'static str,
+    /// `renamed_from = ".."`.
+    pub renamed_from: Option<&'static str>,
+}
+
+/// Whether a type is a step's hidden type, at compile time and for any
+/// type: the inherent `STEP` below exists only when `T: StepDefinition`
+/// and then shadows [`NotAStep::STEP`]; otherwise the trait's `None`
+/// answers. (An inherent associated item whose bounds do not hold is
+/// skipped by path resolution; no specialization needed.)
+///
+/// A workflow imports each function it calls as `f(&ctx, ..)` under a fixed
+/// alias, next to a glob import of [`step_fallback`]: a plain function has
+/// no type of its name, so the alias then names [`NotAStepFunction`].
+pub struct StepProbe<T: ?Sized>(core::marker::PhantomData<T>);
+
+impl<T: StepDefinition> StepProbe<T> {
+    /// The step's names.
+    pub const STEP: Option<StepNames> = Some(T::NAMES);
+}
+
+/// The answer of [`StepProbe`] for types that are not steps.
+pub trait NotAStep {
+    /// Not a step.
+    const STEP: Option<StepNames> = None;
+}
+
+impl<T: ?Sized> NotAStep for StepProbe<T> {}
+
+/// What a workflow's alias of a callee names when the callee is a plain
+/// function.
+pub enum NotAStepFunction {}
+
+/// Glob-imported by a workflow's compile-time checks; see [`StepProbe`].
+pub mod step_fallback {
+    pub use super::NotAStepFunction as __SagaCallee;
+}
+
+/// One durable name a workflow uses: a step function it calls (`step` is
+/// `None` for a plain function), or a literal `ctx.step`/`ctx.sleep`/
+/// `ctx.wait_for_event` name.
+#[derive(Clone, Copy)]
+pub struct NameUse {
+    /// The names, if this is a step.
+    pub step: Option<StepNames>,
+    /// How the workflow uses it, for messages: "the step function `f`".
+    pub what: &'static str,
+}
+
+impl NameUse {
+    /// Whether `self` and `other` share a name (a step's old name counts).
+    const fn shared_name(&self, other: &NameUse) -> Option<&'static str> {
+        let (Some(a), Some(b)) = (self.step, other.step) else {
+            return None;
+        };
+        let mine = [Some(a.name), a.renamed_from];
+        let theirs = [Some(b.name), b.renamed_from];
+        let mut i = 0;
+        while i < mine.len() {
+            let mut j = 0;
+            while j < theirs.len() {
+                if let (Some(x), Some(y)) = (mine[i], theirs[j])
+                    && str_eq(x, y)
+                {
+                    return Some(x);
+                }
+                j += 1;
+            }
+            i += 1;
+        }
+        None
+    }
+}
+
+/// The first use before `uses[at]` that shares a name with it, and the name.
+pub const fn earlier_same_name(uses: &[NameUse], at: usize) -> Option<(usize, &'static str)> {
+    let mut earlier = 0;
+    while earlier < at {
+        if let Some(name) = uses[at].shared_name(&uses[earlier]) {
+            return Some((earlier, name));
+        }
+        earlier += 1;
+    }
+    None
+}
+
+/// `a == b`, in a `const`.
+pub const fn str_eq(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// The total length of `parts`: the size of [`concat`]'s buffer.
+pub const fn concat_len(parts: &[&str]) -> usize {
+    let mut len = 0;
+    let mut i = 0;
+    while i < parts.len() {
+        len += parts[i].len();
+        i += 1;
+    }
+    len
+}
+
+/// `parts` joined, in a `const` (`N` is [`concat_len`]); read it with
+/// [`as_str`]. Builds compile-time error messages that name a step.
+pub const fn concat<const N: usize>(parts: &[&str]) -> [u8; N] {
+    let mut out = [0u8; N];
+    let mut at = 0;
+    let mut i = 0;
+    while i < parts.len() {
+        let bytes = parts[i].as_bytes();
+        let mut j = 0;
+        while j < bytes.len() && at < N {
+            out[at] = bytes[j];
+            at += 1;
+            j += 1;
+        }
+        i += 1;
+    }
+    out
+}
+
+/// The text [`concat`] built.
+pub const fn as_str(bytes: &[u8]) -> &str {
+    match core::str::from_utf8(bytes) {
+        Ok(text) => text,
+        Err(_) => "(invalid message)",
+    }
+}

@@ -1,0 +1,196 @@
+//! Telling steps from helpers at compile time.
+//!
+//! `#[step]` puts a hidden braced struct named like the step function beside
+//! it (types and functions live in different namespaces) that implements
+//! `StepDefinition` with the step's names. A workflow imports every
+//! function it calls as `f(&ctx, ..)` under an alias next to a glob import
+//! of a stand-in, and reads `StepProbe::<alias>::STEP`: `Some(names)` for a
+//! step, `None` for a helper (see `saga_runtime::__private::StepProbe`).
+//! From that table, `const` assertions in the workflow body check:
+//!
+//! - a step called at two call sites that can both run (`calls`): error at
+//!   the second site; a helper may be called anywhere;
+//! - two different step functions (or a step function and a literal
+//!   `ctx.step`/`ctx.sleep`/`ctx.wait_for_event` name) with one name: error
+//!   naming both and the name;
+//! - (with a `saga.lock`) a step the lock does not list for this workflow.
+//!
+//! A failed assertion is a compile error ("evaluation panicked: ...")
+//! pointing at the call. Calls not written `f(&ctx, ..)` with the path of
+//! the function (e.g. through a variable holding `&ctx`, or a function
+//! pointer) are not seen.
+
+use proc_macro2::{Span, TokenStream};
+use quote::{format_ident, quote, quote_spanned};
+use syn::{Ident, ItemFn, LitStr};
+
+use crate::body::BodySummary;
+use crate::calls::Callee;
+
+/// The hidden type of a step function and its `StepDefinition`.
+pub(crate) fn step_definition(
+    item: &ItemFn,
+    name: &LitStr,
+    renamed_from: Option<&LitStr>,
+) -> TokenStream {
+    let (vis, ident) = (&item.vis, &item.sig.ident);
+    let doc =
+        format!("The step `{ident}` as a type, for the checks of the workflows that call it.");
+    let cfgs = item.attrs.iter().filter(|attr| attr.path().is_ident("cfg"));
+    let cfgs2 = cfgs.clone();
+    let renamed_from = match renamed_from {
+        Some(old) => quote!(::core::option::Option::Some(#old)),
+        None => quote!(::core::option::Option::None),
+    };
+    quote! {
+        #(#cfgs)*
+        #[doc = #doc]
+        #[doc(hidden)]
+        #[allow(non_camel_case_types, dead_code, unreachable_pub)]
+        #vis struct #ident {}
+        #(#cfgs2)*
+        #[automatically_derived]
+        impl ::saga_runtime::__private::StepDefinition for #ident {
+            const NAMES: ::saga_runtime::__private::StepNames = ::saga_runtime::__private::StepNames {
+                name: #name,
+                renamed_from: #renamed_from,
+            };
+        }
+    }
+}
+
+/// An extra assertion on a callee: "if it is a step, fail with `message`".
+pub(crate) struct StepCallError {
+    /// Index into `BodySummary::calls.callees`.
+    pub(crate) callee: usize,
+    pub(crate) span: Span,
+    pub(crate) message: String,
+}
+
+/// The `const _: () = { .. };` item that checks the workflow's calls, to be
+/// put first in the workflow body (so paths resolve as the body's do).
+/// `extra` adds assertions of the same shape (the lock's).
+pub(crate) fn workflow_checks(body: &BodySummary, extra: &[StepCallError]) -> TokenStream {
+    let callees = &body.calls.callees;
+    if callees.is_empty() {
+        return TokenStream::new();
+    }
+    let private = quote!(::saga_runtime::__private);
+    // Literal names first, then callees: the duplicate check of a callee
+    // compares it with everything before it.
+    let literal_uses = body.names.iter().map(|name| {
+        let what = format!("`ctx.{}({:?}, ..)`", name.method, name.literal.value());
+        let literal = &name.literal;
+        quote! {
+            #private::NameUse {
+                step: ::core::option::Option::Some(#private::StepNames {
+                    name: #literal,
+                    renamed_from: ::core::option::Option::None,
+                }),
+                what: #what,
+            }
+        }
+    });
+    let callee_uses = callees.iter().map(|callee| {
+        let path = &callee.path;
+        let what = format!("the step function `{}`", callee.text);
+        quote! {
+            #private::NameUse {
+                step: {
+                    #[allow(unused_imports)]
+                    use #private::step_fallback::*;
+                    #[allow(unused_imports)]
+                    use #path as __SagaCallee;
+                    #private::StepProbe::<__SagaCallee>::STEP
+                },
+                what: #what,
+            }
+        }
+    });
+    let first_callee = body.names.len();
+    let twice = callees.iter().enumerate().filter_map(|(index, callee)| {
+        let site = callee.second_site()?;
+        Some(step_call_error(
+            first_callee + index,
+            site.span,
+            &called_twice(callee),
+        ))
+    });
+    let extra = extra
+        .iter()
+        .map(|error| step_call_error(first_callee + error.callee, error.span, &error.message));
+    let same_name = callees
+        .iter()
+        .enumerate()
+        .map(|(index, callee)| same_name_check(first_callee + index, callee));
+    quote! {
+        const _: () = {
+            #[allow(unused_imports)]
+            use #private::NotAStep as _;
+            const __SAGA_USES: &[#private::NameUse] = &[#(#literal_uses,)* #(#callee_uses,)*];
+            #(#twice)*
+            #(#same_name)*
+            #(#extra)*
+        };
+    }
+}
+
+/// `if uses[index] is a step { panic!(message) }`, the panic at `span`.
+fn step_call_error(index: usize, span: Span, message: &str) -> TokenStream {
+    let panic = quote_spanned!(span=> ::core::panic!(#message));
+    quote! {
+        if __SAGA_USES[#index].step.is_some() {
+            #panic
+        }
+    }
+}
+
+fn called_twice(callee: &Callee) -> String {
+    format!(
+        "the step `{}` is already called at another place in this workflow that can run too: \
+         both call sites would share one step name, so their stored results would depend on \
+         the order they run in; call it from one place (inside a loop to run it several \
+         times), or from exclusive branches (`if`/`else` arms, `match` arms), or define a \
+         second #[step] with its own name",
+        callee.text
+    )
+}
+
+/// Fails when `uses[index]` shares a name with an earlier use; the message
+/// names both and the name, built at compile time.
+fn same_name_check(index: usize, callee: &Callee) -> TokenStream {
+    let private = quote!(::saga_runtime::__private);
+    let span = callee
+        .sites
+        .first()
+        .map_or_else(Span::call_site, |site| site.span);
+    let what = format!("the step function `{}`", callee.text);
+    let [same, parts, len, message]: [Ident; 4] =
+        ["SAME", "PARTS", "LEN", "MESSAGE"].map(|part| format_ident!("__SAGA_{}", part));
+    let panic = quote_spanned!(span=> ::core::panic!("{}", #private::as_str(&#message)));
+    quote! {
+        {
+            const #same: ::core::option::Option<(usize, &str)> =
+                #private::earlier_same_name(__SAGA_USES, #index);
+            const #parts: [&str; 7] = match #same {
+                ::core::option::Option::Some((__saga_earlier, __saga_name)) => [
+                    __SAGA_USES[__saga_earlier].what,
+                    " and ",
+                    #what,
+                    " both use the name \"",
+                    __saga_name,
+                    "\" in this workflow: the name is the key of a step's stored results, so \
+                     replay would mix up their results; give each its own name (or, for the \
+                     same step reached by two paths, call it through one path)",
+                    "",
+                ],
+                ::core::option::Option::None => [""; 7],
+            };
+            const #len: usize = #private::concat_len(&#parts);
+            const #message: [u8; #len] = #private::concat(&#parts);
+            if #same.is_some() {
+                #panic
+            }
+        }
+    }
+}
