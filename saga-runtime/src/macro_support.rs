@@ -125,9 +125,8 @@ where
     F: FnMut(StepContext) -> Fut + Send + 'static,
     Fut: std::future::Future<Output = Result<T, StepError>> + Send + 'static,
 {
-    // The runtime's alias support lands with the journal rewrite; see report.
-    let _ = (renamed_from, read_only);
-    crate::step::start_step(ctx, name, config, body, rollback)
+    let _ = read_only;
+    crate::step::start_step(ctx, name, Some(renamed_from), config, body, rollback)
 }
 
 /// What `#[step]` declares about a step function, carried by the hidden
