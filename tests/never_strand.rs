@@ -1,0 +1,314 @@
+//! Nothing strands an instance: a dropped call, a panic outside a step's
+//! future, a closed engine, a mistyped restart, or a restart after a
+//! rollback (where the bank must still add up).
+
+#[path = "support/helpers.rs"]
+mod helpers;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use saga_runtime::prelude::*;
+use saga_runtime::{BoxFuture, Error, TestClock};
+
+use helpers::{engine_on, within};
+
+/// Polls `future` `polls` times, then drops it: a caller cancelled at its
+/// `polls`-th await.
+fn poll_then_drop<F: Future>(future: F, polls: usize) -> Option<F::Output> {
+    let mut future = pin!(future);
+    let mut cx = Context::from_waker(Waker::noop());
+    for _ in 0..polls {
+        if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
+            return Some(out);
+        }
+    }
+    None
+}
+
+fn one_step() -> impl Workflow<Input = u64, Output = u64> + Copy {
+    workflow_fn("one-step", |ctx: WorkflowContext, n: u64| async move {
+        let n = ctx
+            .step("add", StepConfig::default(), move |_key| async move {
+                Ok(n + 1)
+            })
+            .await?;
+        Ok::<_, WorkflowError>(n)
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_dropped_at_any_poll_still_runs_its_instance() {
+    let engine = Engine::temporary().unwrap();
+    engine.register(one_step());
+    for polls in 0..4 {
+        let id = format!("dropped-{polls}");
+        let _ = poll_then_drop(engine.start(one_step(), &id, 1), polls);
+        // A second start of the same id drives what the first left.
+        let run = engine.start(one_step(), &id, 1).await.unwrap();
+        assert_eq!(within("the result", run.result()).await.unwrap(), 2, "{id}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_resume_terminate_and_send_event_still_act() {
+    let clock = TestClock::new();
+    let engine = engine_on(&clock);
+    let waits = workflow_fn("waits", |ctx: WorkflowContext, (): ()| async move {
+        let n: u64 = ctx.wait_for_event("wait-go", "go", "1 day").await?;
+        Ok::<_, WorkflowError>(n)
+    });
+    engine.register(waits);
+
+    let run = engine.start(waits, "event-1", ()).await.unwrap();
+    let _ = poll_then_drop(engine.send_event("event-1", "go", &7u64), 1);
+    assert_eq!(within("the event", run.result()).await.unwrap(), 7);
+
+    let run = engine.start(waits, "paused-1", ()).await.unwrap();
+    run.pause().await.unwrap();
+    within("the pause", async {
+        while run.status().unwrap() != Status::Paused {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await;
+    let _ = poll_then_drop(run.resume(), 1);
+    engine.send_event("paused-1", "go", &8u64).await.unwrap();
+    assert_eq!(within("the resumed result", run.result()).await.unwrap(), 8);
+
+    let run = engine.start(waits, "terminated-1", ()).await.unwrap();
+    let _ = poll_then_drop(run.terminate_with_rollback(), 1);
+    let ended = within("the end", run.result()).await;
+    assert!(matches!(ended, Err(Error::Terminated { .. })), "{ended:?}");
+}
+
+#[tokio::test]
+async fn a_panic_before_the_first_await_fails_the_workflow_with_its_compensations() {
+    let engine = Engine::temporary().unwrap();
+    let undone = Arc::new(Mutex::new(Vec::new()));
+    let record = undone.clone();
+    let panics = workflow_fn("panics", move |ctx: WorkflowContext, (): ()| {
+        let record = record.clone();
+        async move {
+            let rollback = RollbackRegistration::new(
+                StepConfig::default(),
+                move |_input: RollbackInput<u64>| {
+                    let record = record.clone();
+                    Box::pin(async move {
+                        record.lock().unwrap().push("refund");
+                        Ok(())
+                    }) as BoxFuture<Result<(), StepError>>
+                },
+            );
+            ctx.step_with_rollback(
+                "charge",
+                StepConfig::default(),
+                |_key| async { Ok(5u64) },
+                rollback,
+            )
+            .await?;
+            // A hand-written step closure that panics before returning its future.
+            let _: u64 = ctx
+                .step(
+                    "explode",
+                    StepConfig::default().retries(0),
+                    |_key| -> std::future::Ready<Result<u64, StepError>> {
+                        panic!("boom in the closure")
+                    },
+                )
+                .await?;
+            Ok::<_, WorkflowError>(())
+        }
+    });
+    let run = engine.start(panics, "panic-1", ()).await.unwrap();
+    let error = within("the failure", run.result()).await.unwrap_err();
+    match error {
+        Error::WorkflowFailed { failure, .. } => {
+            assert!(
+                failure.message().contains("boom in the closure"),
+                "{failure}"
+            )
+        }
+        other => panic!("expected WorkflowFailed, got {other:?}"),
+    }
+    assert_eq!(*undone.lock().unwrap(), ["refund"]);
+
+    // A workflow_fn closure that panics before it returns its future.
+    let early = workflow_fn(
+        "early",
+        |_ctx: WorkflowContext, (): ()| -> std::future::Ready<Result<(), WorkflowError>> {
+            panic!("boom before the first await")
+        },
+    );
+    let run = engine.start(early, "panic-2", ()).await.unwrap();
+    let error = within("the failure", run.result()).await.unwrap_err();
+    assert!(
+        error.to_string().contains("boom before the first await"),
+        "{error}"
+    );
+}
+
+#[tokio::test]
+async fn close_makes_pending_result_calls_return_closed() {
+    let clock = TestClock::new();
+    let engine = engine_on(&clock);
+    let sleeps = workflow_fn("sleeps", |ctx: WorkflowContext, (): ()| async move {
+        ctx.sleep("nap", "1 day").await?;
+        Ok::<_, WorkflowError>(())
+    });
+    let run = engine.start(sleeps, "sleeper-1", ()).await.unwrap();
+    let waiter = tokio::spawn({
+        let run = run.clone();
+        async move { run.result().await }
+    });
+    clock.wait_for_sleepers(1).await;
+    engine.close().await;
+    let result = within("the waiter", waiter).await.unwrap();
+    assert!(matches!(result, Err(Error::Closed)), "{result:?}");
+}
+
+#[tokio::test]
+async fn restart_from_an_unknown_step_leaves_the_instance_as_it_was() {
+    let engine = Engine::temporary().unwrap();
+    let run = engine.start(one_step(), "typo-1", 1).await.unwrap();
+    within("the result", run.result()).await.unwrap();
+    let refused = run.restart_from("ad").await;
+    assert!(
+        matches!(refused, Err(Error::UnknownStep { .. })),
+        "{refused:?}"
+    );
+    assert_eq!(run.status().unwrap(), Status::Complete);
+    let terminate = run.terminate().await;
+    assert!(
+        matches!(terminate, Err(Error::InvalidState { .. })),
+        "{terminate:?}"
+    );
+}
+
+/// A bank that applies each idempotency key once.
+#[derive(Default)]
+struct Bank {
+    balances: Mutex<HashMap<&'static str, i64>>,
+    seen: Mutex<HashMap<String, i64>>,
+}
+
+impl Bank {
+    fn apply(&self, key: &str, account: &'static str, delta: i64) {
+        if self
+            .seen
+            .lock()
+            .unwrap()
+            .insert(key.to_owned(), delta)
+            .is_none()
+        {
+            *self.balances.lock().unwrap().entry(account).or_default() += delta;
+        }
+    }
+
+    fn balance(&self, account: &'static str) -> i64 {
+        self.balances
+            .lock()
+            .unwrap()
+            .get(account)
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+#[tokio::test]
+async fn a_restart_after_rollback_is_a_new_generation_and_the_bank_adds_up() {
+    let engine = Engine::temporary().unwrap();
+    let bank = Arc::new(Bank::default());
+    let credit_fails = Arc::new(Mutex::new(true));
+    let (b, fails) = (bank.clone(), credit_fails.clone());
+    let transfer = workflow_fn("transfer", move |ctx: WorkflowContext, amount: i64| {
+        let (bank, fails) = (b.clone(), fails.clone());
+        async move {
+            let refund_bank = bank.clone();
+            let refund = RollbackRegistration::new(
+                StepConfig::default(),
+                move |input: RollbackInput<i64>| {
+                    let bank = refund_bank.clone();
+                    Box::pin(async move {
+                        bank.apply(input.context().key().as_str(), "a", amount);
+                        Ok(())
+                    }) as BoxFuture<Result<(), StepError>>
+                },
+            );
+            let debit_bank = bank.clone();
+            ctx.step_with_rollback(
+                "debit",
+                StepConfig::default(),
+                move |key| {
+                    let bank = debit_bank.clone();
+                    async move {
+                        bank.apply(key.as_str(), "a", -amount);
+                        Ok(amount)
+                    }
+                },
+                refund,
+            )
+            .await?;
+            let credit_bank = bank.clone();
+            ctx.step("credit", StepConfig::default().retries(0), move |key| {
+                let (bank, fails) = (credit_bank.clone(), fails.clone());
+                async move {
+                    if *fails.lock().unwrap() {
+                        return Err(StepError::fatal("bank b is down"));
+                    }
+                    bank.apply(key.as_str(), "b", amount);
+                    Ok(())
+                }
+            })
+            .await?;
+            Ok::<_, WorkflowError>(())
+        }
+    });
+    let run = engine.start(transfer, "transfer-1", 100).await.unwrap();
+    assert!(within("the failure", run.result()).await.is_err());
+    assert_eq!((bank.balance("a"), bank.balance("b")), (0, 0), "refunded");
+
+    let refused = run.restart_from("credit").await;
+    assert!(
+        matches!(refused, Err(Error::RestartAfterCompensation { .. })),
+        "keeping the refunded debit would create money: {refused:?}"
+    );
+
+    *credit_fails.lock().unwrap() = false;
+    run.restart().await.unwrap();
+    within("the second run", run.result()).await.unwrap();
+    assert_eq!(
+        (bank.balance("a"), bank.balance("b")),
+        (-100, 100),
+        "the new generation debits again with a new key: the books add up"
+    );
+    assert!(bank.seen.lock().unwrap().contains_key("transfer-1:debit@1"));
+}
+
+#[tokio::test]
+async fn bad_names_and_event_types_are_typed_errors() {
+    let engine = Engine::temporary().unwrap();
+    let bad = workflow_fn("bad-name", |ctx: WorkflowContext, (): ()| async move {
+        ctx.step("a#1", StepConfig::default(), |_key| async { Ok(1u64) })
+            .await?;
+        Ok::<_, WorkflowError>(())
+    });
+    let run = engine.start(bad, "bad-1", ()).await.unwrap();
+    let error = within("the failure", run.result()).await.unwrap_err();
+    assert!(error.to_string().contains("invalid step name"), "{error}");
+
+    for event_type in ["", "a\nb"] {
+        let sent = engine.send_event("bad-1", event_type, &1u64).await;
+        assert!(matches!(sent, Err(Error::InvalidArgument(_))), "{sent:?}");
+    }
+    let long = "x".repeat(300);
+    let sent = engine.send_event("bad-1", &long, &1u64).await;
+    assert!(matches!(sent, Err(Error::InvalidArgument(_))), "{sent:?}");
+
+    let clock = TestClock::new();
+    clock.advance(Duration::MAX);
+}
