@@ -2,24 +2,26 @@
 //! a test clock, the process's resident memory (VmRSS) measured before and
 //! after they all wait; then the clock moves on and every one must wake.
 //!
-//! `cargo bench -p saga-runtime --bench waiting_memory`
+//! Its own process, so that no other workload's freed memory is reused by
+//! the instances measured; `durable_steps` prints the rest of the table.
+//!
+//! `cargo bench -p saga-runtime` (both), or `--bench waiting_memory`.
 
-use std::path::PathBuf;
+mod support;
+
 use std::time::{Duration, Instant, SystemTime};
 
 use saga_runtime::prelude::*;
 use saga_runtime::{Instance, ListFilter, TestClock};
+use support::{Scratch, header, row, thousands};
 
 const INSTANCES: usize = 10_000;
 /// Instances run before measuring, so the runtime, the store and the
 /// allocator have their steady-state overhead already.
 const WARM_UP: usize = 200;
 
-fn scratch() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("saga-bench-waiting-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
-}
+/// No raw loop runs in this process: these figures stand alone.
+const NO_RAW: &str = "(no raw figure)";
 
 /// The process's resident set size in bytes, from /proc/self/status.
 fn rss_bytes() -> u64 {
@@ -70,12 +72,12 @@ async fn wake_all(clock: &TestClock, runs: &[Instance]) -> Duration {
 }
 
 async fn measure() {
-    let dir = scratch();
+    let scratch = Scratch::new("waiting");
     let clock = TestClock::new();
     let engine = Engine::builder()
         .clock(clock.clone())
         .register(nap())
-        .open(&dir)
+        .open(scratch.path())
         .expect("open the store");
 
     let warm = start_all(&engine, (0..WARM_UP).map(|i| format!("warm-{i}"))).await;
@@ -95,39 +97,40 @@ async fn measure() {
     drop(waiting);
     let after = rss_bytes();
 
-    let growth = after.saturating_sub(before);
-    println!(
-        "{INSTANCES} instances waiting: RSS {:.1} MiB -> {:.1} MiB, growth {:.1} MiB = {} bytes per waiting instance",
-        before as f64 / 1048576.0,
-        after as f64 / 1048576.0,
-        growth as f64 / 1048576.0,
-        growth / INSTANCES as u64,
+    let workload = format!("{} asleep on a test clock", thousands(INSTANCES as f64));
+    let per_instance = after.saturating_sub(before) / INSTANCES as u64;
+    let mib = |bytes: u64| bytes as f64 / 1048576.0;
+    row(
+        &workload,
+        "resident bytes/instance",
+        &thousands(per_instance as f64),
+        "(target < 2,048)",
     );
-    println!(
-        "started and put to sleep in {:.2} s ({:.0} instances/s)",
-        start_time.as_secs_f64(),
-        INSTANCES as f64 / start_time.as_secs_f64()
+    let rss = format!("{:.1} -> {:.1} MiB", mib(before), mib(after));
+    row(&workload, "RSS before -> asleep", &rss, NO_RAW);
+    let started = INSTANCES as f64 / start_time.as_secs_f64();
+    row(
+        &workload,
+        "started+asleep instances/s",
+        &thousands(started),
+        NO_RAW,
     );
 
     let wake_time = wake_all(&clock, &runs).await;
-    println!(
-        "all {INSTANCES} woke and completed in {:.2} s after the clock passed the hour",
-        wake_time.as_secs_f64()
+    let woken = INSTANCES as f64 / wake_time.as_secs_f64();
+    row(
+        &workload,
+        "woken+completed instances/s",
+        &thousands(woken),
+        NO_RAW,
     );
     assert_eq!(clock.sleepers(), 0);
     drop(runs);
     engine.close().await;
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 fn main() {
-    // `cargo bench` passes `--bench`; a filter that names another bench
-    // means this one is not wanted.
-    let wanted = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with("--"))
-        .all(|filter| "waiting_memory".contains(&filter));
-    if !wanted {
+    if !support::wanted("waiting_memory") {
         return;
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -135,5 +138,6 @@ fn main() {
         .enable_all()
         .build()
         .expect("a Tokio runtime");
+    header("sleeping instances: resident memory, measured in a process of its own");
     runtime.block_on(measure());
 }
