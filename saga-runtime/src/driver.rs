@@ -43,43 +43,20 @@ pub(crate) async fn drive(
 ) -> Exit {
     match drive_once(core, workflow, id, live).await {
         Ok(exit) => exit,
-        Err(e) => {
-            tracing::error!(instance = %id, error = %e, "instance driver stopped on an error");
-            match e {
-                Error::Corrupt { .. } => end_corrupt(core, id, &e).await,
-                // The store failed: the instance stays where it is and
-                // resumes on the next open; result() says why meanwhile.
-                _ => core.stopped_by_store(id, &e),
-            }
+        // A journal that does not fold cannot be written either: every call
+        // on the instance answers `Error::Corrupt` (result() included), so
+        // there is nothing to record, only to stop.
+        Err(e @ Error::Corrupt { .. }) => {
+            tracing::error!(instance = %id, error = %e, "instance driver stopped: its journal is corrupt");
             Exit::Other
         }
-    }
-}
-
-/// A record of the instance no longer decodes, so replay cannot go on:
-/// the instance ends `Errored` with a `Decode` failure naming the record,
-/// instead of waiting forever for a driver that cannot run it.
-async fn end_corrupt(core: &Core, id: &str, error: &Error) {
-    let message =
-        format!("the instance cannot be replayed and its compensations did not run: {error}");
-    let written = core.journal.write(id, |state| {
-        if state.status.is_terminal() {
-            return Ok((None, ()));
+        // The store failed: the instance stays where it is and resumes on
+        // the next open; result() says why meanwhile.
+        Err(e) => {
+            tracing::error!(instance = %id, error = %e, "instance driver stopped on a store error");
+            core.stopped_by_store(id, &e);
+            Exit::Other
         }
-        let end = End {
-            status: Status::Errored,
-            output: None,
-            failure: Some(Failure::new(FailureKind::Decode, message.clone())),
-            rollback: None,
-        };
-        Ok((Some(Change::Ended(Box::new(end))), ()))
-    });
-    let flushed = match written {
-        Ok(()) => core.journal.flush().await,
-        Err(e) => Err(e),
-    };
-    if let Err(e) = flushed {
-        tracing::error!(instance = %id, error = %e, "could not record that the instance is corrupt");
     }
 }
 

@@ -204,7 +204,8 @@ impl Engine {
             .core
             .encode_limited(&input, || format!("input of instance {id:?}"))?;
         let journal = &runner.core.journal;
-        let created = journal.create(id, name, input)?;
+        // The workflow is registered here, so a new instance gets a driver.
+        let created = journal.create(id, name, input, true)?;
         if !created {
             let existing = journal.read(id, |s| s.workflow.clone())?;
             if existing != name {

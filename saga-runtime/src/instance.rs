@@ -139,47 +139,13 @@ impl Instance {
         let mut ended = self.journal().subscribe_ends();
         loop {
             ended.borrow_and_update();
-            let state = self
-                .journal()
-                .state(&self.id)?
-                .ok_or_else(|| Error::UnknownInstance {
-                    id: self.id.clone(),
-                })?;
-            let rollback_failure = || {
-                state
-                    .rollback
-                    .as_ref()
-                    .and_then(|p| p.failure.clone())
-                    .map(Box::new)
-            };
-            match state.status {
-                Status::Complete => {
-                    let decoded = match &state.output {
-                        Some(output) => output.decode::<O>(),
-                        None => Err("no output was stored".to_owned()),
-                    };
-                    return decoded.map_err(|detail| Error::Decode {
-                        what: format!("output of instance {:?}", self.id),
-                        type_name: std::any::type_name::<O>(),
-                        detail,
-                    });
-                }
-                Status::Errored => {
-                    return Err(Error::WorkflowFailed {
-                        id: self.id.clone(),
-                        failure: Box::new(state.failure.clone().unwrap_or_else(|| {
-                            Failure::new(FailureKind::Workflow, "failed without a recorded error")
-                        })),
-                        rollback_failure: rollback_failure(),
-                    });
-                }
-                Status::Terminated => {
-                    return Err(Error::Terminated {
-                        id: self.id.clone(),
-                        rollback_failure: rollback_failure(),
-                    });
-                }
-                _ => {}
+            // Only the outcome is read, not a copy of the whole state: this
+            // runs again whenever any instance ends.
+            let (outcome, workflow) = self.journal().read(&self.id, |state| {
+                (self.outcome::<O>(state), state.workflow.clone())
+            })?;
+            if let Some(outcome) = outcome {
+                return outcome;
             }
             if self.runner.core.is_closed() {
                 return Err(Error::Closed);
@@ -190,16 +156,52 @@ impl Instance {
                     self.id
                 )));
             }
-            if !self.runner.is_registered(&state.workflow) {
+            if !self.runner.is_registered(&workflow) {
                 return Err(Error::WorkflowNotRegistered {
                     id: self.id.clone(),
-                    workflow: state.workflow,
+                    workflow,
                 });
             }
-            drop(state);
             if ended.changed().await.is_err() {
                 return Err(Error::Closed);
             }
+        }
+    }
+
+    /// What `result()` answers for an instance that finished; `None` while
+    /// it has not.
+    fn outcome<O: DeserializeOwned>(&self, state: &InstanceState) -> Option<Result<O>> {
+        let rollback_failure = || {
+            state
+                .rollback
+                .as_ref()
+                .and_then(|p| p.failure.clone())
+                .map(Box::new)
+        };
+        match state.status {
+            Status::Complete => {
+                let decoded = match &state.output {
+                    Some(output) => output.decode::<O>(),
+                    None => Err("no output was stored".to_owned()),
+                };
+                Some(decoded.map_err(|detail| Error::Decode {
+                    what: format!("output of instance {:?}", self.id),
+                    type_name: std::any::type_name::<O>(),
+                    detail,
+                }))
+            }
+            Status::Errored => Some(Err(Error::WorkflowFailed {
+                id: self.id.clone(),
+                failure: Box::new(state.failure.clone().unwrap_or_else(|| {
+                    Failure::new(FailureKind::Workflow, "failed without a recorded error")
+                })),
+                rollback_failure: rollback_failure(),
+            })),
+            Status::Terminated => Some(Err(Error::Terminated {
+                id: self.id.clone(),
+                rollback_failure: rollback_failure(),
+            })),
+            _ => None,
         }
     }
 

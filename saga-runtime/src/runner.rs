@@ -91,14 +91,6 @@ impl Runner {
         if self.core.is_closed() {
             return;
         }
-        let workflow = match self.core.journal.read(id, |s| s.workflow.clone()) {
-            Ok(name) => self.workflow(&name),
-            Err(e) => {
-                tracing::error!(instance = %id, error = %e, "cannot run an instance whose journal does not read");
-                return;
-            }
-        };
-        let Some(workflow) = workflow else { return };
         let live = {
             let mut running = lock(&self.live);
             if running.contains_key(id) {
@@ -108,20 +100,30 @@ impl Runner {
             running.insert(id.to_owned(), live.clone());
             live
         };
-        self.core.clear_store_failure(id);
+        // Kept from here, so the state loaded to find the workflow is the
+        // one the driver runs on; `release` undoes it all if none runs.
         self.core.journal.keep(id, true);
+        let release = Release {
+            runner: self.clone(),
+            id: Arc::from(id),
+            live: live.clone(),
+        };
+        let workflow = match self.core.journal.read(id, |s| s.workflow.clone()) {
+            Ok(name) => self.workflow(&name),
+            Err(e) => {
+                tracing::error!(instance = %id, error = %e, "cannot run an instance whose journal does not read");
+                return;
+            }
+        };
+        let Some(workflow) = workflow else { return };
+        self.core.clear_store_failure(id);
         let runner = self.clone();
-        let id: Arc<str> = Arc::from(id);
+        let id = release.id.clone();
         let task = self.core.runtime.spawn(async move {
             // Lets go of the instance however the driver ends: done, a
             // panic, or aborted by shutdown (then `Drop` runs it).
-            let guard = Release {
-                runner: runner.clone(),
-                id: id.clone(),
-                live: live.clone(),
-            };
             let exit = CatchUnwind::new(driver::drive(&runner.core, workflow, &id, &live)).await;
-            drop(guard);
+            drop(release);
             match exit {
                 Ok(Exit::Suspended) => runner.after_suspend(&id),
                 Ok(Exit::Other) => {}

@@ -119,7 +119,15 @@ impl Journal {
     }
 
     /// Stores a new instance unless the id exists; `true` if it was new.
-    pub(crate) fn create(&self, id: &str, workflow: &str, input: Payload) -> Result<bool> {
+    /// A new instance's state stays cached when `keep` (a driver is about
+    /// to run it), so the driver does not fold its journal again.
+    pub(crate) fn create(
+        &self,
+        id: &str,
+        workflow: &str,
+        input: Payload,
+        keep: bool,
+    ) -> Result<bool> {
         let entry = self.entry(id);
         let mut cached = lock(&entry);
         let record = Entry {
@@ -139,6 +147,7 @@ impl Journal {
         if created {
             self.publish(id, &state, record.at, events);
             cached.loaded = Some(Loaded { state, next_seq: 1 });
+            cached.keep = keep;
         }
         drop(cached);
         drop(entry);
@@ -251,26 +260,36 @@ impl Journal {
         self.flusher.stop();
     }
 
-    /// The state of `id`, or `None` when there is no such instance.
+    /// A copy of the state of `id`, or `None` when there is no such instance.
     pub(crate) fn state(&self, id: &str) -> Result<Option<InstanceState>> {
-        let entry = lock(&self.cache).get(id).cloned();
-        if let Some(entry) = entry
-            && let Some(loaded) = &lock(&entry).loaded
-        {
-            return Ok(Some(loaded.state.clone()));
+        match self.read(id, InstanceState::clone) {
+            Ok(state) => Ok(Some(state)),
+            Err(Error::UnknownInstance { .. }) => Ok(None),
+            Err(e) => Err(e),
         }
-        Ok(self.load(id)?.map(|loaded| loaded.state))
     }
 
-    /// Reads `f` of the state without copying it all.
+    /// Reads `f` of the state without copying it all. The state loaded for
+    /// it stays cached when the instance is kept (a driver runs it).
     pub(crate) fn read<R>(&self, id: &str, f: impl FnOnce(&InstanceState) -> R) -> Result<R> {
-        let entry = lock(&self.cache).get(id).cloned();
-        if let Some(entry) = entry
-            && let Some(loaded) = &lock(&entry).loaded
-        {
-            return Ok(f(&loaded.state));
+        let entry = self.entry(id);
+        let result = self.read_locked(id, &entry, f);
+        drop(entry);
+        self.evict_if_idle(id);
+        result
+    }
+
+    fn read_locked<R>(
+        &self,
+        id: &str,
+        entry: &Mutex<Cached>,
+        f: impl FnOnce(&InstanceState) -> R,
+    ) -> Result<R> {
+        let mut cached = lock(entry);
+        if cached.loaded.is_none() {
+            cached.loaded = self.load(id)?;
         }
-        match self.load(id)? {
+        match &cached.loaded {
             Some(loaded) => Ok(f(&loaded.state)),
             None => Err(Error::UnknownInstance { id: id.to_owned() }),
         }
@@ -303,11 +322,17 @@ impl Journal {
         Ok(out)
     }
 
-    /// Folds the journal of `id` from the store.
+    /// Folds the journal of `id` from the store. A journal without its
+    /// first record is no instance: a removal (which deletes from record 0
+    /// on) cut short.
     fn load(&self, id: &str) -> Result<Option<Loaded>> {
         let mut state = None;
         let mut next_seq = 0;
-        for (seq, bytes) in self.store.journal(id)? {
+        let journal = self.store.journal(id)?;
+        if journal.first().is_none_or(|(seq, _)| *seq != 0) {
+            return Ok(None);
+        }
+        for (seq, bytes) in journal {
             if seq != next_seq {
                 return Err(corrupt(id, seq, format!("record {next_seq} is missing")));
             }
@@ -361,18 +386,7 @@ impl Journal {
                             let summary = Summary::of(&loaded.state, loaded.next_seq - 1);
                             self.store.put_index(&id, &encode_record(&summary))?;
                         }
-                        // A journal whose first record is gone: a removal
-                        // cut short.
-                        Ok(None) | Err(Error::Corrupt { .. })
-                            if self
-                                .store
-                                .journal(&id)?
-                                .first()
-                                .is_none_or(|(s, _)| *s != 0) =>
-                        {
-                            self.store.remove(&id)?;
-                        }
-                        Ok(None) => {}
+                        Ok(None) => self.store.remove(&id)?,
                         Err(e) => {
                             tracing::warn!(instance = %id, error = %e, "could not rebuild the index entry of a corrupt instance");
                         }
