@@ -179,10 +179,17 @@ impl InstanceState {
             .ok_or_else(|| format!("a record names slot {index}, which was never taken"))
     }
 
-    fn slot_ref(&self, index: u32) -> Result<&SlotRecord, String> {
-        self.slots
-            .get(&index)
-            .ok_or_else(|| format!("a record names slot {index}, which was never taken"))
+    /// Sets the compensation state of the step in slot `index`; returns
+    /// the step's name and occurrence.
+    fn compensation(
+        &mut self,
+        index: u32,
+        state: CompensationState,
+    ) -> Result<(String, u32), String> {
+        let step = self.slot(index)?;
+        let named = (step.name.clone(), step.occurrence);
+        self.compensations.insert(index, state);
+        Ok(named)
     }
 
     /// A step before slot `below` whose compensation started (its effect
@@ -495,58 +502,39 @@ fn apply_to(
             }
         }
         Change::CompensationStarted { slot } => {
-            let record = s.slot_ref(*slot)?;
-            let event = EventKind::RollbackStepStarted {
-                step: record.name.clone(),
-                occurrence: record.occurrence,
+            let running = CompensationState::Running {
+                attempts: 0,
+                retry_at: None,
             };
-            s.compensations.insert(
-                *slot,
-                CompensationState::Running {
-                    attempts: 0,
-                    retry_at: None,
-                },
-            );
-            event
+            let (step, occurrence) = s.compensation(*slot, running)?;
+            EventKind::RollbackStepStarted { step, occurrence }
         }
         Change::CompensationRetrying {
             slot,
             attempt,
             retry_at,
         } => {
-            s.slot_ref(*slot)?;
-            s.compensations.insert(
-                *slot,
-                CompensationState::Running {
-                    attempts: *attempt,
-                    retry_at: Some(*retry_at),
-                },
-            );
+            let running = CompensationState::Running {
+                attempts: *attempt,
+                retry_at: Some(*retry_at),
+            };
+            s.compensation(*slot, running)?;
             return Ok(Vec::new());
         }
         Change::CompensationCompleted { slot } => {
-            let record = s.slot_ref(*slot)?;
-            let event = EventKind::RollbackStepCompleted {
-                step: record.name.clone(),
-                occurrence: record.occurrence,
-            };
-            s.compensations.insert(*slot, CompensationState::Completed);
-            event
+            let (step, occurrence) = s.compensation(*slot, CompensationState::Completed)?;
+            EventKind::RollbackStepCompleted { step, occurrence }
         }
         Change::CompensationFailed { slot, error } => {
-            let record = s.slot_ref(*slot)?;
-            let event = EventKind::RollbackStepFailed {
-                step: record.name.clone(),
-                occurrence: record.occurrence,
+            let failed = CompensationState::Failed {
                 error: error.clone(),
             };
-            s.compensations.insert(
-                *slot,
-                CompensationState::Failed {
-                    error: error.clone(),
-                },
-            );
-            event
+            let (step, occurrence) = s.compensation(*slot, failed)?;
+            EventKind::RollbackStepFailed {
+                step,
+                occurrence,
+                error: error.clone(),
+            }
         }
         Change::Ended(end) => return Ok(end_instance(s, at, end)),
         Change::Restarted {
