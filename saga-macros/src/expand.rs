@@ -247,9 +247,24 @@ fn rollback_tokens(args: &RollbackArgs, handler: &RollbackFn) -> TokenStream {
 /// type namespace only, so it coexists with the function) that steps find
 /// through `rollback = handler`.
 pub(crate) fn hidden_handler_type(item: &ItemFn) -> TokenStream {
-    let (vis, ident) = (&item.vis, &item.sig.ident);
+    let ident = &item.sig.ident;
     let doc =
         format!("The rollback handler `{ident}` as a type, for `#[step(rollback = {ident})]`.");
+    let cfgs = cfg_attrs(item);
+    let hidden = hidden_type(item, &doc);
+    quote! {
+        #hidden
+        #(#cfgs)*
+        #[automatically_derived]
+        impl ::saga_runtime::__private::RollbackAttribute for #ident {}
+    }
+}
+
+/// A hidden braced struct named like the function `item` (it lives in the
+/// type namespace only, so it coexists with the function), documented as
+/// `doc`, for the traits the macros implement on a function.
+pub(crate) fn hidden_type(item: &ItemFn, doc: &str) -> TokenStream {
+    let (vis, ident) = (&item.vis, &item.sig.ident);
     let cfgs = cfg_attrs(item);
     quote! {
         #(#cfgs)*
@@ -257,9 +272,6 @@ pub(crate) fn hidden_handler_type(item: &ItemFn) -> TokenStream {
         #[doc(hidden)]
         #[allow(non_camel_case_types, dead_code, unreachable_pub)]
         #vis struct #ident {}
-        #(#cfgs)*
-        #[automatically_derived]
-        impl ::saga_runtime::__private::RollbackAttribute for #ident {}
     }
 }
 
@@ -274,15 +286,39 @@ fn workflow_tokens(args: &WorkflowArgs, workflow: &WorkflowFn, checks: TokenStre
             .insert(0, syn::Stmt::Item(syn::Item::Verbatim(checks)));
     }
     let item = &item;
-    let (vis, ident) = (&item.vis, &item.sig.ident);
     let (input, output) = (&workflow.input, &workflow.output);
-    let name = name_or_ident(args.name.as_ref(), ident);
+    let name = name_or_ident(args.name.as_ref(), &item.sig.ident);
     // Lint levels are meant for the body; the rest (docs, ...) for the value.
     let (lints, attrs): (Vec<_>, Vec<_>) = item
         .attrs
         .iter()
         .partition(|attr| LINT_LEVELS.iter().any(|level| attr.path().is_ident(level)));
     let body = inner_async_fn(item, &format_ident!("__saga_run"));
+    let run = quote! {
+        fn run(
+            &self,
+            __saga_ctx: ::saga_runtime::__private::WorkflowContext,
+            __saga_input: #input,
+        ) -> ::saga_runtime::__private::WorkflowFuture<#output> {
+            #(#lints)*
+            #body
+            ::std::boxed::Box::pin(__saga_run(__saga_ctx, __saga_input))
+        }
+    };
+    workflow_value(&attrs, item, &name, (input, output), run)
+}
+
+/// The workflow value named like `item`: a unit struct carrying `attrs`,
+/// implementing `Workflow` (named `name`, with the `input` and `output`
+/// types) with `run`. Serves the expansion and its fallback alike.
+pub(crate) fn workflow_value(
+    attrs: &[&syn::Attribute],
+    item: &ItemFn,
+    name: &LitStr,
+    (input, output): (&syn::Type, &syn::Type),
+    run: TokenStream,
+) -> TokenStream {
+    let (vis, ident) = (&item.vis, &item.sig.ident);
     let cfgs = cfg_attrs(item);
     quote! {
         #(#attrs)*
@@ -300,15 +336,7 @@ fn workflow_tokens(args: &WorkflowArgs, workflow: &WorkflowFn, checks: TokenStre
                 #name
             }
 
-            fn run(
-                &self,
-                __saga_ctx: ::saga_runtime::__private::WorkflowContext,
-                __saga_input: #input,
-            ) -> ::saga_runtime::__private::WorkflowFuture<#output> {
-                #(#lints)*
-                #body
-                ::std::boxed::Box::pin(__saga_run(__saga_ctx, __saga_input))
-            }
+            #run
         }
     }
 }

@@ -10,7 +10,7 @@ use syn::{FnArg, ItemFn, Type};
 
 use crate::ast::{WORKFLOW_CONTEXT, is_injected};
 use crate::attr::WorkflowArgs;
-use crate::expand::{cfg_attrs, hidden_handler_type, name_or_ident};
+use crate::expand::{cfg_attrs, hidden_handler_type, name_or_ident, workflow_value};
 use crate::types;
 
 /// A step whose signature cannot be expanded: a function with the shape
@@ -55,8 +55,7 @@ pub(crate) fn step(item: &ItemFn) -> TokenStream {
 /// the input and output read from the signature where they can be, and no
 /// body (the build fails).
 pub(crate) fn workflow(args: &WorkflowArgs, item: &ItemFn) -> TokenStream {
-    let (vis, ident) = (&item.vis, &item.sig.ident);
-    let name = name_or_ident(args.name.as_ref(), ident);
+    let name = name_or_ident(args.name.as_ref(), &item.sig.ident);
     // The first parameter that is not the context, wherever it is.
     let input = item
         .sig
@@ -70,34 +69,22 @@ pub(crate) fn workflow(args: &WorkflowArgs, item: &ItemFn) -> TokenStream {
         })
         .unwrap_or_else(|| syn::parse_quote!(()));
     let output = output_type(&item.sig.output);
-    let cfgs = cfg_attrs(item);
-    let docs = item.attrs.iter().filter(|attr| attr.path().is_ident("doc"));
-    quote! {
-        #(#docs)*
-        #(#cfgs)*
-        #[allow(non_camel_case_types)]
-        #[derive(::core::clone::Clone, ::core::marker::Copy, ::core::fmt::Debug)]
-        #vis struct #ident;
-
-        #(#cfgs)*
-        #[automatically_derived]
-        impl ::saga_runtime::__private::Workflow for #ident {
-            type Input = #input;
-            type Output = #output;
-
-            fn name(&self) -> &'static str {
-                #name
-            }
-
-            fn run(
-                &self,
-                _: ::saga_runtime::__private::WorkflowContext,
-                _: #input,
-            ) -> ::saga_runtime::__private::WorkflowFuture<#output> {
-                ::core::unimplemented!("this workflow did not compile")
-            }
+    // Docs and cfgs: the value keeps them; the rest belonged to the body.
+    let attrs: Vec<_> = item
+        .attrs
+        .iter()
+        .filter(|attr| attr.path().is_ident("doc") || attr.path().is_ident("cfg"))
+        .collect();
+    let run = quote! {
+        fn run(
+            &self,
+            _: ::saga_runtime::__private::WorkflowContext,
+            _: #input,
+        ) -> ::saga_runtime::__private::WorkflowFuture<#output> {
+            ::core::unimplemented!("this workflow did not compile")
         }
-    }
+    };
+    workflow_value(&attrs, item, &name, (&input, &output), run)
 }
 
 /// `T` of `-> Result<T, _>`, else the type as written, else `()`.

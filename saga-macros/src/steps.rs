@@ -26,6 +26,7 @@ use syn::{Ident, ItemFn, LitStr};
 
 use crate::body::BodySummary;
 use crate::calls::Callee;
+use crate::expand::{cfg_attrs, hidden_type};
 
 /// The hidden type of a step function and its `StepDefinition`.
 pub(crate) fn step_definition(
@@ -33,22 +34,18 @@ pub(crate) fn step_definition(
     name: &LitStr,
     renamed_from: Option<&LitStr>,
 ) -> TokenStream {
-    let (vis, ident) = (&item.vis, &item.sig.ident);
+    let ident = &item.sig.ident;
     let doc =
         format!("The step `{ident}` as a type, for the checks of the workflows that call it.");
-    let cfgs = item.attrs.iter().filter(|attr| attr.path().is_ident("cfg"));
-    let cfgs2 = cfgs.clone();
+    let cfgs = cfg_attrs(item);
+    let hidden = hidden_type(item, &doc);
     let renamed_from = match renamed_from {
         Some(old) => quote!(::core::option::Option::Some(#old)),
         None => quote!(::core::option::Option::None),
     };
     quote! {
+        #hidden
         #(#cfgs)*
-        #[doc = #doc]
-        #[doc(hidden)]
-        #[allow(non_camel_case_types, dead_code, unreachable_pub)]
-        #vis struct #ident {}
-        #(#cfgs2)*
         #[automatically_derived]
         impl ::saga_runtime::__private::StepDefinition for #ident {
             const NAMES: ::saga_runtime::__private::StepNames = ::saga_runtime::__private::StepNames {
