@@ -381,6 +381,11 @@ async fn events_for_finished_instances_are_invalid_state() {
         ),
         "{error:?}"
     );
+    // On a clock that does not move, so the wait cannot time out first.
+    let engine = Engine::builder()
+        .clock(TestClock::new())
+        .temporary()
+        .unwrap();
     let waiting = engine.start(waiter(), "ended", ()).await.unwrap();
     within(waiting.terminate()).await.unwrap();
     assert!(matches!(

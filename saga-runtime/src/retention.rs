@@ -43,11 +43,13 @@ pub(crate) async fn sweep(runner: &Arc<Runner>) -> Result<usize> {
     let mut removed = 0;
     for (id, summary) in journal.summaries()? {
         let Ok(summary) = summary else { continue };
-        if !expired(summary.status, summary.finished_at) || runner.live(&id).is_some() {
+        if !expired(summary.status, summary.finished_at) {
             continue;
         }
         // Checked again under the instance's write lock: a restart that
-        // came in between keeps it.
+        // came in between keeps it. A driver may still be letting go of an
+        // instance that ended; it writes nothing more, so that is no reason
+        // to keep it.
         if journal.remove_if(&id, |state| expired(state.status, state.finished_at))? {
             removed += 1;
         }
