@@ -153,7 +153,7 @@ async fn transfer(engine: &Engine, id: &str, to: &str) -> Result<(), saga_runtim
         Ok(receipt) => println!("  complete: {receipt:?}"),
         Err(e) => println!("  {e}"),
     }
-    for event in run.history()? {
+    for event in run.history().await? {
         if !matches!(event.kind, EventKind::InstanceResumed) {
             println!("    #{:<2} {:?}", event.seq, event.kind);
         }
@@ -167,7 +167,7 @@ async fn main() -> Result<(), saga_runtime::Error> {
     let engine = Engine::builder()
         .clock(TestClock::auto_advancing())
         .open(&dir)?;
-    engine.register(bank_transfer);
+    engine.register(bank_transfer)?;
 
     transfer(&engine, "transfer-42", "bob").await?;
     transfer(&engine, "transfer-43", "mallory").await?;

@@ -19,9 +19,9 @@ use helpers::{engine_on, kinds, settle, within};
 const HOUR: u64 = 60 * 60;
 const DAY: u64 = 24 * HOUR;
 
-async fn until(what: &str, condition: impl Fn() -> bool) {
+async fn until<F: std::future::Future<Output = bool>>(what: &str, condition: impl Fn() -> F) {
     within(what, async {
-        while !condition() {
+        while !condition().await {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
     })
@@ -36,8 +36,8 @@ fn started(step: &str) -> impl Fn(&EventKind) -> bool + '_ {
     move |k| matches!(k, EventKind::StepStarted { step: s, .. } if s == step)
 }
 
-fn count(run: &Instance, pred: impl Fn(&EventKind) -> bool) -> usize {
-    kinds(run).iter().filter(|k| pred(k)).count()
+async fn count(run: &Instance, pred: impl Fn(&EventKind) -> bool) -> usize {
+    kinds(run).await.iter().filter(|k| pred(k)).count()
 }
 
 /// What the steps of `three_steps` did, seen from outside the engine.
@@ -142,21 +142,21 @@ async fn pause_stops_at_the_next_step_boundary_and_resume_goes_on() {
         .start(three_steps(&probe), "pause-1", 4)
         .await
         .unwrap();
-    until("step one to run", || probe.runs()[0] == 1).await;
+    until("step one to run", || async { probe.runs()[0] == 1 }).await;
 
     run.pause().await.unwrap();
-    assert_eq!(run.status().unwrap(), Status::Paused);
+    assert_eq!(run.status().await.unwrap(), Status::Paused);
     // The step in flight finishes...
     probe.gate.add_permits(1);
-    until("step one to complete", || {
-        count(&run, completed("one")) == 1
+    until("step one to complete", || async {
+        count(&run, completed("one")).await == 1
     })
     .await;
     // ...but the next one does not start.
     settle().await;
     assert_eq!(probe.runs(), [1, 0, 0]);
-    assert_eq!(run.status().unwrap(), Status::Paused);
-    assert_eq!(count(&run, started("two")), 0);
+    assert_eq!(run.status().await.unwrap(), Status::Paused);
+    assert_eq!(count(&run, started("two")).await, 0);
 
     run.resume().await.unwrap();
     assert_eq!(
@@ -164,7 +164,7 @@ async fn pause_stops_at_the_next_step_boundary_and_resume_goes_on() {
         "4/5/50/55"
     );
     assert_eq!(probe.runs(), [1, 1, 1], "nothing ran twice");
-    let kinds = kinds(&run);
+    let kinds = kinds(&run).await;
     assert!(kinds.contains(&EventKind::Paused) && kinds.contains(&EventKind::Resumed));
 }
 
@@ -180,15 +180,16 @@ async fn a_pause_during_a_sleep_holds_the_instance_after_it() {
     within("the nap", clock.wait_for_sleepers(1)).await;
     run.pause().await.unwrap();
     clock.advance(Duration::from_secs(2 * DAY));
-    until("the nap to end", || {
+    until("the nap to end", || async {
         kinds(&run)
+            .await
             .iter()
             .any(|k| matches!(k, EventKind::SleepCompleted { .. }))
     })
     .await;
     settle().await;
     assert_eq!(twos.load(Ordering::SeqCst), 0);
-    assert_eq!(run.status().unwrap(), Status::Paused);
+    assert_eq!(run.status().await.unwrap(), Status::Paused);
     run.resume().await.unwrap();
     within("the result", run.result()).await.unwrap();
     assert_eq!(twos.load(Ordering::SeqCst), 1);
@@ -237,7 +238,7 @@ async fn terminate_ends_a_waiting_instance_and_no_further_step_runs() {
         .unwrap();
     within("the nap", clock.wait_for_sleepers(1)).await;
     run.terminate().await.unwrap();
-    assert_eq!(run.status().unwrap(), Status::Terminated);
+    assert_eq!(run.status().await.unwrap(), Status::Terminated);
     match within("the result", run.result()).await {
         Err(Error::Terminated { id, .. }) => assert_eq!(id, "term-1"),
         other => panic!("expected Terminated, got {other:?}"),
@@ -246,8 +247,11 @@ async fn terminate_ends_a_waiting_instance_and_no_further_step_runs() {
     clock.advance(Duration::from_secs(2 * DAY));
     settle().await;
     assert_eq!(twos.load(Ordering::SeqCst), 0);
-    assert_eq!(run.status().unwrap(), Status::Terminated);
-    assert_eq!(kinds(&run).last(), Some(&EventKind::InstanceTerminated));
+    assert_eq!(run.status().await.unwrap(), Status::Terminated);
+    assert_eq!(
+        kinds(&run).await.last(),
+        Some(&EventKind::InstanceTerminated)
+    );
     match run.terminate().await {
         Err(Error::InvalidState { status, .. }) => assert_eq!(status, Status::Terminated),
         other => panic!("expected InvalidState, got {other:?}"),
@@ -263,13 +267,17 @@ async fn terminate_stops_a_step_in_flight_and_a_paused_instance() {
         .start(three_steps(&probe), "term-2", 1)
         .await
         .unwrap();
-    until("step one to run", || probe.runs()[0] == 1).await;
+    until("step one to run", || async { probe.runs()[0] == 1 }).await;
     within("terminate", run.terminate()).await.unwrap();
-    assert_eq!(run.status().unwrap(), Status::Terminated);
+    assert_eq!(run.status().await.unwrap(), Status::Terminated);
     probe.gate.add_permits(1);
     settle().await;
     assert_eq!(probe.runs(), [1, 0, 0]);
-    assert_eq!(count(&run, completed("one")), 0, "the step was stopped");
+    assert_eq!(
+        count(&run, completed("one")).await,
+        0,
+        "the step was stopped"
+    );
 
     // A paused instance has no driver: terminate writes the end itself.
     // (A new engine: the first registration of a workflow name is the one
@@ -280,16 +288,16 @@ async fn terminate_stops_a_step_in_flight_and_a_paused_instance() {
         .start(three_steps(&probe), "term-3", 1)
         .await
         .unwrap();
-    until("step one to run", || probe.runs()[0] == 1).await;
+    until("step one to run", || async { probe.runs()[0] == 1 }).await;
     run.pause().await.unwrap();
     probe.gate.add_permits(1);
-    until("step one to complete", || {
-        count(&run, completed("one")) == 1
+    until("step one to complete", || async {
+        count(&run, completed("one")).await == 1
     })
     .await;
     settle().await;
     run.terminate().await.unwrap();
-    assert_eq!(run.status().unwrap(), Status::Terminated);
+    assert_eq!(run.status().await.unwrap(), Status::Terminated);
     assert!(matches!(run.result().await, Err(Error::Terminated { .. })));
     assert!(matches!(
         run.resume().await,
@@ -327,7 +335,7 @@ async fn restart_runs_again_from_the_beginning_with_the_same_input_and_new_histo
 
     // The journal is append-only: history keeps the first run, then the
     // restart, then the second run.
-    let all = kinds(&run);
+    let all = kinds(&run).await;
     assert!(matches!(all[0], EventKind::InstanceCreated { .. }));
     let restarted = all
         .iter()
@@ -364,7 +372,7 @@ async fn restart_from_a_step_keeps_the_steps_before_it() {
     );
     assert_eq!(probe.runs(), [1, 2, 2], "step one was not run again");
 
-    let kinds = kinds(&run);
+    let kinds = kinds(&run).await;
     let restarted = kinds
         .iter()
         .position(|k| {
@@ -385,7 +393,7 @@ async fn restart_from_a_step_keeps_the_steps_before_it() {
         Err(Error::UnknownStep { step, .. }) => assert_eq!(step, "no-such-step"),
         other => panic!("expected UnknownStep, got {other:?}"),
     }
-    assert_eq!(run.status().unwrap(), Status::Complete);
+    assert_eq!(run.status().await.unwrap(), Status::Complete);
 }
 
 #[tokio::test]
@@ -401,8 +409,8 @@ async fn restart_of_a_waiting_instance_lets_go_of_its_sleep() {
     clock.advance(Duration::from_secs(12 * HOUR));
     run.restart().await.unwrap();
     // The new run sleeps a full day from now, and the old sleep is gone.
-    until("the new nap", || {
-        count(&run, |k| matches!(k, EventKind::SleepStarted { .. })) == 1
+    until("the new nap", || async {
+        count(&run, |k| matches!(k, EventKind::SleepStarted { .. })).await == 1
     })
     .await;
     within("the new nap", clock.wait_for_sleepers(1)).await;
@@ -410,7 +418,7 @@ async fn restart_of_a_waiting_instance_lets_go_of_its_sleep() {
     assert_eq!(clock.sleepers(), 1);
     clock.advance(Duration::from_secs(12 * HOUR));
     settle().await;
-    assert_eq!(run.status().unwrap(), Status::Waiting);
+    assert_eq!(run.status().await.unwrap(), Status::Waiting);
     clock.advance(Duration::from_secs(12 * HOUR));
     within("the result", run.result()).await.unwrap();
     assert_eq!(twos.load(Ordering::SeqCst), 1);
@@ -447,8 +455,8 @@ async fn control_of_a_finished_or_unknown_instance_is_a_typed_error() {
             other => panic!("{what}: expected InvalidState, got {other:?}"),
         }
     }
-    assert_eq!(run.status().unwrap(), Status::Complete);
-    match engine.instance("ghost") {
+    assert_eq!(run.status().await.unwrap(), Status::Complete);
+    match engine.instance("ghost").await {
         Err(Error::UnknownInstance { id }) => assert_eq!(id, "ghost"),
         other => panic!("expected UnknownInstance, got {other:?}"),
     }
@@ -491,7 +499,7 @@ async fn restart_from_delivers_again_the_events_its_discarded_waits_took() {
             .unwrap(),
         "published (yes)"
     );
-    let all = kinds(&run);
+    let all = kinds(&run).await;
     let restarted = all
         .iter()
         .position(|k| matches!(k, EventKind::InstanceRestarted { .. }))

@@ -6,7 +6,7 @@
 //! and Tokio's included, fails the test), and the parent kills a child that
 //! does not finish in time (a hang fails the test too).
 //!
-//! What a user sees for a corrupt instance: `engine.instance(id)` and every
+//! What a user sees for a corrupt instance: `engine.instance(id).await` and every
 //! handle call answer `Error::Corrupt` naming the journal record; `list()`
 //! shows what the instance's index entry says (or leaves it out, with a
 //! warning in the log, when that entry is the damaged part) and lists the
@@ -135,14 +135,14 @@ async fn healthy_store(path: &Path) {
     }
     for (id, n) in [("wait-1", 100), ("wait-2", 200)] {
         let run = engine.start(workflow(), id, n).await.expect("start");
-        wait_for(|| run.status().is_ok_and(|s| s == Status::Waiting)).await;
+        wait_for(|| async { run.status().await.is_ok_and(|s| s == Status::Waiting) }).await;
     }
     engine.close().await;
 }
 
-async fn wait_for(mut condition: impl FnMut() -> bool) {
+async fn wait_for<F: std::future::Future<Output = bool>>(condition: impl Fn() -> F) {
     tokio::time::timeout(Duration::from_secs(30), async {
-        while !condition() {
+        while !condition().await {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
     })
@@ -165,22 +165,22 @@ fn typed(error: &Error) -> bool {
 /// is a value or a typed error. `Ok(())` if it opened.
 async fn probe(path: &Path) -> Result<(), Error> {
     let engine = open_when_released(path).await?;
-    engine.register(workflow());
-    let listed = engine.list(&ListFilter::all());
+    engine.register(workflow()).unwrap();
+    let listed = engine.list(&ListFilter::all()).await;
     assert!(ok_or_typed(&listed), "list: {listed:?}");
     for id in ["done-1", "done-2", "done-3", "wait-1", "wait-2"] {
-        let instance = match engine.instance(id) {
+        let instance = match engine.instance(id).await {
             Ok(instance) => instance,
             Err(e) => {
                 assert!(typed(&e), "instance({id}): {e:?}");
                 continue;
             }
         };
-        let status = instance.status();
+        let status = instance.status().await;
         assert!(ok_or_typed(&status), "status({id}): {status:?}");
-        let history = instance.history();
+        let history = instance.history().await;
         assert!(ok_or_typed(&history), "history({id}): {history:?}");
-        let info = instance.info();
+        let info = instance.info().await;
         assert!(ok_or_typed(&info), "info({id}): {info:?}");
         let sent = engine.send_event(id, "go", &5u64).await;
         assert!(
@@ -342,8 +342,8 @@ fn journal_key(id: &str, seq: u64) -> Vec<u8> {
 
 /// A corrupt journal makes every call on its instance a typed error that
 /// names the instance.
-fn assert_corrupt(engine: &Engine, id: &str) {
-    let error = engine.instance(id).expect_err("a corrupt journal");
+async fn assert_corrupt(engine: &Engine, id: &str) {
+    let error = engine.instance(id).await.expect_err("a corrupt journal");
     assert!(
         matches!(&error, Error::Corrupt { what, .. } if what.contains(id)),
         "{error:?}"
@@ -361,23 +361,27 @@ fn a_tampered_instance_record_is_corrupt_and_the_others_go_on() {
             tamper(&store, "journal", &journal_key("wait-1", 0), &[2, 7, 7, 7]);
             tamper(&store, "index", b"done-3", &[2, 7, 7, 7]);
             let engine = Engine::open(&store).expect("a store with bad records opens");
-            engine.register(workflow());
-            assert_corrupt(&engine, "wait-1");
+            engine.register(workflow()).unwrap();
+            assert_corrupt(&engine, "wait-1").await;
             // done-3's journal is whole: its index entry is rebuilt on open.
             let listed: Vec<String> = engine
                 .list(&ListFilter::all())
+                .await
                 .expect("list")
                 .into_iter()
                 .map(|i| i.id)
                 .collect();
             assert_eq!(listed, ["done-1", "done-2", "done-3", "wait-1", "wait-2"]);
-            let done = engine.instance("done-3").expect("rebuilt from its journal");
+            let done = engine
+                .instance("done-3")
+                .await
+                .expect("rebuilt from its journal");
             assert_eq!(done.result::<u64>().await.expect("intact"), 4);
             engine
                 .send_event("wait-2", "go", &5u64)
                 .await
                 .expect("send");
-            let other = engine.instance("wait-2").expect("the other instance");
+            let other = engine.instance("wait-2").await.expect("the other instance");
             assert_eq!(other.result::<u64>().await.expect("it goes on"), 201 + 5);
             let sent = engine.send_event("wait-1", "go", &5u64).await;
             assert!(matches!(sent, Err(Error::Corrupt { .. })), "{sent:?}");
@@ -416,8 +420,8 @@ fn a_tampered_stored_output_fails_its_instance_with_a_decode_error() {
             drop(db);
 
             let engine = Engine::open(&store).expect("open");
-            engine.register(workflow());
-            let failed = engine.instance("wait-1").expect("handle");
+            engine.register(workflow()).unwrap();
+            let failed = engine.instance("wait-1").await.expect("handle");
             let error = tokio::time::timeout(Duration::from_secs(30), failed.result::<u64>())
                 .await
                 .expect("the instance ends instead of hanging")
@@ -433,7 +437,7 @@ fn a_tampered_stored_output_fails_its_instance_with_a_decode_error() {
                 .send_event("wait-2", "go", &1u64)
                 .await
                 .expect("send");
-            let other = engine.instance("wait-2").expect("handle");
+            let other = engine.instance("wait-2").await.expect("handle");
             assert_eq!(other.result::<u64>().await.expect("goes on"), 202);
             engine.close().await;
             let _ = std::fs::remove_dir_all(&dir);
@@ -451,15 +455,15 @@ fn an_undecodable_journal_record_makes_its_instance_corrupt_and_the_others_go_on
             healthy_store(&store).await;
             tamper(&store, "journal", &journal_key("wait-1", 2), &[2, 250, 250]);
             let engine = Engine::open(&store).expect("open");
-            engine.register(workflow());
-            assert_corrupt(&engine, "wait-1");
+            engine.register(workflow()).unwrap();
+            assert_corrupt(&engine, "wait-1").await;
             let sent = engine.send_event("wait-1", "go", &1u64).await;
             assert!(matches!(sent, Err(Error::Corrupt { .. })), "{sent:?}");
             engine
                 .send_event("wait-2", "go", &1u64)
                 .await
                 .expect("send");
-            let other = engine.instance("wait-2").expect("handle");
+            let other = engine.instance("wait-2").await.expect("handle");
             assert_eq!(other.result::<u64>().await.expect("goes on"), 202);
             engine.close().await;
             let _ = std::fs::remove_dir_all(&dir);
@@ -511,15 +515,15 @@ fn huge_length_prefixes_are_refused_without_allocating() {
                 tamper(&store, "journal", &journal_key("wait-1", 1), value);
                 tamper(&store, "index", b"wait-2", value);
                 let engine = Engine::open(&store).expect("open");
-                engine.register(workflow());
-                assert_corrupt(&engine, "done-2");
-                assert_corrupt(&engine, "wait-1");
-                let listed = engine.list(&ListFilter::all()).expect("list");
+                engine.register(workflow()).unwrap();
+                assert_corrupt(&engine, "done-2").await;
+                assert_corrupt(&engine, "wait-1").await;
+                let listed = engine.list(&ListFilter::all()).await.expect("list");
                 assert!(
                     listed.iter().any(|i| i.id == "wait-2"),
                     "prefix {i}: rebuilt"
                 );
-                let fine = engine.instance("done-1").expect("handle");
+                let fine = engine.instance("done-1").await.expect("handle");
                 assert_eq!(fine.result::<u64>().await.expect("intact"), 2);
                 engine.close().await;
                 let _ = std::fs::remove_dir_all(&dir);

@@ -63,7 +63,7 @@ async fn a_declared_rename_replays_the_old_history_without_running_the_step_agai
         .await
         .unwrap();
     within("the wait", async {
-        while run.status().unwrap() != Status::Waiting {
+        while run.status().await.unwrap() != Status::Waiting {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
     })
@@ -72,12 +72,12 @@ async fn a_declared_rename_replays_the_old_history_without_running_the_step_agai
     engine.close().await;
 
     let engine = Engine::open(&dir).unwrap();
-    engine.register(release_2::publish);
+    engine.register(release_2::publish).unwrap();
     engine
         .send_event("article-1", "approval", &1u64)
         .await
         .unwrap();
-    let run = engine.instance("article-1").unwrap();
+    let run = engine.instance("article-1").await.unwrap();
     assert_eq!(
         within("the result", run.result::<u64>()).await.unwrap(),
         41,

@@ -27,7 +27,7 @@ fn start_of_time() -> SystemTime {
 /// Polls until the instance's history has an event that `pred` accepts.
 async fn until_history(run: &Instance, pred: impl Fn(&EventKind) -> bool) {
     within("a history event", async {
-        while !kinds(run).iter().any(&pred) {
+        while !kinds(run).await.iter().any(&pred) {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
     })
@@ -85,7 +85,7 @@ async fn an_event_sent_before_the_wait_is_kept_and_delivered() {
         within("the result", run.result()).await.unwrap(),
         "yes, early"
     );
-    let kinds = kinds(&run);
+    let kinds = kinds(&run).await;
     let received = kinds
         .iter()
         .position(
@@ -103,7 +103,7 @@ async fn an_event_sent_during_the_wait_is_delivered_and_the_status_is_waiting() 
     let run = engine.start(approval(), "late-1", ()).await.unwrap();
     until_history(&run, wait_started).await;
     settle().await;
-    assert_eq!(run.status().unwrap(), Status::Waiting);
+    assert_eq!(run.status().await.unwrap(), Status::Waiting);
     engine
         .send_event("late-1", "approval", "yes, late")
         .await
@@ -113,7 +113,7 @@ async fn an_event_sent_during_the_wait_is_delivered_and_the_status_is_waiting() 
         "yes, late"
     );
     assert!(
-        kinds(&run).iter().any(
+        kinds(&run).await.iter().any(
             |k| matches!(k, EventKind::EventDelivered { name, .. } if name == "wait-approval")
         )
     );
@@ -147,7 +147,7 @@ async fn a_timeout_is_an_error_the_workflow_may_catch_and_go_on() {
     within("the wait's deadline", clock.wait_for_sleepers(1)).await;
     clock.advance(Duration::from_secs(HOUR - 1));
     settle().await;
-    assert_eq!(run.status().unwrap(), Status::Waiting);
+    assert_eq!(run.status().await.unwrap(), Status::Waiting);
     clock.advance(Duration::from_secs(1));
     assert_eq!(
         within("the result", run.result()).await.unwrap(),
@@ -155,6 +155,7 @@ async fn a_timeout_is_an_error_the_workflow_may_catch_and_go_on() {
     );
     assert!(
         kinds(&run)
+            .await
             .iter()
             .any(|k| matches!(k, EventKind::EventWaitTimedOut { .. }))
     );
@@ -224,6 +225,7 @@ async fn events_for_unknown_or_finished_instances_are_typed_errors() {
         other => panic!("expected InvalidState, got {other:?}"),
     }
     let received = kinds(&run)
+        .await
         .iter()
         .filter(|k| matches!(k, EventKind::EventReceived { .. }))
         .count();
@@ -252,9 +254,10 @@ async fn a_payload_over_the_limit_is_refused_before_anything_is_stored() {
         other => panic!("expected PayloadTooLarge, got {other:?}"),
     }
     settle().await;
-    assert_eq!(run.status().unwrap(), Status::Waiting);
+    assert_eq!(run.status().await.unwrap(), Status::Waiting);
     assert!(
         !kinds(&run)
+            .await
             .iter()
             .any(|k| matches!(k, EventKind::EventReceived { .. })),
         "nothing was stored"
@@ -294,7 +297,13 @@ async fn an_event_sent_while_no_process_runs_the_instance_is_delivered_after_res
         .send_event("across-1", "approval", "sent while down")
         .await
         .unwrap();
-    let info = engine.instance("across-1").unwrap().info().unwrap();
+    let info = engine
+        .instance("across-1")
+        .await
+        .unwrap()
+        .info()
+        .await
+        .unwrap();
     assert_eq!(info.status, Status::Waiting);
     assert!(!info.workflow_registered);
     engine.close().await;
@@ -305,11 +314,11 @@ async fn an_event_sent_while_no_process_runs_the_instance_is_delivered_after_res
         .register(approval())
         .open(dir.path())
         .unwrap();
-    let run = engine.instance("across-1").unwrap();
+    let run = engine.instance("across-1").await.unwrap();
     assert_eq!(
         within("the result", run.result::<String>()).await.unwrap(),
         "sent while down"
     );
-    let waits = kinds(&run).into_iter().filter(wait_started).count();
+    let waits = kinds(&run).await.into_iter().filter(wait_started).count();
     assert_eq!(waits, 1, "the wait was resumed, not started again");
 }

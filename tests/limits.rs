@@ -50,10 +50,10 @@ async fn an_oversized_input_is_refused_before_anything_is_stored() {
         "{error:?}"
     );
     assert!(matches!(
-        engine.instance("big-input"),
+        engine.instance("big-input").await,
         Err(Error::UnknownInstance { .. })
     ));
-    assert!(engine.list(&ListFilter::all()).unwrap().is_empty());
+    assert!(engine.list(&ListFilter::all()).await.unwrap().is_empty());
     // Just under the limit is fine.
     let run = engine.start(echo(), "small", vec![7; 100]).await.unwrap();
     assert_eq!(within(run.result()).await.unwrap(), 100);
@@ -96,7 +96,7 @@ async fn an_oversized_step_output_fails_the_step_for_good_naming_it() {
         1,
         "no retry can make it smaller"
     );
-    let history = run.history().unwrap();
+    let history = run.history().await.unwrap();
     assert!(
         !history
             .iter()
@@ -126,19 +126,23 @@ async fn an_oversized_event_payload_is_refused_before_anything_is_stored() {
         .unwrap();
     let run = engine.start(waiter(), "w-1", ()).await.unwrap();
     within(async {
-        while run.status().unwrap() != Status::Waiting {
+        while run.status().await.unwrap() != Status::Waiting {
             tokio::task::yield_now().await;
         }
     })
     .await;
-    let before = run.history().unwrap().len();
+    let before = run.history().await.unwrap().len();
     let error = engine
         .send_event("w-1", "ping", &"x".repeat(LIMIT * 2))
         .await
         .expect_err("over the limit");
     assert!(matches!(error, Error::PayloadTooLarge { .. }), "{error:?}");
-    assert_eq!(run.history().unwrap().len(), before, "nothing was stored");
-    assert_eq!(run.status().unwrap(), Status::Waiting);
+    assert_eq!(
+        run.history().await.unwrap().len(),
+        before,
+        "nothing was stored"
+    );
+    assert_eq!(run.status().await.unwrap(), Status::Waiting);
     engine.send_event("w-1", "ping", "ok").await.unwrap();
     assert_eq!(within(run.result()).await.unwrap(), "ok");
 }
@@ -163,7 +167,7 @@ async fn invalid_ids_are_refused_everywhere() {
             "start({id:?}): {started:?}"
         );
         assert!(matches!(
-            engine.instance(id),
+            engine.instance(id).await,
             Err(Error::InvalidInstanceId { .. })
         ));
         assert!(matches!(
@@ -171,7 +175,7 @@ async fn invalid_ids_are_refused_everywhere() {
             Err(Error::InvalidInstanceId { .. })
         ));
     }
-    assert!(engine.list(&ListFilter::all()).unwrap().is_empty());
+    assert!(engine.list(&ListFilter::all()).await.unwrap().is_empty());
     let longest = "Z".repeat(100);
     for id in [longest.as_str(), "_x", "a-b_C9", "0"] {
         let run = engine.start(echo(), id, vec![1]).await.unwrap();
@@ -211,7 +215,7 @@ async fn a_duplicate_id_returns_the_same_instance_or_is_refused_for_another_work
             if existing == "once" && requested == "echo"),
         "{error:?}"
     );
-    assert_eq!(engine.list(&ListFilter::all()).unwrap().len(), 1);
+    assert_eq!(engine.list(&ListFilter::all()).await.unwrap().len(), 1);
 }
 
 #[tokio::test]
@@ -222,7 +226,7 @@ async fn every_handle_call_on_an_unknown_instance_is_unknown_instance() {
         .temporary()
         .unwrap();
     assert!(matches!(
-        engine.instance("nope"),
+        engine.instance("nope").await,
         Err(Error::UnknownInstance { .. })
     ));
     assert!(matches!(
@@ -239,9 +243,9 @@ async fn every_handle_call_on_an_unknown_instance_is_unknown_instance() {
             "{what}: {result:?}"
         );
     };
-    unknown("status", run.status().map(drop));
-    unknown("info", run.info().map(drop));
-    unknown("history", run.history().map(drop));
+    unknown("status", run.status().await.map(drop));
+    unknown("info", run.info().await.map(drop));
+    unknown("history", run.history().await.map(drop));
     unknown("result", within(run.result()).await.map(drop));
     unknown("pause", run.pause().await);
     unknown("resume", run.resume().await);
@@ -295,6 +299,7 @@ async fn zero_and_enormous_durations_neither_panic_nor_overflow() {
         assert_eq!(within(run.result()).await.unwrap(), 1, "{id}");
         let wake = run
             .history()
+            .await
             .unwrap()
             .into_iter()
             .find_map(|e| match e.kind {
@@ -317,15 +322,15 @@ async fn zero_and_enormous_durations_neither_panic_nor_overflow() {
             .await
             .unwrap();
         within(async {
-            while run.status().unwrap() != Status::Waiting {
+            while run.status().await.unwrap() != Status::Waiting {
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }
         })
         .await;
         tokio::time::sleep(Duration::from_millis(20)).await;
-        assert_eq!(run.status().unwrap(), Status::Waiting);
+        assert_eq!(run.status().await.unwrap(), Status::Waiting);
         within(run.terminate()).await.unwrap();
-        assert_eq!(run.status().unwrap(), Status::Terminated);
+        assert_eq!(run.status().await.unwrap(), Status::Terminated);
     }
     // A zero and an enormous event timeout.
     let wf = workflow_fn("timeouts", |ctx: WorkflowContext, (): ()| async move {

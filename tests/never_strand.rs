@@ -44,7 +44,7 @@ fn one_step() -> impl Workflow<Input = u64, Output = u64> + Copy {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_start_dropped_at_any_poll_still_runs_its_instance() {
     let engine = Engine::temporary().unwrap();
-    engine.register(one_step());
+    engine.register(one_step()).unwrap();
     for polls in 0..4 {
         let id = format!("dropped-{polls}");
         let _ = poll_then_drop(engine.start(one_step(), &id, 1), polls);
@@ -62,7 +62,7 @@ async fn dropped_resume_terminate_and_send_event_still_act() {
         let n: u64 = ctx.wait_for_event("wait-go", "go", "1 day").await?;
         Ok::<_, WorkflowError>(n)
     });
-    engine.register(waits);
+    engine.register(waits).unwrap();
 
     let run = engine.start(waits, "event-1", ()).await.unwrap();
     let _ = poll_then_drop(engine.send_event("event-1", "go", &7u64), 1);
@@ -71,7 +71,7 @@ async fn dropped_resume_terminate_and_send_event_still_act() {
     let run = engine.start(waits, "paused-1", ()).await.unwrap();
     run.pause().await.unwrap();
     within("the pause", async {
-        while run.status().unwrap() != Status::Paused {
+        while run.status().await.unwrap() != Status::Paused {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
     })
@@ -181,7 +181,7 @@ async fn restart_from_an_unknown_step_leaves_the_instance_as_it_was() {
         matches!(refused, Err(Error::UnknownStep { .. })),
         "{refused:?}"
     );
-    assert_eq!(run.status().unwrap(), Status::Complete);
+    assert_eq!(run.status().await.unwrap(), Status::Complete);
     let terminate = run.terminate().await;
     assert!(
         matches!(terminate, Err(Error::InvalidState { .. })),

@@ -125,9 +125,9 @@ async fn a_step_completed_before_sigkill_never_runs_again() {
     child.wait().expect("reap the child");
 
     let engine = Engine::open(dir.join("store")).unwrap();
-    let instance = engine.instance("t-1").unwrap();
-    assert!(!instance.status().unwrap().is_terminal());
-    engine.register(transfer(dir.clone(), false));
+    let instance = engine.instance("t-1").await.unwrap();
+    assert!(!instance.status().await.unwrap().is_terminal());
+    engine.register(transfer(dir.clone(), false)).unwrap();
     let total: u64 = tokio::time::timeout(Duration::from_secs(30), instance.result())
         .await
         .expect("recovered instance finished")
@@ -200,12 +200,15 @@ async fn an_instance_of_an_unregistered_workflow_waits_and_says_so() {
     child.wait().expect("reap the child");
 
     let engine = Engine::open(dir.join("store")).unwrap();
-    let listed = engine.list(&ListFilter::all().unregistered()).unwrap();
+    let listed = engine
+        .list(&ListFilter::all().unregistered())
+        .await
+        .unwrap();
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].id, "t-2");
     assert!(!listed[0].workflow_registered);
     assert!(!listed[0].status.is_terminal());
-    match engine.instance("t-2").unwrap().result::<u64>().await {
+    match engine.instance("t-2").await.unwrap().result::<u64>().await {
         Err(Error::WorkflowNotRegistered { workflow, .. }) => assert_eq!(workflow, "transfer"),
         other => panic!("expected WorkflowNotRegistered, got {other:?}"),
     }
@@ -223,7 +226,7 @@ async fn subscribers_see_each_event_once_in_history_order() {
         .await
         .unwrap();
     assert_eq!(run.result().await.unwrap(), 6);
-    let history = run.history().unwrap();
+    let history = run.history().await.unwrap();
     let mut seen = Vec::new();
     while seen.len() < history.len() {
         let event = tokio::time::timeout(Duration::from_secs(10), events.recv())

@@ -28,7 +28,7 @@ async fn run_then_replay<W1: Workflow<Input = ()>, W2: Workflow<Input = ()>>(
     let engine = Engine::open(dir).unwrap();
     let run = engine.start(first, "replay-1", ()).await.unwrap();
     tokio::time::timeout(Duration::from_secs(30), async {
-        while !ready(&run.history().unwrap()) {
+        while !ready(&run.history().await.unwrap()) {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
     })
@@ -38,12 +38,12 @@ async fn run_then_replay<W1: Workflow<Input = ()>, W2: Workflow<Input = ()>>(
     engine.close().await;
 
     let engine = Engine::open(dir).unwrap();
-    engine.register(second);
-    let instance = engine.instance("replay-1").unwrap();
+    engine.register(second).unwrap();
+    let instance = engine.instance("replay-1").await.unwrap();
     let result = tokio::time::timeout(Duration::from_secs(30), instance.result::<W2::Output>())
         .await
         .expect("replay finished");
-    let info = instance.info().unwrap();
+    let info = instance.info().await.unwrap();
     engine.close().await;
     (result, info)
 }

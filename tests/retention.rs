@@ -24,8 +24,11 @@ fn engine_keeping(clock: &TestClock, retention: Duration) -> Engine {
         .unwrap()
 }
 
-fn is_gone(engine: &Engine, id: &str) -> bool {
-    matches!(engine.instance(id), Err(Error::UnknownInstance { .. }))
+async fn is_gone(engine: &Engine, id: &str) -> bool {
+    matches!(
+        engine.instance(id).await,
+        Err(Error::UnknownInstance { .. })
+    )
 }
 
 /// Completes at once with its input.
@@ -83,17 +86,24 @@ async fn one_of_each(engine: &Engine, clock: &TestClock) {
     within("the third sleep", clock.wait_for_sleepers(3)).await;
     ended.terminate().await.unwrap();
     assert_eq!(
-        engine.instance("asleep").unwrap().status().unwrap(),
+        engine
+            .instance("asleep")
+            .await
+            .unwrap()
+            .status()
+            .await
+            .unwrap(),
         Status::Waiting
     );
-    assert_eq!(busy.status().unwrap(), Status::Running);
-    assert_eq!(paused.status().unwrap(), Status::Paused);
-    assert_eq!(ended.status().unwrap(), Status::Terminated);
+    assert_eq!(busy.status().await.unwrap(), Status::Running);
+    assert_eq!(paused.status().await.unwrap(), Status::Paused);
+    assert_eq!(ended.status().await.unwrap(), Status::Terminated);
 }
 
 async fn until_started(run: &Instance) {
     while !run
         .history()
+        .await
         .unwrap()
         .iter()
         .any(|e| matches!(e.kind, EventKind::StepStarted { .. }))
@@ -107,21 +117,27 @@ async fn sweep_removes_instances_finished_longer_ago_than_the_retention() {
     let clock = TestClock::new();
     let engine = engine_keeping(&clock, Duration::from_secs(DAY));
     one_of_each(&engine, &clock).await;
-    let done = engine.instance("done").unwrap();
+    let done = engine.instance("done").await.unwrap();
 
     // Younger than a day: nothing goes.
     clock.advance(Duration::from_secs(DAY - 1));
     assert_eq!(engine.sweep_expired().await.unwrap(), 0);
-    assert!(!is_gone(&engine, "done"));
+    assert!(!is_gone(&engine, "done").await);
 
     clock.advance(Duration::from_secs(1));
     assert_eq!(engine.sweep_expired().await.unwrap(), 3);
     for id in ["done", "failed", "ended"] {
-        assert!(is_gone(&engine, id), "{id} was removed");
+        assert!(is_gone(&engine, id).await, "{id} was removed");
     }
     // A handle taken before sees the removal too, history included.
-    assert!(matches!(done.history(), Err(Error::UnknownInstance { .. })));
-    assert!(matches!(done.status(), Err(Error::UnknownInstance { .. })));
+    assert!(matches!(
+        done.history().await,
+        Err(Error::UnknownInstance { .. })
+    ));
+    assert!(matches!(
+        done.status().await,
+        Err(Error::UnknownInstance { .. })
+    ));
 
     // Running, waiting and paused instances stay, however old.
     clock.advance(Duration::from_secs(100 * DAY));
@@ -132,13 +148,14 @@ async fn sweep_removes_instances_finished_longer_ago_than_the_retention() {
         ("paused", Status::Paused),
     ] {
         assert_eq!(
-            engine.instance(id).unwrap().status().unwrap(),
+            engine.instance(id).await.unwrap().status().await.unwrap(),
             status,
             "{id}"
         );
     }
     let listed: Vec<String> = engine
         .list(&saga_runtime::ListFilter::all())
+        .await
         .unwrap()
         .into_iter()
         .map(|info| info.id)
@@ -158,7 +175,7 @@ async fn a_removed_id_starts_afresh_with_an_empty_history() {
     // Nothing of the old instance is left: same id, new input, new history.
     let run = engine.start(echo(), "again", 2).await.unwrap();
     assert_eq!(within("the result", run.result()).await.unwrap(), 2);
-    let history = run.history().unwrap();
+    let history = run.history().await.unwrap();
     assert_eq!(history.first().map(|e| e.seq), Some(0));
     assert_eq!(
         history
@@ -178,16 +195,15 @@ async fn the_engine_sweeps_on_its_own_every_hour_of_its_clock() {
 
     clock.advance(Duration::from_secs(DAY + HOUR));
     within("the sweeper", async {
-        while !["done", "failed", "ended"]
-            .iter()
-            .all(|id| is_gone(&engine, id))
-        {
-            tokio::time::sleep(Duration::from_millis(5)).await;
+        for id in ["done", "failed", "ended"] {
+            while !is_gone(&engine, id).await {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
         }
     })
     .await;
     for id in ["asleep", "busy", "paused"] {
-        assert!(!is_gone(&engine, id), "{id} is kept");
+        assert!(!is_gone(&engine, id).await, "{id} is kept");
     }
 
     // It goes on sweeping: an instance finished now goes a day later.
@@ -195,10 +211,10 @@ async fn the_engine_sweeps_on_its_own_every_hour_of_its_clock() {
     within("late", late.result()).await.unwrap();
     clock.advance(Duration::from_secs(12 * HOUR));
     tokio::time::sleep(Duration::from_millis(50)).await;
-    assert!(!is_gone(&engine, "late"), "only half a day old");
+    assert!(!is_gone(&engine, "late").await, "only half a day old");
     clock.advance(Duration::from_secs(13 * HOUR));
     within("the next sweeps", async {
-        while !is_gone(&engine, "late") {
+        while !is_gone(&engine, "late").await {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     })
@@ -216,5 +232,5 @@ async fn the_default_retention_is_seven_days() {
     assert_eq!(engine.sweep_expired().await.unwrap(), 0);
     clock.advance(Duration::from_secs(1));
     assert_eq!(engine.sweep_expired().await.unwrap(), 1);
-    assert!(is_gone(&engine, "week"));
+    assert!(is_gone(&engine, "week").await);
 }

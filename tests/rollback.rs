@@ -51,9 +51,9 @@ async fn bounded<T>(what: &str, future: impl Future<Output = T>) -> T {
 }
 
 /// Polls `condition` every few real milliseconds, at most [`PATIENCE`].
-async fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
+async fn wait_until<F: Future<Output = bool>>(what: &str, condition: impl Fn() -> F) {
     bounded(what, async {
-        while !condition() {
+        while !condition().await {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
     })
@@ -98,9 +98,10 @@ where
     })
 }
 
-fn kinds(instance: &Instance) -> Vec<EventKind> {
+async fn kinds(instance: &Instance) -> Vec<EventKind> {
     instance
         .history()
+        .await
         .unwrap()
         .into_iter()
         .map(|e| e.kind)
@@ -203,7 +204,7 @@ async fn sequential_steps_are_compensated_in_reverse_start_order() {
         outputs,
         [Some("3".to_string()), Some("2".into()), Some("1".into())]
     );
-    let tail = rollback_tail(&kinds(&run));
+    let tail = rollback_tail(&kinds(&run).await);
     let completions: Vec<_> = tail
         .iter()
         .filter(|k| matches!(k, EventKind::RollbackStepCompleted { .. }))
@@ -213,7 +214,7 @@ async fn sequential_steps_are_compensated_in_reverse_start_order() {
         completions,
         [completed("ship"), completed("charge"), completed("reserve")]
     );
-    assert_eq!(run.status().unwrap(), Status::Errored);
+    assert_eq!(run.status().await.unwrap(), Status::Errored);
 }
 
 // Rule: with parallel steps the order is reverse *start* (call) order, not
@@ -270,7 +271,7 @@ async fn parallel_steps_are_compensated_in_reverse_call_order_not_completion_ord
     release_a.notify_one();
     failed_with(&run).await;
 
-    let history = kinds(&run);
+    let history = kinds(&run).await;
     let completed_at = |name: &str| {
         history
             .iter()
@@ -362,9 +363,9 @@ async fn a_caught_step_error_does_not_start_rollback() {
     });
     let run = engine.start(wf, "caught-1", ()).await.unwrap();
     assert_eq!(bounded("the result", run.result()).await.unwrap(), 5);
-    assert_eq!(run.status().unwrap(), Status::Complete);
+    assert_eq!(run.status().await.unwrap(), Status::Complete);
     assert!(calls(&log).is_empty(), "{:?}", calls(&log));
-    let history = kinds(&run);
+    let history = kinds(&run).await;
     assert!(
         history
             .iter()
@@ -452,7 +453,7 @@ async fn a_successful_workflow_runs_no_compensation() {
     let run = engine.start(wf, "ok-1", ()).await.unwrap();
     assert_eq!(bounded("the result", run.result()).await.unwrap(), 1);
     assert!(calls(&log).is_empty());
-    assert!(!kinds(&run).iter().any(is_rollback_event));
+    assert!(!kinds(&run).await.iter().any(is_rollback_event));
 }
 
 // Rule: a failing workflow with no compensation registered ends `Errored`
@@ -469,7 +470,7 @@ async fn a_failure_without_handlers_ends_errored_without_rollback_events() {
     let (failure, rollback_failure) = failed_with(&run).await;
     assert_eq!(failure.message(), "nothing to undo");
     assert_eq!(rollback_failure, None);
-    let history = kinds(&run);
+    let history = kinds(&run).await;
     assert!(!history.iter().any(is_rollback_event), "{history:?}");
     assert_eq!(
         history.last(),
@@ -477,7 +478,7 @@ async fn a_failure_without_handlers_ends_errored_without_rollback_events() {
             error: "nothing to undo".into()
         })
     );
-    assert_eq!(run.info().unwrap().rollback_failure, None);
+    assert_eq!(run.info().await.unwrap().rollback_failure, None);
 }
 
 // Rule: a panicking workflow body is a failure like a returned error: the
@@ -515,7 +516,7 @@ async fn a_panicking_workflow_is_rolled_back() {
     assert_eq!(got.len(), 1, "{got:?}");
     assert_eq!(got[0].step, "one");
     assert_eq!(got[0].cause, failure.message());
-    assert_eq!(run.status().unwrap(), Status::Errored);
+    assert_eq!(run.status().await.unwrap(), Status::Errored);
 }
 
 // Rule: a compensation that exhausts its own retries (its own delay and
@@ -601,12 +602,12 @@ async fn a_compensation_that_gives_up_stops_the_rest_and_keeps_the_original_erro
         .collect();
     assert_eq!(delays, [10, 20, 40], "exponential from 10 s");
 
-    let info = run.info().unwrap();
+    let info = run.info().await.unwrap();
     assert_eq!(info.status, Status::Errored);
     assert_eq!(info.failure.as_ref(), Some(&failure));
     assert_eq!(info.rollback_failure.as_ref(), Some(&rollback_failure));
 
-    let tail = rollback_tail(&kinds(&run));
+    let tail = rollback_tail(&kinds(&run).await);
     assert_eq!(
         tail,
         [
@@ -734,6 +735,7 @@ async fn compensations_get_the_cause_and_their_own_stable_key() {
     }
     // The occurrence is in the events too.
     let occurrences: Vec<_> = kinds(&run)
+        .await
         .into_iter()
         .filter_map(|k| match k {
             EventKind::RollbackStepCompleted { occurrence, .. } => Some(occurrence),
@@ -804,7 +806,7 @@ async fn lifecycle_events_are_stored_and_streamed_in_order() {
             error: "stop".into(),
         },
     ];
-    let history = run.history().unwrap();
+    let history = run.history().await.unwrap();
     let history_kinds: Vec<_> = history.iter().map(|e| e.kind.clone()).collect();
     assert_eq!(rollback_tail(&history_kinds), expected);
     // The stream is the stored history, event for event, in order.
@@ -869,7 +871,7 @@ async fn terminate_with_rollback_during_a_step_compensates_and_terminates() {
         .await
         .unwrap();
 
-    assert_eq!(run.status().unwrap(), Status::Terminated);
+    assert_eq!(run.status().await.unwrap(), Status::Terminated);
     match bounded("the result", run.result()).await {
         Err(Error::Terminated {
             rollback_failure: None,
@@ -891,7 +893,7 @@ async fn terminate_with_rollback_during_a_step_compensates_and_terminates() {
         ]
     );
     assert_eq!(runs.load(Ordering::SeqCst), 1);
-    let history = kinds(&run);
+    let history = kinds(&run).await;
     assert_eq!(history.last(), Some(&EventKind::InstanceTerminated));
     assert!(history.contains(&EventKind::RollbackCompleted));
     assert!(
@@ -936,9 +938,10 @@ async fn terminate_with_rollback_during_an_event_wait_compensates_and_terminates
         }
     });
     let run = engine.start(wf, "term-2", ()).await.unwrap();
-    wait_until("the event wait", || {
-        run.status().unwrap() == Status::Waiting
+    wait_until("the event wait", || async {
+        run.status().await.unwrap() == Status::Waiting
             && kinds(&run)
+                .await
                 .iter()
                 .any(|k| matches!(k, EventKind::EventWaitStarted { .. }))
     })
@@ -946,13 +949,13 @@ async fn terminate_with_rollback_during_an_event_wait_compensates_and_terminates
     bounded("terminate", run.terminate_with_rollback())
         .await
         .unwrap();
-    assert_eq!(run.status().unwrap(), Status::Terminated);
+    assert_eq!(run.status().await.unwrap(), Status::Terminated);
     assert!(matches!(
         bounded("the result", run.result()).await,
         Err(Error::Terminated { .. })
     ));
     assert_eq!(steps_compensated(&log), ["hold-meal", "hold-seat"]);
-    let tail = rollback_tail(&kinds(&run));
+    let tail = rollback_tail(&kinds(&run).await);
     assert_eq!(
         tail.first(),
         Some(&EventKind::RollbackStarted {
@@ -1016,7 +1019,7 @@ async fn a_step_in_flight_when_the_workflow_fails_is_compensated_and_never_rerun
     assert!(seen.contains(&"fails"), "{seen:?}");
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert!(runs.load(Ordering::SeqCst) <= 1);
-    let history = kinds(&run);
+    let history = kinds(&run).await;
     assert!(
         !history.iter().any(|k| matches!(
             k,
@@ -1102,16 +1105,17 @@ async fn the_status_is_rolling_back_while_a_compensation_runs() {
     bounded("the compensation to start", entered.recv())
         .await
         .unwrap();
-    assert_eq!(run.status().unwrap(), Status::RollingBack);
+    assert_eq!(run.status().await.unwrap(), Status::RollingBack);
     let listed = engine
         .list(&ListFilter::all().status(Status::RollingBack))
+        .await
         .unwrap();
     assert_eq!(
         listed.iter().map(|i| i.id.as_str()).collect::<Vec<_>>(),
         ["rolling-1"]
     );
     // The compensation's start is durable (and streamed) before it runs.
-    assert!(kinds(&run).contains(&started("reserve")));
+    assert!(kinds(&run).await.contains(&started("reserve")));
     assert_eq!(finished.load(Ordering::SeqCst), 0);
     // Terminating an instance that is rolling back is refused.
     assert!(matches!(
@@ -1126,7 +1130,7 @@ async fn the_status_is_rolling_back_while_a_compensation_runs() {
     let (failure, _) = failed_with(&run).await;
     assert_eq!(failure.message(), "boom");
     assert_eq!(finished.load(Ordering::SeqCst), 1);
-    assert_eq!(run.status().unwrap(), Status::Errored);
+    assert_eq!(run.status().await.unwrap(), Status::Errored);
 }
 
 // Rule: `terminate_with_rollback()` on a paused instance (no code running)
@@ -1179,26 +1183,27 @@ async fn terminate_with_rollback_of_a_paused_instance_replays_to_compensate() {
     run.pause().await.unwrap();
     release_b.notify_one();
     // It stops at its next step boundary, before "c" starts.
-    wait_until("the pause", || {
+    wait_until("the pause", || async {
         kinds(&run)
+            .await
             .iter()
             .any(|k| matches!(k, EventKind::StepCompleted { step, .. } if step == "b"))
-            && engine.list(&ListFilter::all()).unwrap()[0].status == Status::Paused
+            && engine.list(&ListFilter::all()).await.unwrap()[0].status == Status::Paused
     })
     .await;
     tokio::time::sleep(Duration::from_millis(20)).await;
-    assert_eq!(run.status().unwrap(), Status::Paused);
+    assert_eq!(run.status().await.unwrap(), Status::Paused);
 
     bounded("terminate", run.terminate_with_rollback())
         .await
         .unwrap();
     bounded("the end", async {
-        while !run.status().unwrap().is_terminal() {
+        while !run.status().await.unwrap().is_terminal() {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
     })
     .await;
-    assert_eq!(run.status().unwrap(), Status::Terminated);
+    assert_eq!(run.status().await.unwrap(), Status::Terminated);
     let got: Vec<_> = calls(&log)
         .into_iter()
         .map(|c| (c.step, c.output))
@@ -1212,5 +1217,8 @@ async fn terminate_with_rollback_of_a_paused_instance_replays_to_compensate() {
         2,
         "a and b ran once each, c never"
     );
-    assert_eq!(kinds(&run).last(), Some(&EventKind::InstanceTerminated));
+    assert_eq!(
+        kinds(&run).await.last(),
+        Some(&EventKind::InstanceTerminated)
+    );
 }

@@ -296,7 +296,7 @@ where
         .unwrap();
     let outcome = runtime.block_on(async move {
         let engine = Engine::open(dir.join("store")).unwrap();
-        engine.register(workflow.clone());
+        engine.register(workflow.clone()).unwrap();
         let run = engine.start(workflow, INSTANCE, 100).await.unwrap();
         run.result().await
     });
@@ -324,18 +324,22 @@ where
         .unwrap();
     runtime.block_on(async move {
         let engine = Engine::open(dir.join("store")).unwrap();
-        let instance = engine.instance(INSTANCE).unwrap();
-        assert_eq!(instance.status().unwrap(), Status::RollingBack);
-        let waiting = engine.list(&ListFilter::all().unregistered()).unwrap();
+        let instance = engine.instance(INSTANCE).await.unwrap();
+        assert_eq!(instance.status().await.unwrap(), Status::RollingBack);
+        let waiting = engine
+            .list(&ListFilter::all().unregistered())
+            .await
+            .unwrap();
         assert_eq!(waiting.len(), 1);
         assert_eq!(waiting[0].status, Status::RollingBack);
 
-        engine.register(make(callee));
+        engine.register(make(callee)).unwrap();
         let result = tokio::time::timeout(PATIENCE, instance.result::<u64>())
             .await
             .expect("the rollback finishes after recovery");
         let history = instance
             .history()
+            .await
             .unwrap()
             .into_iter()
             .map(|e| e.kind)

@@ -37,8 +37,14 @@ async fn a_workflow_of_steps_completes_with_its_output() {
     });
     let run = engine.start(wf, "sum-1", 4).await.unwrap();
     assert_eq!(run.result().await.unwrap(), 10);
-    assert_eq!(run.status().unwrap(), Status::Complete);
-    let kinds: Vec<_> = run.history().unwrap().into_iter().map(|e| e.kind).collect();
+    assert_eq!(run.status().await.unwrap(), Status::Complete);
+    let kinds: Vec<_> = run
+        .history()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.kind)
+        .collect();
     assert!(matches!(
         kinds.first(),
         Some(EventKind::InstanceCreated { .. })
@@ -157,7 +163,7 @@ async fn a_panicking_step_is_a_failed_attempt() {
     let run = engine.start(wf, "p-1", ()).await.unwrap();
     assert_eq!(run.result().await.unwrap(), 2);
     let retries = run
-        .history()
+        .history().await
         .unwrap()
         .into_iter()
         .filter(|e| matches!(&e.kind, EventKind::StepRetrying { error, .. } if error.contains("panicked: kaboom")))
@@ -223,6 +229,7 @@ async fn an_attempt_that_takes_too_long_times_out_on_the_clock() {
     // Wait until the attempt is running, then let 30 seconds pass.
     while !run
         .history()
+        .await
         .unwrap()
         .iter()
         .any(|e| matches!(e.kind, EventKind::StepStarted { .. }))

@@ -83,7 +83,7 @@ async fn run_sleeping_child() {
         .await
         .expect("child starts the instance");
     within("the child's sleep", clock.wait_for_sleepers(1)).await;
-    assert_eq!(run.status().unwrap(), Status::Waiting);
+    assert_eq!(run.status().await.unwrap(), Status::Waiting);
     report("sleeping");
     std::future::pending::<()>().await;
 }
@@ -130,14 +130,14 @@ async fn a_restart_before_the_wake_time_sleeps_only_for_the_rest() {
         .register(settle_for_a_week())
         .open(dir.path())
         .unwrap();
-    let run = engine.instance("settle-1").unwrap();
+    let run = engine.instance("settle-1").await.unwrap();
     within("the resumed sleep", clock.wait_for_sleepers(1)).await;
-    assert_eq!(run.status().unwrap(), Status::Waiting);
+    assert_eq!(run.status().await.unwrap(), Status::Waiting);
 
     // Six days minus a second later it still sleeps...
     clock.advance(Duration::from_secs(6 * DAY - SECOND));
     settle().await;
-    assert_eq!(run.status().unwrap(), Status::Waiting);
+    assert_eq!(run.status().await.unwrap(), Status::Waiting);
     assert_eq!(clock.sleepers(), 1);
 
     // ...and at the stored wake time (seven days after the start, not
@@ -149,7 +149,7 @@ async fn a_restart_before_the_wake_time_sleeps_only_for_the_rest() {
     assert_eq!(replayed_lucky, lucky, "random() replays its value");
     assert_eq!(after, at(7 * DAY));
 
-    let (started, completed) = sleep_events(&run.history().unwrap());
+    let (started, completed) = sleep_events(&run.history().await.unwrap());
     assert_eq!(started, vec![at(7 * DAY)], "the sleep started once");
     assert_eq!(completed, vec![at(7 * DAY)]);
 }
@@ -170,13 +170,13 @@ async fn a_restart_after_the_wake_time_goes_on_at_once() {
         .register(settle_for_a_week())
         .open(dir.path())
         .unwrap();
-    let run = engine.instance("settle-1").unwrap();
+    let run = engine.instance("settle-1").await.unwrap();
     let (before, replayed_lucky, after) =
         within("the result", run.result::<Settled>()).await.unwrap();
     assert_eq!(before, at(0));
     assert_eq!(replayed_lucky, lucky);
     assert_eq!(after, at(8 * DAY));
-    let (started, completed) = sleep_events(&run.history().unwrap());
+    let (started, completed) = sleep_events(&run.history().await.unwrap());
     assert_eq!(started, vec![at(7 * DAY)]);
     assert_eq!(completed, vec![at(8 * DAY)]);
 }
@@ -201,11 +201,11 @@ async fn a_sleeps_cache_key_is_its_name_not_its_duration() {
         .register(nap("1 hour"))
         .open(dir.path())
         .unwrap();
-    let run = engine.instance("nap-1").unwrap();
+    let run = engine.instance("nap-1").await.unwrap();
     within("the replayed sleep", clock.wait_for_sleepers(1)).await;
     clock.advance(Duration::from_secs(HOUR));
     settle().await;
-    assert_eq!(run.status().unwrap(), Status::Waiting);
+    assert_eq!(run.status().await.unwrap(), Status::Waiting);
     clock.advance(Duration::from_secs(7 * DAY - HOUR));
     let woke = within("the result", run.result::<SystemTime>())
         .await
@@ -228,7 +228,7 @@ async fn sleep_until_wakes_at_the_given_time_and_a_past_time_at_once() {
     within("the sleep", clock.wait_for_sleepers(1)).await;
     clock.advance(Duration::from_secs(3 * HOUR - SECOND));
     settle().await;
-    assert_eq!(run.status().unwrap(), Status::Waiting);
+    assert_eq!(run.status().await.unwrap(), Status::Waiting);
     clock.advance(Duration::from_secs(SECOND));
     let (after_past, after_deadline) = within("the result", run.result()).await.unwrap();
     assert_eq!(after_past, at(0), "a past time does not wait");
@@ -246,7 +246,7 @@ async fn a_zero_length_sleep_completes_at_once() {
     });
     let run = engine.start(wf, "blink-1", ()).await.unwrap();
     assert_eq!(within("the result", run.result()).await.unwrap(), at(0));
-    let (started, completed) = sleep_events(&run.history().unwrap());
+    let (started, completed) = sleep_events(&run.history().await.unwrap());
     assert_eq!(started, vec![at(0), at(0)]);
     assert_eq!(completed.len(), 2);
 }
@@ -272,6 +272,7 @@ async fn thousands_of_instances_sleep_at_once_and_all_wake() {
     within("every sleep", clock.wait_for_sleepers(N)).await;
     let waiting = engine
         .list(&saga_runtime::ListFilter::all().status(Status::Waiting))
+        .await
         .unwrap();
     assert_eq!(waiting.len(), N);
 

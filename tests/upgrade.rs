@@ -122,7 +122,7 @@ async fn write_fixture(dir: &Path) {
     for (id, shape) in [("sleeping-1", Shape::Sleep), ("waiting-1", Shape::Event)] {
         let run = engine.start(fixture(), id, shape).await.unwrap();
         within(async {
-            while run.status().unwrap() != Status::Waiting {
+            while run.status().await.unwrap() != Status::Waiting {
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }
         })
@@ -176,17 +176,18 @@ async fn a_store_of_format_version_1_opens_and_replays() {
 
     let listed: Vec<(String, Status)> = engine
         .list(&ListFilter::all())
+        .await
         .unwrap()
         .into_iter()
         .map(|i| (i.id, i.status))
         .collect();
     assert_eq!(listed.len(), 4, "{listed:?}");
 
-    let complete = engine.instance("complete-1").unwrap();
-    assert_eq!(complete.status().unwrap(), Status::Complete);
+    let complete = engine.instance("complete-1").await.unwrap();
+    assert_eq!(complete.status().await.unwrap(), Status::Complete);
     assert_eq!(complete.result::<u64>().await.unwrap(), 15);
     assert_eq!(
-        kinds(&complete.history().unwrap()),
+        kinds(&complete.history().await.unwrap()),
         [
             created(),
             EventKind::InstanceResumed,
@@ -198,7 +199,7 @@ async fn a_store_of_format_version_1_opens_and_replays() {
         ]
     );
 
-    let errored = engine.instance("errored-1").unwrap();
+    let errored = engine.instance("errored-1").await.unwrap();
     match errored.result::<u64>().await {
         Err(Error::WorkflowFailed {
             failure,
@@ -215,7 +216,7 @@ async fn a_store_of_format_version_1_opens_and_replays() {
         }
         other => panic!("expected WorkflowFailed, got {other:?}"),
     }
-    let history = kinds(&errored.history().unwrap());
+    let history = kinds(&errored.history().await.unwrap());
     assert_eq!(
         &history[..4],
         [
@@ -244,8 +245,8 @@ async fn a_store_of_format_version_1_opens_and_replays() {
     ));
 
     // The waiting ones resume by replay: their first step is not run again.
-    let sleeping = engine.instance("sleeping-1").unwrap();
-    let waiting = engine.instance("waiting-1").unwrap();
+    let sleeping = engine.instance("sleeping-1").await.unwrap();
+    let waiting = engine.instance("waiting-1").await.unwrap();
     within(clock.wait_for_sleepers(1)).await;
     clock.advance(Duration::from_secs(7 * 24 * 60 * 60));
     assert_eq!(within(sleeping.result::<u64>()).await.unwrap(), 15);
@@ -264,7 +265,7 @@ async fn a_store_of_format_version_1_opens_and_replays() {
         0,
         "no compensation ran again"
     );
-    let slept = kinds(&sleeping.history().unwrap());
+    let slept = kinds(&sleeping.history().await.unwrap());
     assert!(slept.contains(&EventKind::SleepCompleted {
         name: "settle".into()
     }));

@@ -233,7 +233,7 @@ where
 {
     let scratch = Scratch::new(name);
     let engine = Engine::open(scratch.path()).expect("open the store");
-    engine.register(workflow);
+    engine.register(workflow).unwrap();
     let warm_up = concurrency.max(WARM_UP);
     for result in closed_loop(&engine, workflow, concurrency, warm_up, "warm-up")
         .await
@@ -438,7 +438,7 @@ async fn failing(raw: &Raw) {
     let (concurrency, total) = FAILING;
     let scratch = Scratch::new("failing");
     let engine = Engine::open(scratch.path()).expect("open the store");
-    engine.register(failing_saga);
+    engine.register(failing_saga).unwrap();
     closed_loop(&engine, failing_saga, concurrency, WARM_UP, "warm-up").await;
     let compensations = COMPENSATIONS.load(Ordering::Relaxed);
     let round = closed_loop(&engine, failing_saga, concurrency, total, "failing").await;

@@ -92,6 +92,7 @@ async fn measure() {
     let start_time = started_at.elapsed();
     let waiting = engine
         .list(&ListFilter::all().status(Status::Waiting))
+        .await
         .expect("list");
     assert_eq!(waiting.len(), INSTANCES, "every instance waits");
     drop(waiting);

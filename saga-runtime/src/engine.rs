@@ -43,7 +43,7 @@ pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 60 * 60);
 ///     Ok::<_, WorkflowError>(n)
 /// });
 /// let engine = Engine::temporary()?;
-/// engine.register(add_one);
+/// engine.register(add_one)?;
 /// let run = engine.start(add_one, "order-1", 41).await?;
 /// assert_eq!(run.result().await?, 42);
 /// # Ok(())
@@ -148,7 +148,7 @@ impl EngineBuilder {
             }),
         };
         for workflow in self.workflows {
-            runner.register(workflow);
+            runner.register(workflow)?;
         }
         crate::retention::spawn_sweeper(&runner);
         Ok(engine)
@@ -179,8 +179,10 @@ impl Engine {
     }
 
     /// Makes `workflow` runnable here, and resumes its unfinished instances.
-    pub fn register<W: Workflow>(&self, workflow: W) {
-        self.runner().register(Arc::new(workflow));
+    /// Registering the same workflow again is a no-op; another workflow
+    /// under a name already registered is [`Error::WorkflowNameTaken`].
+    pub fn register<W: Workflow>(&self, workflow: W) -> Result<()> {
+        self.runner().register(Arc::new(workflow))
     }
 
     /// Starts an instance of `workflow` with a caller-chosen `id` (1–100
@@ -197,9 +199,8 @@ impl Engine {
         validate_id(id)?;
         let runner = self.runner();
         let name = workflow.name();
-        if !runner.is_registered(name) {
-            runner.register(Arc::new(workflow));
-        }
+        // Registers it, or checks that the name is this workflow's.
+        runner.register(Arc::new(workflow))?;
         let input = runner
             .core
             .encode_limited(&input, || format!("input of instance {id:?}"))?;
@@ -225,7 +226,7 @@ impl Engine {
     }
 
     /// A handle on an existing instance.
-    pub fn instance(&self, id: &str) -> Result<Instance> {
+    pub async fn instance(&self, id: &str) -> Result<Instance> {
         validate_id(id)?;
         self.runner().core.journal.read(id, |_| ())?;
         Ok(Instance::new(self.runner().clone(), id.to_owned()))
@@ -235,7 +236,7 @@ impl Engine {
     /// index entry is corrupt is left out (with a warning in the log)
     /// rather than hiding the others; `engine.instance(id)` answers
     /// [`Error::Corrupt`] for it.
-    pub fn list(&self, filter: &ListFilter) -> Result<Vec<InstanceInfo>> {
+    pub async fn list(&self, filter: &ListFilter) -> Result<Vec<InstanceInfo>> {
         let runner = self.runner();
         let mut out = Vec::new();
         for (id, summary) in runner.core.journal.summaries()? {

@@ -90,6 +90,16 @@ pub enum Error {
         workflow: String,
     },
 
+    /// Another workflow is registered under this name in this engine. A
+    /// workflow's name is its identity in the store: give each one its own.
+    #[error(
+        "another workflow is already registered under the name {name:?}; workflow names must be unique"
+    )]
+    WorkflowNameTaken {
+        /// The name.
+        name: String,
+    },
+
     /// The operation does not apply to an instance in this status (pausing a
     /// finished instance, sending an event to a finished instance, ...).
     #[error("instance {id:?} is {status}: cannot {operation}")]

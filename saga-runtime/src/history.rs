@@ -2,6 +2,7 @@
 //! `Engine::subscribe` streams. They are the same records: an event is sent
 //! to subscribers only after it is durable.
 
+use std::fmt;
 use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
@@ -177,5 +178,195 @@ impl EventKind {
                 | EventKind::InstanceErrored { .. }
                 | EventKind::InstanceTerminated
         )
+    }
+}
+
+impl fmt::Display for Event {
+    /// `#3 2030-01-01T00:00:00.000Z step "charge" completed after 1 attempt`
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "#{} {} {}", self.seq, Timestamp(self.at), self.kind)
+    }
+}
+
+impl fmt::Display for EventKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let nth = |occurrence: &u32| match occurrence {
+            0 => String::new(),
+            n => format!(" (occurrence {n})"),
+        };
+        let attempts = |n: &u32| {
+            if *n == 1 {
+                "1 attempt".to_owned()
+            } else {
+                format!("{n} attempts")
+            }
+        };
+        match self {
+            EventKind::InstanceCreated { workflow } => write!(f, "created (workflow {workflow:?})"),
+            EventKind::InstanceResumed => f.write_str("resumed by a driver"),
+            EventKind::StepStarted { step, occurrence } => {
+                write!(f, "step {step:?}{} started", nth(occurrence))
+            }
+            EventKind::StepRetrying {
+                step,
+                occurrence,
+                attempt,
+                error,
+                delay,
+            } => write!(
+                f,
+                "step {step:?}{} attempt {attempt} failed: {error}; retrying in {delay:?}",
+                nth(occurrence)
+            ),
+            EventKind::StepCompleted {
+                step,
+                occurrence,
+                attempts: n,
+            } => {
+                write!(
+                    f,
+                    "step {step:?}{} completed after {}",
+                    nth(occurrence),
+                    attempts(n)
+                )
+            }
+            EventKind::StepFailed {
+                step,
+                occurrence,
+                attempts: n,
+                error,
+            } => write!(
+                f,
+                "step {step:?}{} failed after {}: {error}",
+                nth(occurrence),
+                attempts(n)
+            ),
+            EventKind::SleepStarted { name, wake_at } => {
+                write!(f, "sleep {name:?} until {}", Timestamp(*wake_at))
+            }
+            EventKind::SleepCompleted { name } => write!(f, "sleep {name:?} ended"),
+            EventKind::EventWaitStarted {
+                name,
+                event_type,
+                deadline,
+            } => write!(
+                f,
+                "wait {name:?} for event {event_type:?} until {}",
+                Timestamp(*deadline)
+            ),
+            EventKind::EventReceived { event_type } => write!(f, "event {event_type:?} received"),
+            EventKind::EventDelivered { name, event_type } => {
+                write!(f, "wait {name:?} took event {event_type:?}")
+            }
+            EventKind::EventWaitTimedOut { name, event_type } => {
+                write!(f, "wait {name:?} for event {event_type:?} timed out")
+            }
+            EventKind::Paused => f.write_str("paused"),
+            EventKind::Resumed => f.write_str("resumed"),
+            EventKind::RollbackStarted { cause } => write!(f, "rollback started: {cause}"),
+            EventKind::RollbackStepStarted { step, occurrence } => {
+                write!(f, "compensation of {step:?}{} started", nth(occurrence))
+            }
+            EventKind::RollbackStepCompleted { step, occurrence } => {
+                write!(f, "compensation of {step:?}{} completed", nth(occurrence))
+            }
+            EventKind::RollbackStepFailed {
+                step,
+                occurrence,
+                error,
+            } => {
+                write!(
+                    f,
+                    "compensation of {step:?}{} failed: {error}",
+                    nth(occurrence)
+                )
+            }
+            EventKind::RollbackCompleted => f.write_str("rollback completed"),
+            EventKind::RollbackFailed { step, error } => {
+                write!(f, "rollback failed at {step:?}: {error}")
+            }
+            EventKind::InstanceCompleted => f.write_str("completed"),
+            EventKind::InstanceErrored { error } => write!(f, "errored: {error}"),
+            EventKind::InstanceTerminated => f.write_str("terminated"),
+            EventKind::InstanceRestarted { from_step: None } => f.write_str("restarted"),
+            EventKind::InstanceRestarted {
+                from_step: Some(step),
+            } => {
+                write!(f, "restarted from step {step:?}")
+            }
+        }
+    }
+}
+
+/// A time as RFC 3339 in UTC, to the millisecond.
+pub(crate) struct Timestamp(pub(crate) SystemTime);
+
+impl fmt::Display for Timestamp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let since = self
+            .0
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let secs = since.as_secs();
+        let (days, rem) = (secs / 86_400, secs % 86_400);
+        let (year, month, day) = civil_from_days(days);
+        write!(
+            f,
+            "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+            rem / 3600,
+            rem % 3600 / 60,
+            rem % 60,
+            since.subsec_millis()
+        )
+    }
+}
+
+/// The proleptic Gregorian date of a day count since 1970-01-01 (Howard
+/// Hinnant's `civil_from_days`).
+fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    (year, month, day)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_print_as_rfc_3339() {
+        let at = std::time::UNIX_EPOCH + Duration::from_millis(1_893_456_000_250);
+        assert_eq!(Timestamp(at).to_string(), "2030-01-01T00:00:00.250Z");
+        assert_eq!(
+            Timestamp(std::time::UNIX_EPOCH).to_string(),
+            "1970-01-01T00:00:00.000Z"
+        );
+        let leap = std::time::UNIX_EPOCH + Duration::from_secs(951_782_400);
+        assert_eq!(Timestamp(leap).to_string(), "2000-02-29T00:00:00.000Z");
+    }
+
+    #[test]
+    fn events_read_as_sentences() {
+        let event = Event {
+            instance: "t-1".into(),
+            seq: 3,
+            at: std::time::UNIX_EPOCH + Duration::from_secs(1_893_456_000),
+            kind: EventKind::StepCompleted {
+                step: "charge".into(),
+                occurrence: 0,
+                attempts: 1,
+            },
+        };
+        assert_eq!(
+            event.to_string(),
+            "#3 2030-01-01T00:00:00.000Z step \"charge\" completed after 1 attempt"
+        );
     }
 }

@@ -118,18 +118,18 @@ impl Instance {
     }
 
     /// Where the instance is.
-    pub fn status(&self) -> Result<Status> {
+    pub async fn status(&self) -> Result<Status> {
         self.journal().read(&self.id, |s| s.status)
     }
 
     /// Status, timestamps, failure and rollback failure.
-    pub fn info(&self) -> Result<InstanceInfo> {
+    pub async fn info(&self) -> Result<InstanceInfo> {
         let summary = self.journal().read(&self.id, |s| Summary::of(s, 0))?;
         Ok(InstanceInfo::from_summary(&self.runner, &self.id, summary))
     }
 
     /// Every event of the instance, in order.
-    pub fn history(&self) -> Result<Vec<Event>> {
+    pub async fn history(&self) -> Result<Vec<Event>> {
         self.journal().history(&self.id)
     }
 
@@ -257,7 +257,7 @@ impl Instance {
             "terminate it"
         };
         if let Some(live) = self.runner.live(&self.id) {
-            let status = self.status()?;
+            let status = self.status().await?;
             if status.is_terminal() || status == Status::RollingBack {
                 return Err(self.invalid(status, operation));
             }
@@ -265,7 +265,7 @@ impl Instance {
             self.wait_stopped(&live).await?;
             // The driver may have stopped for a pause it saw first; then
             // ours was not acted on and the end is written below.
-            if self.status()?.is_terminal() {
+            if self.status().await?.is_terminal() {
                 return Ok(());
             }
         }

@@ -90,9 +90,10 @@ pub use saga_macros::{rollback, step, workflow};
 /// Everything a workflow file needs: `use saga_runtime::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        Backoff, Engine, IdempotencyKey, RollbackContext, RollbackInput, RollbackRegistration,
-        Status, StepConfig, StepContext, StepError, StepFailed, WaitError, Workflow,
-        WorkflowContext, WorkflowError, WorkflowFuture, workflow_fn,
+        Backoff, Engine, Error, IdempotencyKey, Instance, ListFilter, RollbackContext,
+        RollbackInput, RollbackRegistration, Status, StepConfig, StepContext, StepError,
+        StepFailed, WaitError, Workflow, WorkflowContext, WorkflowError, WorkflowFuture,
+        workflow_fn,
     };
     #[cfg(feature = "macros")]
     pub use saga_macros::{rollback, step, workflow};

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::core::Core;
 use crate::driver::{self, Exit};
+use crate::error::{Error, Result};
 use crate::live::Live;
 use crate::lock::lock;
 use crate::panic::CatchUnwind;
@@ -49,14 +50,25 @@ impl Runner {
         self.workflow(name).is_some()
     }
 
-    /// Makes `workflow` runnable here, and resumes its unfinished instances.
-    pub(crate) fn register(self: &Arc<Self>, workflow: Arc<dyn ErasedWorkflow>) {
+    /// Makes `workflow` runnable here, and resumes its unfinished instances;
+    /// a no-op for a workflow registered already.
+    pub(crate) fn register(self: &Arc<Self>, workflow: Arc<dyn ErasedWorkflow>) -> Result<()> {
         let name = workflow.workflow_name();
-        self.registry
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(name, workflow);
+        {
+            let mut registry = self.registry.write().unwrap_or_else(|p| p.into_inner());
+            if let Some(existing) = registry.get(name) {
+                if existing.workflow_type() != workflow.workflow_type() {
+                    return Err(Error::WorkflowNameTaken {
+                        name: name.to_owned(),
+                    });
+                }
+                // Registered (and its instances resumed) already.
+                return Ok(());
+            }
+            registry.insert(name, workflow);
+        }
         self.resume_instances_of(name);
+        Ok(())
     }
 
     /// Recovery: every unfinished instance of `workflow` gets a driver.

@@ -127,6 +127,9 @@ where
 pub(crate) trait ErasedWorkflow: Send + Sync + 'static {
     fn workflow_name(&self) -> &'static str;
 
+    /// The Rust type of the workflow, to tell two workflows of one name apart.
+    fn workflow_type(&self) -> std::any::TypeId;
+
     fn run_erased(
         &self,
         ctx: WorkflowContext,
@@ -137,6 +140,10 @@ pub(crate) trait ErasedWorkflow: Send + Sync + 'static {
 impl<W: Workflow> ErasedWorkflow for W {
     fn workflow_name(&self) -> &'static str {
         self.name()
+    }
+
+    fn workflow_type(&self) -> std::any::TypeId {
+        std::any::TypeId::of::<W>()
     }
 
     fn run_erased(

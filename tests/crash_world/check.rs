@@ -91,6 +91,7 @@ async fn read_store(scenario: &Scenario, path: &Path) -> Result<HashMap<String, 
     let engine = Engine::open(path).map_err(|e| fail(format!("Engine::open: {e}")))?;
     let listed = engine
         .list(&ListFilter::all())
+        .await
         .map_err(|e| fail(format!("list: {e}")))?;
     let mut ids: Vec<&str> = listed.iter().map(|i| i.id.as_str()).collect();
     let mut planned: Vec<&str> = scenario.plans.iter().map(|p| p.id.as_str()).collect();
@@ -105,12 +106,15 @@ async fn read_store(scenario: &Scenario, path: &Path) -> Result<HashMap<String, 
     for plan in &scenario.plans {
         let instance = engine
             .instance(&plan.id)
+            .await
             .map_err(|e| fail(format!("instance({}): {e}", plan.id)))?;
         let status = instance
             .status()
+            .await
             .map_err(|e| fail(format!("status of {}: {e}", plan.id)))?;
         let history = instance
             .history()
+            .await
             .map_err(|e| fail(format!("history of {}: {e}", plan.id)))?;
         let output = match status {
             Status::Complete => Some(

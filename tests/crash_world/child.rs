@@ -283,7 +283,7 @@ async fn child(dir: PathBuf, scenario: Scenario, run: u32, last: bool) -> ExitCo
     }
     let mut stuck = !all_ended;
     for run in &runs {
-        match run.status() {
+        match run.status().await {
             Ok(status) => {
                 stuck |= !status.is_terminal();
                 println!("FINAL {} {status:?}", run.id());

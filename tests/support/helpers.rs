@@ -26,6 +26,11 @@ pub(crate) fn engine_on(clock: &TestClock) -> Engine {
 }
 
 /// What the instance's history says happened, in order.
-pub(crate) fn kinds(run: &Instance) -> Vec<EventKind> {
-    run.history().unwrap().into_iter().map(|e| e.kind).collect()
+pub(crate) async fn kinds(run: &Instance) -> Vec<EventKind> {
+    run.history()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.kind)
+        .collect()
 }

@@ -112,7 +112,7 @@ async fn bank_transfer(ctx: WorkflowContext, t: Transfer) -> Result<Receipt, Wor
 #[allow(dead_code)]
 async fn run(input: Transfer) -> Result<(), saga_runtime::Error> {
     let engine = Engine::open("./saga-data")?;
-    engine.register(bank_transfer);
+    engine.register(bank_transfer).unwrap();
     let run = engine.start(bank_transfer, "transfer-42", input).await?;
     let _receipt: Receipt = run.result().await?;
     Ok(())
