@@ -157,13 +157,24 @@ async fn article_pipeline(ctx: WorkflowContext, slug: String) -> Result<Publishe
 }
 
 #[tokio::main]
-async fn main() -> Result<(), saga_runtime::Error> {
-    let dir = std::env::temp_dir().join(format!("saga-article-pipeline-{}", std::process::id()));
+async fn main() -> std::process::ExitCode {
+    // The error as a person reads it, not its Debug form.
+    match run().await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> Result<(), saga_runtime::Error> {
+    let dir = saga_examples::StoreDir::for_example("article_pipeline");
     // A simulated clock: retry delays and the 7-day settle pass at once.
     let engine = Engine::builder()
         .clock(TestClock::auto_advancing())
         .register(article_pipeline)
-        .open(&dir)?;
+        .open(&dir.path)?;
     let run = engine
         .start(
             article_pipeline,
@@ -186,6 +197,5 @@ async fn main() -> Result<(), saga_runtime::Error> {
         APPROVALS.lock().expect("approvals lock")
     );
     engine.close().await;
-    let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }

@@ -155,18 +155,29 @@ async fn transfer(engine: &Engine, id: &str, to: &str) -> Result<(), saga_runtim
     }
     for event in run.history().await? {
         if !matches!(event.kind, EventKind::InstanceResumed) {
-            println!("    #{:<2} {:?}", event.seq, event.kind);
+            println!("    {event}");
         }
     }
     Ok(())
 }
 
 #[tokio::main]
-async fn main() -> Result<(), saga_runtime::Error> {
-    let dir = std::env::temp_dir().join(format!("saga-bank-transfer-{}", std::process::id()));
+async fn main() -> std::process::ExitCode {
+    // The error as a person reads it, not its Debug form.
+    match run().await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> Result<(), saga_runtime::Error> {
+    let dir = saga_examples::StoreDir::for_example("bank_transfer");
     let engine = Engine::builder()
         .clock(TestClock::auto_advancing())
-        .open(&dir)?;
+        .open(&dir.path)?;
     engine.register(bank_transfer)?;
 
     transfer(&engine, "transfer-42", "bob").await?;
@@ -178,6 +189,5 @@ async fn main() -> Result<(), saga_runtime::Error> {
         BANK_B.balance("bob")
     );
     engine.close().await;
-    let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
