@@ -108,7 +108,7 @@ impl Instance {
         Instance { runner, id }
     }
 
-    fn journal(&self) -> &crate::journal::Journal {
+    pub(crate) fn journal(&self) -> &crate::journal::Journal {
         &self.runner.core.journal
     }
 
