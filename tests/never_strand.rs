@@ -316,3 +316,113 @@ async fn bad_names_and_event_types_are_typed_errors() {
     let clock = TestClock::new();
     clock.advance(Duration::MAX);
 }
+
+/// A sled store whose flushes wait while the test holds its gate shut.
+struct GatedStore {
+    inner: saga_runtime::SledStore,
+    open: Mutex<bool>,
+    opened: std::sync::Condvar,
+}
+
+impl GatedStore {
+    fn set(&self, open: bool) {
+        *self.open.lock().unwrap() = open;
+        self.opened.notify_all();
+    }
+}
+
+impl saga_runtime::Store for GatedStore {
+    fn create(&self, id: &str, index: &[u8], record: &[u8]) -> Result<bool, Error> {
+        self.inner.create(id, index, record)
+    }
+    fn append(&self, id: &str, seq: u64, record: &[u8]) -> Result<(), Error> {
+        self.inner.append(id, seq, record)
+    }
+    fn journal(&self, id: &str) -> Result<Vec<(u64, Vec<u8>)>, Error> {
+        self.inner.journal(id)
+    }
+    fn last_seq(&self, id: &str) -> Result<Option<u64>, Error> {
+        self.inner.last_seq(id)
+    }
+    fn put_index(&self, id: &str, summary: &[u8]) -> Result<(), Error> {
+        self.inner.put_index(id, summary)
+    }
+    fn index(&self, id: &str) -> Result<Option<Vec<u8>>, Error> {
+        self.inner.index(id)
+    }
+    fn index_entries(&self) -> Result<Vec<(String, Vec<u8>)>, Error> {
+        self.inner.index_entries()
+    }
+    fn remove(&self, id: &str) -> Result<(), Error> {
+        self.inner.remove(id)
+    }
+    fn flush(&self) -> Result<(), Error> {
+        let mut open = self.open.lock().unwrap();
+        while !*open {
+            open = self.opened.wait(open).unwrap();
+        }
+        drop(open);
+        self.inner.flush()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_show_only_durable_state() {
+    let store = Arc::new(GatedStore {
+        inner: saga_runtime::SledStore::temporary().unwrap(),
+        open: Mutex::new(true),
+        opened: std::sync::Condvar::new(),
+    });
+    let clock = TestClock::new();
+    let engine = Engine::builder()
+        .clock(clock.clone())
+        .open_store(store.clone())
+        .unwrap();
+    let waits = workflow_fn("waits", |ctx: WorkflowContext, (): ()| async move {
+        let n: u64 = ctx.wait_for_event("wait-go", "go", "1 day").await?;
+        Ok::<_, WorkflowError>(n)
+    });
+    let run = engine.start(waits, "durable-1", ()).await.unwrap();
+    within("the wait", async {
+        while run.status().await.unwrap() != Status::Waiting {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await;
+
+    // No flush finishes from here on: the event is written, and taken by
+    // the wait, but not durable. (Reopened however the test ends.)
+    struct Reopen(Arc<GatedStore>);
+    impl Drop for Reopen {
+        fn drop(&mut self) {
+            self.0.set(true);
+        }
+    }
+    let _reopen = Reopen(store.clone());
+    store.set(false);
+    let sender = tokio::spawn({
+        let engine = engine.clone();
+        async move { engine.send_event("durable-1", "go", &7u64).await }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let early = tokio::time::timeout(Duration::from_millis(100), run.history()).await;
+    assert!(
+        early.is_err(),
+        "history() showed events not yet durable: {early:?}"
+    );
+    let early = tokio::time::timeout(Duration::from_millis(100), run.status()).await;
+    assert!(
+        early.is_err(),
+        "status() answered before its state was durable"
+    );
+
+    store.set(true);
+    within("the send", sender).await.unwrap().unwrap();
+    assert_eq!(within("the result", run.result()).await.unwrap(), 7);
+    let history = within("the history", run.history()).await.unwrap();
+    assert!(
+        history
+            .iter()
+            .any(|e| matches!(e.kind, saga_runtime::EventKind::EventDelivered { .. }))
+    );
+}

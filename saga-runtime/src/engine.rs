@@ -20,6 +20,9 @@ use crate::workflow::{ErasedWorkflow, Workflow};
 
 /// The default limit on an encoded workflow input, step output or event payload.
 pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 1024 * 1024;
+/// How long a durable write may wait for the store by default before it
+/// fails with [`Error::Store`].
+pub const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long finished instances are kept by default.
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 60 * 60);
 
@@ -79,6 +82,7 @@ pub struct EngineBuilder {
     clock: Arc<dyn Clock>,
     max_payload: usize,
     retention: Duration,
+    store_timeout: Duration,
     workflows: Vec<Arc<dyn ErasedWorkflow>>,
 }
 
@@ -102,6 +106,14 @@ impl EngineBuilder {
         self
     }
 
+    /// How long a durable write may wait for the store (default 30 s, real
+    /// time). A full or unresponsive disk then gives [`Error::Store`] naming
+    /// the cause instead of a hang; nothing stored is lost.
+    pub fn store_timeout(mut self, timeout: Duration) -> Self {
+        self.store_timeout = timeout;
+        self
+    }
+
     /// Registers a workflow before the store opens, so its instances resume
     /// as soon as it does.
     pub fn register<W: Workflow>(mut self, workflow: W) -> Self {
@@ -115,7 +127,7 @@ impl EngineBuilder {
     pub fn open(self, path: impl AsRef<Path>) -> Result<Engine> {
         let runtime = Handle::try_current().map_err(|_| Error::NoRuntime)?;
         let store = Arc::new(SledStore::open(path.as_ref())?);
-        let journal = Journal::new(store.clone(), self.clock.clone())?;
+        let journal = Journal::new(store.clone(), self.clock.clone(), self.store_timeout)?;
         let imported = journal.import_legacy(&store)?;
         if imported > 0 {
             tracing::info!(
@@ -131,7 +143,16 @@ impl EngineBuilder {
     pub fn temporary(self) -> Result<Engine> {
         let runtime = Handle::try_current().map_err(|_| Error::NoRuntime)?;
         let store: Arc<dyn Store> = Arc::new(SledStore::temporary()?);
-        let journal = Journal::new(store, self.clock.clone())?;
+        let journal = Journal::new(store, self.clock.clone(), self.store_timeout)?;
+        self.build(journal, runtime, None)
+    }
+
+    /// An engine on `store` (a store of the test suites, or one this crate
+    /// does not know). Not a stable API: the store trait will change.
+    #[doc(hidden)]
+    pub fn open_store(self, store: Arc<dyn Store>) -> Result<Engine> {
+        let runtime = Handle::try_current().map_err(|_| Error::NoRuntime)?;
+        let journal = Journal::new(store, self.clock.clone(), self.store_timeout)?;
         self.build(journal, runtime, None)
     }
 
@@ -174,6 +195,7 @@ impl Engine {
             clock: Arc::new(SystemClock),
             max_payload: DEFAULT_MAX_PAYLOAD_BYTES,
             retention: DEFAULT_RETENTION,
+            store_timeout: DEFAULT_STORE_TIMEOUT,
             workflows: Vec::new(),
         }
     }
@@ -252,6 +274,9 @@ impl Engine {
                 out.push(info);
             }
         }
+        // Only durable state: a change a crash could still take back is not
+        // shown.
+        runner.core.journal.durable_so_far().await?;
         Ok(out)
     }
 

@@ -119,18 +119,21 @@ impl Instance {
 
     /// Where the instance is.
     pub async fn status(&self) -> Result<Status> {
-        self.journal().read(&self.id, |s| s.status)
+        self.journal().read_durable(&self.id, |s| s.status).await
     }
 
     /// Status, timestamps, failure and rollback failure.
     pub async fn info(&self) -> Result<InstanceInfo> {
-        let summary = self.journal().read(&self.id, |s| Summary::of(s, 0))?;
+        let summary = self
+            .journal()
+            .read_durable(&self.id, |s| Summary::of(s, 0))
+            .await?;
         Ok(InstanceInfo::from_summary(&self.runner, &self.id, summary))
     }
 
     /// Every event of the instance, in order.
     pub async fn history(&self) -> Result<Vec<Event>> {
-        self.journal().history(&self.id)
+        self.journal().history(&self.id).await
     }
 
     /// Waits for the instance to finish: its output when it completed,
@@ -141,9 +144,12 @@ impl Instance {
             ended.borrow_and_update();
             // Only the outcome is read, not a copy of the whole state: this
             // runs again whenever any instance ends.
-            let (outcome, workflow) = self.journal().read(&self.id, |state| {
-                (self.outcome::<O>(state), state.workflow.clone())
-            })?;
+            let (outcome, workflow) = self
+                .journal()
+                .read_durable(&self.id, |state| {
+                    (self.outcome::<O>(state), state.workflow.clone())
+                })
+                .await?;
             if let Some(outcome) = outcome {
                 return outcome;
             }

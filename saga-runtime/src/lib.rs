@@ -71,7 +71,9 @@ pub use crate::compensation::{BoxFuture, RollbackContext, RollbackInput, Rollbac
 pub use crate::config::{Backoff, MAX_RETRIES, StepConfig};
 pub use crate::context::WorkflowContext;
 pub use crate::duration::IntoDuration;
-pub use crate::engine::{DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_RETENTION, Engine, EngineBuilder};
+pub use crate::engine::{
+    DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_RETENTION, DEFAULT_STORE_TIMEOUT, Engine, EngineBuilder,
+};
 pub use crate::error::{Error, Result};
 pub use crate::failure::{Failure, FailureKind, StepError, StepFailed, WaitError, WorkflowError};
 pub use crate::history::{Event, EventKind};

@@ -63,9 +63,13 @@ struct Loaded {
 }
 
 impl Journal {
-    pub(crate) fn new(store: Arc<dyn Store>, clock: Arc<dyn Clock>) -> Result<Journal> {
+    pub(crate) fn new(
+        store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
+        store_timeout: std::time::Duration,
+    ) -> Result<Journal> {
         let (events, _) = broadcast::channel(4096);
-        let flusher = Flusher::start(store.clone(), events.clone())?;
+        let flusher = Flusher::start(store.clone(), events.clone(), store_timeout)?;
         Ok(Journal {
             store,
             flusher,
@@ -231,16 +235,29 @@ impl Journal {
         self.write(id, |_| Ok((Some(change), ())))
     }
 
+    /// Hands a write to the flusher: its events reach subscribers once it
+    /// is durable.
     fn publish(&self, id: &str, state: &InstanceState, at: u64, events: Vec<crate::EventKind>) {
         let first = state.events - events.len() as u64;
-        for (i, kind) in events.into_iter().enumerate() {
-            self.flusher.publish_when_durable(Event {
+        let events = events
+            .into_iter()
+            .enumerate()
+            .map(|(i, kind)| Event {
                 instance: id.to_owned(),
                 seq: first + i as u64,
                 at: from_millis(at),
                 kind,
-            });
-        }
+            })
+            .collect();
+        // None once the engine closed: the write is in the store, and the
+        // flush on close (or sled's own) makes it durable.
+        let _ = self.flusher.written(events);
+    }
+
+    /// Waits until every write whose ticket was taken so far is durable,
+    /// without asking for a flush when none is needed.
+    pub(crate) async fn durable_so_far(&self) -> Result<()> {
+        self.flusher.durable(self.flusher.latest_ticket()).await
     }
 
     /// Waits until everything written so far is durable.
@@ -297,11 +314,46 @@ impl Journal {
         }
     }
 
+    /// Like [`Journal::read`], for callers outside the engine: answers only
+    /// once everything it read is durable, so a user never sees a change a
+    /// crash could still take back. Every write of an instance happens under
+    /// its lock and takes its ticket there, so the latest ticket when the
+    /// lock is let go covers all it read.
+    pub(crate) async fn read_durable<R>(
+        &self,
+        id: &str,
+        f: impl FnOnce(&InstanceState) -> R,
+    ) -> Result<R> {
+        let entry = self.entry(id);
+        let read = self.read_locked(id, &entry, f);
+        let ticket = self.flusher.latest_ticket();
+        drop(entry);
+        self.evict_if_idle(id);
+        let read = read?;
+        self.flusher.durable(ticket).await?;
+        Ok(read)
+    }
+
     /// The history of `id`, as users see it.
-    pub(crate) fn history(&self, id: &str) -> Result<Vec<Event>> {
+    /// Answers once all it shows is durable (see [`Journal::read_durable`]).
+    pub(crate) async fn history(&self, id: &str) -> Result<Vec<Event>> {
+        let entry = self.entry(id);
+        let records = {
+            let _writes = lock(&entry);
+            self.store.journal(id)
+        };
+        let ticket = self.flusher.latest_ticket();
+        drop(entry);
+        self.evict_if_idle(id);
+        let history = self.fold_history(id, records?)?;
+        self.flusher.durable(ticket).await?;
+        Ok(history)
+    }
+
+    fn fold_history(&self, id: &str, records: Vec<(u64, Vec<u8>)>) -> Result<Vec<Event>> {
         let mut state = None;
         let mut out = Vec::new();
-        for (seq, bytes) in self.store.journal(id)? {
+        for (seq, bytes) in records {
             let record: Entry = decode_record(&bytes).map_err(|e| corrupt(id, seq, e))?;
             let kinds = state::apply(&mut state, seq, &record).map_err(|e| corrupt(id, seq, e))?;
             // An imported instance keeps the times of its old history.

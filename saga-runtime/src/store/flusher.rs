@@ -2,10 +2,25 @@
 //! `flush` at a time, so durable throughput grows with concurrency while
 //! every writer still waits for its own durability.
 //!
-//! A dedicated thread does the flushing: sled 0.34's `flush_async` can
-//! deadlock (sled issue 1308), so the blocking `flush` runs off the async
-//! runtime. It wakes exactly the writers a flush covered, no others.
+//! Every write takes a *ticket* (a number that grows by one per write) once
+//! it is in the store. A flush that starts after a ticket was handed out
+//! covers it, and wakes exactly the writers it covered.
+//!
+//! A dedicated thread flushes, one flush at a time, each covering every
+//! writer waiting when it starts. sled 0.34's `flush_async` can deadlock
+//! (sled issue 1308), so the blocking `flush` runs off the async runtime.
+//!
+//! A lone writer could flush inline (`block_in_place`) and save the two
+//! thread hops; that was tried and left out: a flush that hangs (a full or
+//! dead disk) would then hold the caller's thread, where no timeout can
+//! fire. Waiting on the thread, every waiter gets an answer in bounded time
+//! ([`Flusher::durable`]).
+//!
+//! Lifecycle events wait for the flush that makes them durable; when no
+//! writer needs one, the thread flushes for them after a short delay, so
+//! one flush serves them and the writer that usually comes right after.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -21,13 +36,16 @@ const PUBLISH_DELAY: Duration = Duration::from_millis(2);
 
 pub(crate) struct Flusher {
     shared: Arc<Shared>,
+    /// How long a writer waits for its flush before it is told the store
+    /// does not answer.
+    timeout: Duration,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
 struct Shared {
     state: Mutex<State>,
     /// Flushes done so far, for the benchmarks' flushes-per-step figure.
-    flushes: std::sync::atomic::AtomicU64,
+    flushes: AtomicU64,
     wake: Condvar,
     events: broadcast::Sender<Event>,
 }
@@ -47,20 +65,30 @@ struct State {
     unpublished: Vec<(u64, Event)>,
     failure: Option<String>,
     stopping: bool,
+    /// The flusher thread is done.
+    exited: bool,
     /// The flusher thread waits on the condvar (so a request must wake it).
     idle: bool,
 }
 
-enum Request {
-    Flush(oneshot::Sender<Outcome>),
-    Publish(Event),
+impl State {
+    fn outcome(&self) -> Outcome {
+        match &self.failure {
+            None => Ok(()),
+            Some(failure) => Err(failure.clone()),
+        }
+    }
 }
 
 impl Flusher {
-    pub(crate) fn start(store: Arc<dyn Store>, events: broadcast::Sender<Event>) -> Result<Self> {
+    pub(crate) fn start(
+        store: Arc<dyn Store>,
+        events: broadcast::Sender<Event>,
+        timeout: Duration,
+    ) -> Result<Self> {
         let shared = Arc::new(Shared {
             state: Mutex::new(State::default()),
-            flushes: std::sync::atomic::AtomicU64::new(0),
+            flushes: AtomicU64::new(0),
             wake: Condvar::new(),
             events,
         });
@@ -71,49 +99,116 @@ impl Flusher {
             .map_err(|e| Error::Store(format!("could not start the flusher thread: {e}")))?;
         Ok(Flusher {
             shared,
+            timeout,
             thread: Mutex::new(Some(thread)),
         })
     }
 
-    /// Waits until everything written before this call is on disk.
-    pub(crate) async fn flush(&self) -> Result<()> {
-        let (done, flushed) = oneshot::channel();
-        if !self.shared.request(Request::Flush(done)) {
-            return Err(Error::Closed);
+    /// Takes the ticket of a write that is in the store now; publishes
+    /// `events` once a flush covers it. `None` once stopped.
+    pub(crate) fn written(&self, events: Vec<Event>) -> Option<u64> {
+        let mut state = self.shared.lock();
+        if state.stopping {
+            return None;
         }
-        match flushed.await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(failure)) => Err(Error::Store(failure)),
-            Err(_) => Err(Error::Closed),
+        state.requested += 1;
+        let ticket = state.requested;
+        // The thread looks by itself once it is busy; an idle one is woken
+        // for the first publication since it went idle (not per event: each
+        // wake is a syscall on the hot path).
+        let wake = state.idle && !events.is_empty() && ticket == state.completed + 1;
+        state
+            .unpublished
+            .extend(events.into_iter().map(|event| (ticket, event)));
+        drop(state);
+        if wake {
+            self.shared.wake.notify_one();
+        }
+        Some(ticket)
+    }
+
+    /// Waits until the write of `ticket` is durable, at most the store
+    /// timeout.
+    pub(crate) async fn durable(&self, ticket: u64) -> Result<()> {
+        let waiting = {
+            let mut state = self.shared.lock();
+            if state.completed >= ticket {
+                return state.outcome().map_err(Error::Store);
+            }
+            if state.stopping {
+                return Err(Error::Closed);
+            }
+            let (done, flushed) = oneshot::channel();
+            state.waiters.push((ticket, done));
+            let wake = state.idle;
+            drop(state);
+            if wake {
+                self.shared.wake.notify_one();
+            }
+            flushed
+        };
+        match tokio::time::timeout(self.timeout, waiting).await {
+            Ok(Ok(Ok(()))) => Ok(()),
+            Ok(Ok(Err(failure))) => Err(Error::Store(failure)),
+            Ok(Err(_)) => Err(Error::Closed),
+            // Real time, not the engine's clock: it is the disk that hangs.
+            Err(_) => Err(Error::Store(format!(
+                "the store did not finish a flush within {:?} (a full or unresponsive disk?); \
+                 nothing stored is lost, and unfinished instances resume when the store is opened again",
+                self.timeout
+            ))),
         }
     }
 
-    /// Sends `event` to subscribers once everything written before this
-    /// call is on disk, without waiting for it.
-    pub(crate) fn publish_when_durable(&self, event: Event) {
-        self.shared.request(Request::Publish(event));
+    /// The latest ticket handed out: every write whose ticket was taken
+    /// before this call is covered by it.
+    pub(crate) fn latest_ticket(&self) -> u64 {
+        self.shared.lock().requested
+    }
+
+    /// Waits until everything written before this call is durable.
+    pub(crate) async fn flush(&self) -> Result<()> {
+        let ticket = self.written(Vec::new()).ok_or(Error::Closed)?;
+        self.durable(ticket).await
     }
 
     /// How many flushes the store did so far.
     pub(crate) fn flushes(&self) -> u64 {
-        self.shared
-            .flushes
-            .load(std::sync::atomic::Ordering::Relaxed)
+        self.shared.flushes.load(Ordering::Relaxed)
     }
 
     /// Flushes what is pending and stops the thread.
     pub(crate) fn stop(&self) {
-        self.shared.lock().stopping = true;
-        self.shared.wake.notify_all();
         let thread = self
             .thread
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .take();
-        if let Some(thread) = thread {
-            // A panic in the flusher thread already reported itself.
-            let _ = thread.join();
+        // Stopped already.
+        let Some(thread) = thread else { return };
+        let mut state = self.shared.lock();
+        state.stopping = true;
+        self.shared.wake.notify_all();
+        // Its last flush may hang on a dead disk: wait for it at most the
+        // store timeout, then let the thread go rather than hang the caller
+        // (a `Drop`).
+        let deadline = std::time::Instant::now() + self.timeout;
+        while !state.exited {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                tracing::error!(timeout = ?self.timeout, "the store's last flush did not finish; not waiting for it");
+                return;
+            }
+            state = self
+                .shared
+                .wake
+                .wait_timeout(state, left)
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .0;
         }
+        drop(state);
+        // A panic in the flusher thread already reported itself.
+        let _ = thread.join();
     }
 }
 
@@ -130,28 +225,31 @@ impl Shared {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Queues a request that a later flush will cover; `false` once stopped.
-    fn request(&self, request: Request) -> bool {
+    /// Records a flush that covered every ticket up to `target`: wakes the
+    /// writers it covered and publishes its events.
+    fn finish(&self, target: u64, result: Result<()>) {
+        self.flushes.fetch_add(1, Ordering::Relaxed);
         let mut state = self.lock();
-        if state.stopping {
-            return false;
+        if let Err(e) = result {
+            tracing::error!(error = %e, "saga store flush failed");
+            state.failure = Some(e.to_string());
         }
-        state.requested += 1;
-        let ticket = state.requested;
-        // Wake the thread only when it would not look by itself: a waiting
-        // writer, or the first publication since it went idle. Each wake is
-        // a syscall and a context switch on the hot path.
-        let wake =
-            state.idle && (matches!(request, Request::Flush(_)) || ticket == state.completed + 1);
-        match request {
-            Request::Flush(done) => state.waiters.push((ticket, done)),
-            Request::Publish(event) => state.unpublished.push((ticket, event)),
+        state.completed = state.completed.max(target);
+        let outcome = state.outcome();
+        let covered = state.waiters.partition_point(|(t, _)| *t <= target);
+        for (_, done) in state.waiters.drain(..covered) {
+            // A writer that stopped waiting is fine.
+            let _ = done.send(outcome.clone());
         }
+        let ready = state.unpublished.partition_point(|(t, _)| *t <= target);
+        let events: Vec<_> = state.unpublished.drain(..ready).collect();
         drop(state);
-        if wake {
-            self.wake.notify_one();
+        if outcome.is_ok() {
+            for (_, event) in events {
+                // No subscriber is fine.
+                let _ = self.events.send(event);
+            }
         }
-        true
     }
 
     fn run(&self, store: &dyn Store) {
@@ -172,34 +270,13 @@ impl Shared {
                 let target = state.requested;
                 drop(state);
                 let result = store.flush();
-                self.flushes
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                self.finish(target, result);
                 state = self.lock();
-                if let Err(e) = result {
-                    tracing::error!(error = %e, "saga store flush failed");
-                    state.failure = Some(e.to_string());
-                }
-                state.completed = target;
-                let outcome: Outcome = match &state.failure {
-                    None => Ok(()),
-                    Some(failure) => Err(failure.clone()),
-                };
-                let covered = state.waiters.partition_point(|(t, _)| *t <= target);
-                for (_, done) in state.waiters.drain(..covered) {
-                    // A writer that stopped waiting is fine.
-                    let _ = done.send(outcome.clone());
-                }
-                let ready = state.unpublished.partition_point(|(t, _)| *t <= target);
-                let events: Vec<_> = state.unpublished.drain(..ready).collect();
-                if outcome.is_ok() {
-                    for (_, event) in events {
-                        // No subscriber is fine.
-                        let _ = self.events.send(event);
-                    }
-                }
                 continue;
             }
             if state.stopping {
+                state.exited = true;
+                self.wake.notify_all();
                 return;
             }
             state.idle = true;
