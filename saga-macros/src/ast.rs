@@ -88,8 +88,9 @@ impl StepFn {
         if output.is_none() {
             errors.spanned(
                 return_span(&item),
-                "a step returns `Result<Output, StepError>`: the engine stores `Output` and \
-                 retries on `Err`; change the return type",
+                "a step returns `Result<Output, E>`: the engine stores `Output` and \
+                 retries on `Err`; `E` is `StepError`, a `std::error::Error + Send + Sync`, \
+                 `anyhow::Error`, `String` or `&str`; change the return type",
             );
         }
         Some(StepFn {
@@ -203,7 +204,9 @@ impl RollbackFn {
         if !returns_unit {
             errors.spanned(
                 return_span(&item),
-                "a rollback handler returns `Result<(), StepError>`: change the return type",
+                "a rollback handler returns `Result<(), E>`, where `E` is `StepError`, a \
+                 `std::error::Error + Send + Sync`, `anyhow::Error`, `String` or `&str`: change \
+                 the return type",
             );
         }
         let inputs = args.iter().skip(1).map(|arg| (*arg.ty).clone()).collect();
@@ -241,7 +244,10 @@ impl WorkflowFn {
         let Some(output) = types::result_ok(&item.sig.output).cloned() else {
             errors.spanned(
                 return_span(&item),
-                "a workflow returns `Result<Output, WorkflowError>`: change the return type",
+                "a workflow returns `Result<Output, E>`, where `E` is `WorkflowError`, your \
+                 own error type (`Serialize + DeserializeOwned + Display`: the caller gets it \
+                 back with `failure.downcast::<E>()`), a `std::error::Error + Send + Sync`, \
+                 `anyhow::Error`, `String` or `&str`; change the return type",
             );
             return None;
         };

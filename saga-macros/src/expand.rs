@@ -137,6 +137,7 @@ fn step_tokens(args: &StepArgs, step: &StepFn, checked: bool) -> TokenStream {
         Some(old) => (quote!(start_step_renamed), quote!(#old,)),
         None => (quote!(start_step), TokenStream::new()),
     };
+    let convert = step_error_conversion(&item.sig.output, quote!(__saga_attempt.await));
     let definition = steps::step_definition(item, &name, args.renamed_from.as_ref());
     let take_key = step
         .injected(ParamKind::Key)
@@ -171,7 +172,8 @@ fn step_tokens(args: &StepArgs, step: &StepFn, checked: bool) -> TokenStream {
                 move |__saga_step: ::saga_runtime::__private::StepContext| {
                     #(let #input_vars = #clones;)*
                     #take_key
-                    __saga_body(#(#call_args),*)
+                    let __saga_attempt = __saga_body(#(#call_args),*);
+                    async move { #convert }
                 },
                 __saga_rollback,
             )
@@ -219,6 +221,10 @@ fn rollback_tokens(args: &RollbackArgs, handler: &RollbackFn) -> TokenStream {
         .map(|index| format_ident!("__saga_input{index}"))
         .collect();
     let config = config_tokens(&args.config);
+    let convert = step_error_conversion(
+        &item.sig.output,
+        quote!(#ident(__saga_rollback.context(), #(#vars),*).await),
+    );
     let hidden_type = hidden_handler_type(&item);
     let cfgs = cfg_attrs(&item);
     quote! {
@@ -235,9 +241,7 @@ fn rollback_tokens(args: &RollbackArgs, handler: &RollbackFn) -> TokenStream {
                 ::core::result::Result<(), ::saga_runtime::__private::StepError>,
             > {
                 let (#(#vars,)*) = __saga_inputs;
-                ::std::boxed::Box::pin(async move {
-                    #ident(__saga_rollback.context(), #(#vars),*).await
-                })
+                ::std::boxed::Box::pin(async move { #convert })
             }
         }
     }
@@ -294,6 +298,10 @@ fn workflow_tokens(args: &WorkflowArgs, workflow: &WorkflowFn, checks: TokenStre
         .iter()
         .partition(|attr| LINT_LEVELS.iter().any(|level| attr.path().is_ident(level)));
     let body = inner_async_fn(item, &format_ident!("__saga_run"));
+    let convert = workflow_error_conversion(
+        &item.sig.output,
+        quote!(__saga_run(__saga_ctx, __saga_input).await),
+    );
     let run = quote! {
         fn run(
             &self,
@@ -302,7 +310,7 @@ fn workflow_tokens(args: &WorkflowArgs, workflow: &WorkflowFn, checks: TokenStre
         ) -> ::saga_runtime::__private::WorkflowFuture<#output> {
             #(#lints)*
             #body
-            ::std::boxed::Box::pin(__saga_run(__saga_ctx, __saga_input))
+            ::std::boxed::Box::pin(async move { #convert })
         }
     };
     workflow_value(&attrs, item, &name, (input, output), run)
@@ -338,6 +346,62 @@ pub(crate) fn workflow_value(
 
             #run
         }
+    }
+}
+
+/// `result` (a `Result<T, E>` of the step's or handler's own error type)
+/// with `E` turned into a `StepError` (see `saga_runtime`'s `convert.rs`).
+/// Spanned on the return type, so an error type that cannot convert is
+/// reported there.
+fn step_error_conversion(output: &syn::ReturnType, result: TokenStream) -> TokenStream {
+    let span = return_type_span(output);
+    let call = quote_spanned! {span=>
+        (&&&::saga_runtime::__private::ErrorValue(__saga_error)).__saga_step_error()
+    };
+    quote! {
+        match #result {
+            ::core::result::Result::Ok(__saga_value) => ::core::result::Result::Ok(__saga_value),
+            ::core::result::Result::Err(__saga_error) => {
+                #[allow(unused_imports)]
+                use ::saga_runtime::__private::{
+                    ViaKnownStepError as _, ViaPermanent as _, ViaStdStepError as _,
+                };
+                ::core::result::Result::Err(#call)
+            }
+        }
+    }
+}
+
+/// `result` (the workflow function's `Result<O, E>`) with `E` turned into
+/// a `WorkflowError`: typed (stored as JSON) when `E` is `Serialize +
+/// DeserializeOwned + Display`, a message otherwise.
+fn workflow_error_conversion(output: &syn::ReturnType, result: TokenStream) -> TokenStream {
+    let span = return_type_span(output);
+    let call = quote_spanned! {span=>
+        (&&&&::saga_runtime::__private::ErrorValue(__saga_error)).__saga_workflow_error()
+    };
+    quote! {
+        match #result {
+            ::core::result::Result::Ok(__saga_value) => ::core::result::Result::Ok(__saga_value),
+            ::core::result::Result::Err(__saga_error) => {
+                #[allow(unused_imports)]
+                use ::saga_runtime::__private::{
+                    ViaKnownWorkflowError as _, ViaStdWorkflowError as _,
+                    ViaTypedWorkflowError as _, ViaWorkflowError as _,
+                };
+                ::core::result::Result::Err(#call)
+            }
+        }
+    }
+}
+
+/// The span of a function's return type (its error type, when it has one).
+fn return_type_span(output: &syn::ReturnType) -> Span {
+    match output {
+        syn::ReturnType::Type(_, ty) => crate::types::type_args(ty)
+            .get(1)
+            .map_or_else(|| ty.span(), |error| error.span()),
+        syn::ReturnType::Default => Span::call_site(),
     }
 }
 

@@ -8,7 +8,7 @@ use serde::de::DeserializeOwned;
 
 use crate::codec::Payload;
 use crate::config::StepConfig;
-use crate::failure::StepError;
+use crate::failure::{Failure, StepError};
 use crate::key::IdempotencyKey;
 
 /// A boxed, sendable future.
@@ -57,7 +57,7 @@ impl<T: DeserializeOwned + Send + 'static> RollbackRegistration<T> {
 /// [`RollbackContext`] lends to the handler.
 pub struct RollbackInput<T> {
     output: Option<T>,
-    cause: String,
+    cause: Failure,
     key: IdempotencyKey,
     attempt: u32,
 }
@@ -77,7 +77,7 @@ impl<T> RollbackInput<T> {
 /// What a rollback handler knows.
 pub struct RollbackContext<'a, T> {
     output: Option<&'a T>,
-    cause: &'a str,
+    cause: &'a Failure,
     key: &'a IdempotencyKey,
     attempt: u32,
 }
@@ -90,8 +90,11 @@ impl<'a, T> RollbackContext<'a, T> {
         self.output
     }
 
-    /// The error that failed the workflow.
-    pub fn cause(&self) -> &'a str {
+    /// The error that failed the workflow (`Display` gives its message).
+    /// When the workflow returned its own error type, `cause().downcast::<E>()`
+    /// gives it back; one handler may serve several workflows, each with its
+    /// own error type.
+    pub fn cause(&self) -> &'a Failure {
         self.cause
     }
 
@@ -113,7 +116,7 @@ pub(crate) trait ErasedRollback: Send {
     fn attempt(
         &mut self,
         output: Option<&Payload>,
-        cause: &str,
+        cause: &Failure,
         key: &IdempotencyKey,
         attempt: u32,
     ) -> std::result::Result<BoxFuture<Result<(), StepError>>, String>;
@@ -127,7 +130,7 @@ impl<T: DeserializeOwned + Send + 'static> ErasedRollback for RollbackRegistrati
     fn attempt(
         &mut self,
         output: Option<&Payload>,
-        cause: &str,
+        cause: &Failure,
         key: &IdempotencyKey,
         attempt: u32,
     ) -> std::result::Result<BoxFuture<Result<(), StepError>>, String> {
@@ -142,7 +145,7 @@ impl<T: DeserializeOwned + Send + 'static> ErasedRollback for RollbackRegistrati
         };
         Ok((self.handler)(RollbackInput {
             output,
-            cause: cause.to_owned(),
+            cause: cause.clone(),
             key: key.clone(),
             attempt,
         }))

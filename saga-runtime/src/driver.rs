@@ -200,6 +200,11 @@ fn start_run(
 /// started steps, if any have a compensation, then end as `then`.
 async fn fail(ctx: &Arc<Ctx>, cause: Failure, then: Status) -> Result<()> {
     let shared = &ctx.shared;
+    if let Some(value) = cause.value() {
+        shared.append(Change::FailureValue {
+            value: value.clone(),
+        })?;
+    }
     let handlers = ctx.take_rollbacks();
     let any_eligible = shared.core.journal.read(&shared.id, |s| {
         s.slots.values().any(|slot| slot.has_rollback)

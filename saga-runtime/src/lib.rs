@@ -39,6 +39,7 @@ mod codec;
 mod compensation;
 mod config;
 mod context;
+mod convert;
 mod core;
 mod driver;
 mod duration;
@@ -73,7 +74,9 @@ pub use crate::context::WorkflowContext;
 pub use crate::duration::IntoDuration;
 pub use crate::engine::{DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_RETENTION, Engine, EngineBuilder};
 pub use crate::error::{Error, Result};
-pub use crate::failure::{Failure, FailureKind, StepError, StepFailed, WaitError, WorkflowError};
+pub use crate::failure::{
+    Failure, FailureKind, Permanent, StepError, StepFailed, WaitError, WorkflowError,
+};
 pub use crate::history::{Event, EventKind};
 pub use crate::instance::{Instance, InstanceInfo, ListFilter, Run};
 pub use crate::key::{IdempotencyKey, StepContext};
@@ -90,10 +93,10 @@ pub use saga_macros::{rollback, step, workflow};
 /// Everything a workflow file needs: `use saga_runtime::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        Backoff, Engine, Error, IdempotencyKey, Instance, ListFilter, RollbackContext,
-        RollbackInput, RollbackRegistration, Status, StepConfig, StepContext, StepError,
-        StepFailed, WaitError, Workflow, WorkflowContext, WorkflowError, WorkflowFuture,
-        workflow_fn,
+        Backoff, Engine, Error, Failure, FailureKind, IdempotencyKey, Instance, ListFilter,
+        Permanent, RollbackContext, RollbackInput, RollbackRegistration, Status, StepConfig,
+        StepContext, StepError, StepFailed, WaitError, Workflow, WorkflowContext, WorkflowError,
+        WorkflowFuture, workflow_fn,
     };
     #[cfg(feature = "macros")]
     pub use saga_macros::{rollback, step, workflow};

@@ -18,6 +18,7 @@ use serde::de::DeserializeOwned;
 pub use crate::compensation::{BoxFuture, RollbackContext, RollbackInput, RollbackRegistration};
 pub use crate::config::{Backoff, StepConfig};
 pub use crate::context::WorkflowContext;
+pub use crate::convert::*;
 pub use crate::failure::{StepError, WorkflowError};
 pub use crate::key::{IdempotencyKey, StepContext};
 pub use crate::step::StepFuture;

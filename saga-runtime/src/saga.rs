@@ -131,7 +131,7 @@ async fn run_compensation(
             occurrence,
             attempt = attempts,
         );
-        let future = erased.attempt(output, cause.message(), &key, attempts);
+        let future = erased.attempt(output, cause, &key, attempts);
         async move {
             match future {
                 Ok(future) => future.instrument(span).await,

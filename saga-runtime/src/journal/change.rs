@@ -134,6 +134,13 @@ pub(crate) enum Change {
         from_slot: u32,
         from_step: Option<String>,
     },
+    /// The workflow returned its own (typed) error, as JSON: written just
+    /// before the `RollbackStarted` or `Ended` that carries its failure,
+    /// which it belongs to. Kept apart from [`Failure`], whose bincode
+    /// layout records of this format already use.
+    FailureValue {
+        value: Payload,
+    },
 }
 
 /// How an instance ended.

@@ -172,6 +172,7 @@ pub(crate) fn import(legacy: &LegacyInstance) -> Result<Imported, String> {
         pending,
         generation: 0,
         events: history.len() as u64,
+        failure_value: None,
     };
     Ok(Imported { state, history })
 }

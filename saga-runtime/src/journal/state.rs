@@ -34,6 +34,12 @@ pub(crate) struct InstanceState {
     pub(crate) generation: u32,
     /// How many public history events the journal holds so far.
     pub(crate) events: u64,
+    /// The typed error of a `FailureValue` record, until the record that
+    /// carries its failure (`RollbackStarted`, `Ended`) takes it. Never
+    /// encoded: an `Imported` record holds a state, and it has no such
+    /// value.
+    #[serde(skip)]
+    pub(crate) failure_value: Option<Payload>,
 }
 
 /// Set when compensation begins, so recovery knows why and how the
@@ -230,6 +236,7 @@ pub(crate) fn apply(
                     pending: BTreeMap::new(),
                     generation: 0,
                     events: 1,
+                    failure_value: None,
                 });
                 Ok(vec![EventKind::InstanceCreated {
                     workflow: workflow.clone(),
@@ -272,6 +279,9 @@ fn apply_to(
             return Err(format!("record {seq} creates an instance that exists"));
         }
         Change::DriverStarted => {
+            // A value written before a crash belongs to no failure: the
+            // run that wrote it did not get to record its end.
+            s.failure_value = None;
             if s.status == Status::Queued {
                 s.status = Status::Running;
             }
@@ -493,7 +503,7 @@ fn apply_to(
             }
             s.status = Status::RollingBack;
             s.rollback = Some(RollbackPlan {
-                cause: cause.clone(),
+                cause: cause.clone().with_value(s.failure_value.take()),
                 then: *then,
                 failure: None,
             });
@@ -537,6 +547,10 @@ fn apply_to(
             }
         }
         Change::Ended(end) => return Ok(end_instance(s, at, end)),
+        Change::FailureValue { value } => {
+            s.failure_value = Some(value.clone());
+            return Ok(Vec::new());
+        }
         Change::Restarted {
             from_slot,
             from_step,
@@ -569,7 +583,14 @@ fn end_instance(s: &mut InstanceState, at: u64, end: &End) -> Vec<EventKind> {
     s.status = end.status;
     s.finished_at = Some(at);
     s.output = end.output.clone();
-    s.failure = end.failure.clone();
+    // The typed error: written just before this record, or before the
+    // rollback that this end concludes.
+    let value = s.failure_value.take().or_else(|| {
+        s.rollback
+            .as_ref()
+            .and_then(|plan| plan.cause.value().cloned())
+    });
+    s.failure = end.failure.clone().map(|failure| failure.with_value(value));
     events.push(match end.status {
         Status::Complete => EventKind::InstanceCompleted,
         Status::Terminated => EventKind::InstanceTerminated,
