@@ -18,6 +18,8 @@ use crate::types;
 const IDEMPOTENCY_KEY: &str = "IdempotencyKey";
 /// The type name of the injected step context.
 const STEP_CONTEXT: &str = "StepContext";
+/// The type name of an injected shared service, `Service<T>`.
+const SERVICE: &str = "Service";
 /// The type name of a rollback handler's context.
 const ROLLBACK_CONTEXT: &str = "RollbackContext";
 /// The type name of a workflow's context.
@@ -30,6 +32,8 @@ pub(crate) enum ParamKind {
     Key,
     /// `step: StepContext`, supplied by the engine.
     StepContext,
+    /// `payments: Service<Payments>`, a service provided to the engine.
+    Service,
     /// An input the caller passes.
     Input,
 }
@@ -59,8 +63,9 @@ pub(crate) struct RollbackFn {
     pub(crate) ctx: Option<Ident>,
     /// `T` of `RollbackContext<'_, T>`: the output of the step it compensates.
     pub(crate) step_output: Type,
-    /// The types of the parameters after the context: the step's inputs.
-    pub(crate) inputs: Vec<Type>,
+    /// The parameters after the context, in order: the step's inputs and
+    /// `Service<T>`s (`true`).
+    pub(crate) params: Vec<(bool, Type)>,
 }
 
 /// A function under `#[workflow]`.
@@ -106,6 +111,11 @@ impl StepFn {
         self.params.iter().filter(|p| p.kind == ParamKind::Input)
     }
 
+    /// The `Service<T>` parameters.
+    pub(crate) fn services(&self) -> impl Iterator<Item = &Param> {
+        self.params.iter().filter(|p| p.kind == ParamKind::Service)
+    }
+
     /// The parameter of the given kind, if the step takes one.
     pub(crate) fn injected(&self, kind: ParamKind) -> Option<&Param> {
         self.params.iter().find(|p| p.kind == kind)
@@ -119,7 +129,7 @@ pub(crate) fn is_injected(ty: &Type) -> bool {
         Type::Reference(reference) => &*reference.elem,
         other => other,
     };
-    [IDEMPOTENCY_KEY, STEP_CONTEXT]
+    [IDEMPOTENCY_KEY, STEP_CONTEXT, SERVICE]
         .into_iter()
         .any(|name| types::is_named(ty, name))
 }
@@ -148,11 +158,15 @@ fn step_param(arg: &PatType, earlier: &[Param], errors: &mut Errors) -> Option<P
         ParamKind::Key
     } else if types::is_named(&arg.ty, STEP_CONTEXT) {
         ParamKind::StepContext
+    } else if types::is_named(&arg.ty, SERVICE) {
+        ParamKind::Service
     } else {
         ParamKind::Input
     };
     // key: IdempotencyKey, .., other: IdempotencyKey
-    if kind != ParamKind::Input && earlier.iter().any(|param| param.kind == kind) {
+    if matches!(kind, ParamKind::Key | ParamKind::StepContext)
+        && earlier.iter().any(|param| param.kind == kind)
+    {
         errors.spanned(
             arg,
             "this step already takes this parameter: the engine supplies one key and one \
@@ -179,6 +193,25 @@ fn step_param(arg: &PatType, earlier: &[Param], errors: &mut Errors) -> Option<P
 }
 
 impl RollbackFn {
+    /// The step inputs it takes (the parameters after the context that are
+    /// not services).
+    pub(crate) fn inputs(&self) -> Vec<&Type> {
+        self.params
+            .iter()
+            .filter(|(service, _)| !service)
+            .map(|(_, ty)| ty)
+            .collect()
+    }
+
+    /// The `Service<T>` types it takes.
+    pub(crate) fn services(&self) -> Vec<&Type> {
+        self.params
+            .iter()
+            .filter(|(service, _)| *service)
+            .map(|(_, ty)| ty)
+            .collect()
+    }
+
     /// Reads a rollback handler's signature.
     pub(crate) fn from_syn(item: ItemFn, errors: &mut Errors) -> Option<Self> {
         let expandable = check_shape(&item, "rollback", errors);
@@ -209,13 +242,17 @@ impl RollbackFn {
                  the return type",
             );
         }
-        let inputs = args.iter().skip(1).map(|arg| (*arg.ty).clone()).collect();
+        let params = args
+            .iter()
+            .skip(1)
+            .map(|arg| (types::is_named(&arg.ty, SERVICE), (*arg.ty).clone()))
+            .collect();
         let (ctx, step_output) = context?;
         Some(RollbackFn {
             item,
             ctx,
             step_output,
-            inputs,
+            params,
         })
         .filter(|_| expandable && returns_unit)
     }

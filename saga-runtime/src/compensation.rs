@@ -3,6 +3,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
 
@@ -10,6 +11,7 @@ use crate::codec::Payload;
 use crate::config::StepConfig;
 use crate::failure::{Failure, StepError};
 use crate::key::IdempotencyKey;
+use crate::service::{Service, Services};
 
 /// A boxed, sendable future.
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
@@ -60,9 +62,16 @@ pub struct RollbackInput<T> {
     cause: Failure,
     key: IdempotencyKey,
     attempt: u32,
+    services: Arc<Services>,
 }
 
 impl<T> RollbackInput<T> {
+    /// The service of type `T` provided to the engine, as
+    /// [`StepContext::service`](crate::StepContext::service).
+    pub fn service<S: Send + Sync + 'static>(&self) -> Result<Service<S>, StepError> {
+        self.services.get::<S>()
+    }
+
     /// The context to hand to the handler.
     pub fn context(&self) -> RollbackContext<'_, T> {
         RollbackContext {
@@ -70,6 +79,7 @@ impl<T> RollbackInput<T> {
             cause: &self.cause,
             key: &self.key,
             attempt: self.attempt,
+            services: &self.services,
         }
     }
 }
@@ -80,6 +90,7 @@ pub struct RollbackContext<'a, T> {
     cause: &'a Failure,
     key: &'a IdempotencyKey,
     attempt: u32,
+    services: &'a Services,
 }
 
 impl<'a, T> RollbackContext<'a, T> {
@@ -108,6 +119,12 @@ impl<'a, T> RollbackContext<'a, T> {
     pub fn attempt(&self) -> u32 {
         self.attempt
     }
+
+    /// The service of type `S` provided to the engine, as
+    /// [`StepContext::service`](crate::StepContext::service).
+    pub fn service<S: Send + Sync + 'static>(&self) -> Result<Service<S>, StepError> {
+        self.services.get::<S>()
+    }
 }
 
 /// A compensation with its step's type erased.
@@ -119,6 +136,7 @@ pub(crate) trait ErasedRollback: Send {
         cause: &Failure,
         key: &IdempotencyKey,
         attempt: u32,
+        services: &Arc<Services>,
     ) -> std::result::Result<BoxFuture<Result<(), StepError>>, String>;
 }
 
@@ -133,6 +151,7 @@ impl<T: DeserializeOwned + Send + 'static> ErasedRollback for RollbackRegistrati
         cause: &Failure,
         key: &IdempotencyKey,
         attempt: u32,
+        services: &Arc<Services>,
     ) -> std::result::Result<BoxFuture<Result<(), StepError>>, String> {
         let output = match output {
             Some(payload) => Some(payload.decode::<T>().map_err(|detail| {
@@ -148,6 +167,7 @@ impl<T: DeserializeOwned + Send + 'static> ErasedRollback for RollbackRegistrati
             cause: cause.clone(),
             key: key.clone(),
             attempt,
+            services: services.clone(),
         }))
     }
 }

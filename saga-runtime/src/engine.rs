@@ -14,6 +14,7 @@ use crate::error::{Error, Result};
 use crate::instance::{Instance, InstanceInfo, ListFilter, Run};
 use crate::journal::{Change, Journal};
 use crate::runner::Runner;
+use crate::service::Services;
 use crate::store::{SledStore, Store};
 use crate::subscription::Subscription;
 use crate::workflow::{ErasedWorkflow, Workflow};
@@ -80,6 +81,7 @@ pub struct EngineBuilder {
     max_payload: usize,
     retention: Duration,
     workflows: Vec<Arc<dyn ErasedWorkflow>>,
+    services: Services,
 }
 
 impl EngineBuilder {
@@ -99,6 +101,30 @@ impl EngineBuilder {
     /// How long finished instances are kept (default 7 days).
     pub fn retention(mut self, retention: Duration) -> Self {
         self.retention = retention;
+        self
+    }
+
+    /// Provides a shared service (a database pool, an HTTP client, a
+    /// payments SDK) to every step and rollback handler that takes a
+    /// [`Service<T>`](crate::Service) parameter, one per type (a second of
+    /// the same type replaces the first). Services are never stored.
+    ///
+    /// ```
+    /// # use saga_runtime::prelude::*;
+    /// struct Mailer;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), saga_runtime::Error> {
+    /// let engine = Engine::builder().provide(Mailer).temporary()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn provide<T: Send + Sync + 'static>(self, service: T) -> Self {
+        self.provide_arc(Arc::new(service))
+    }
+
+    /// Like [`provide`](EngineBuilder::provide), for a service already
+    /// shared elsewhere.
+    pub fn provide_arc<T: Send + Sync + 'static>(mut self, service: Arc<T>) -> Self {
+        self.services.insert(service);
         self
     }
 
@@ -140,7 +166,13 @@ impl EngineBuilder {
         if repaired > 0 {
             tracing::info!(instances = repaired, "rebuilt index entries from journals");
         }
-        let core = Arc::new(Core::new(journal, self.clock, runtime, self.max_payload));
+        let core = Arc::new(Core::new(
+            journal,
+            self.clock,
+            runtime,
+            self.max_payload,
+            self.services,
+        ));
         let runner = Arc::new(Runner::new(core, self.retention, path));
         let engine = Engine {
             handle: Arc::new(EngineHandle {
@@ -175,12 +207,15 @@ impl Engine {
             max_payload: DEFAULT_MAX_PAYLOAD_BYTES,
             retention: DEFAULT_RETENTION,
             workflows: Vec::new(),
+            services: Services::default(),
         }
     }
 
     /// Makes `workflow` runnable here, and resumes its unfinished instances.
     /// Registering the same workflow again is a no-op; another workflow
-    /// under a name already registered is [`Error::WorkflowNameTaken`].
+    /// under a name already registered is [`Error::WorkflowNameTaken`]; a
+    /// workflow whose steps take a service the engine was not given is
+    /// [`Error::MissingService`].
     pub fn register<W: Workflow>(&self, workflow: W) -> Result<()> {
         self.runner().register(Arc::new(workflow))
     }

@@ -100,6 +100,19 @@ pub enum Error {
         name: String,
     },
 
+    /// A step (or rollback handler) of the workflow takes a `Service<T>`
+    /// that was not provided to the engine. Add
+    /// `Engine::builder().provide(..)` with it.
+    #[error(
+        "workflow {workflow:?} needs a service of type `{service}`, which was not provided to the engine; add Engine::builder().provide(..) with it"
+    )]
+    MissingService {
+        /// The workflow.
+        workflow: String,
+        /// The Rust type of the service.
+        service: String,
+    },
+
     /// The operation does not apply to an instance in this status (pausing a
     /// finished instance, sending an event to a finished instance, ...).
     #[error("instance {id:?} is {status}: cannot {operation}")]

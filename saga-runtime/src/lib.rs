@@ -60,6 +60,7 @@ mod retention;
 mod retry;
 mod runner;
 mod saga;
+mod service;
 mod status;
 mod step;
 mod store;
@@ -80,6 +81,7 @@ pub use crate::failure::{
 pub use crate::history::{Event, EventKind};
 pub use crate::instance::{Instance, InstanceInfo, ListFilter, Run};
 pub use crate::key::{IdempotencyKey, StepContext};
+pub use crate::service::Service;
 pub use crate::status::Status;
 pub use crate::step::StepFuture;
 #[doc(hidden)]
@@ -94,9 +96,9 @@ pub use saga_macros::{rollback, step, workflow};
 pub mod prelude {
     pub use crate::{
         Backoff, Engine, Error, Failure, FailureKind, IdempotencyKey, Instance, ListFilter,
-        Permanent, RollbackContext, RollbackInput, RollbackRegistration, Status, StepConfig,
-        StepContext, StepError, StepFailed, WaitError, Workflow, WorkflowContext, WorkflowError,
-        WorkflowFuture, workflow_fn,
+        Permanent, RollbackContext, RollbackInput, RollbackRegistration, Service, Status,
+        StepConfig, StepContext, StepError, StepFailed, WaitError, Workflow, WorkflowContext,
+        WorkflowError, WorkflowFuture, workflow_fn,
     };
     #[cfg(feature = "macros")]
     pub use saga_macros::{rollback, step, workflow};

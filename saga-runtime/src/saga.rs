@@ -131,7 +131,7 @@ async fn run_compensation(
             occurrence,
             attempt = attempts,
         );
-        let future = erased.attempt(output, cause, &key, attempts);
+        let future = erased.attempt(output, cause, &key, attempts, &shared.core.services);
         async move {
             match future {
                 Ok(future) => future.instrument(span).await,

@@ -289,6 +289,7 @@ impl StepTask {
                 step: self.name,
                 occurrence: slot.occurrence,
                 attempt: attempts,
+                services: shared.core.services.clone(),
             };
             let span = tracing::info_span!(
                 "saga.step",
