@@ -50,6 +50,30 @@ pub enum Error {
         requested: String,
     },
 
+    /// `start` named an instance that exists with a different input. An id
+    /// names one instance: start it with the input it has, or pick
+    /// another id.
+    #[error(
+        "instance {id:?} exists with a different input; an id names one instance: pass the same input or choose another id"
+    )]
+    InputMismatch {
+        /// The id.
+        id: String,
+    },
+
+    /// An event was sent with an id this instance already received with
+    /// another type or payload. Event ids name one event: send the same
+    /// payload again (it is a no-op) or use a new id.
+    #[error(
+        "instance {id:?} already received event id {event_id:?} with another type or payload; use a new event id for a new event"
+    )]
+    EventIdConflict {
+        /// The instance.
+        id: String,
+        /// The event id.
+        event_id: String,
+    },
+
     /// `restart_from(step)` named a step the instance never started.
     /// Use a name from `history()`.
     #[error(

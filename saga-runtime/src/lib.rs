@@ -60,6 +60,7 @@ mod retention;
 mod retry;
 mod runner;
 mod saga;
+mod send;
 mod service;
 mod status;
 mod step;
@@ -81,6 +82,7 @@ pub use crate::failure::{
 pub use crate::history::{Event, EventKind};
 pub use crate::instance::{Instance, InstanceInfo, ListFilter, Run};
 pub use crate::key::{IdempotencyKey, StepContext};
+pub use crate::send::{EventSender, Sent};
 pub use crate::service::Service;
 pub use crate::status::Status;
 pub use crate::step::StepFuture;
@@ -96,7 +98,7 @@ pub use saga_macros::{rollback, step, workflow};
 pub mod prelude {
     pub use crate::{
         Backoff, Engine, Error, Failure, FailureKind, IdempotencyKey, Instance, ListFilter,
-        Permanent, RollbackContext, RollbackInput, RollbackRegistration, Service, Status,
+        Permanent, RollbackContext, RollbackInput, RollbackRegistration, Sent, Service, Status,
         StepConfig, StepContext, StepError, StepFailed, WaitError, Workflow, WorkflowContext,
         WorkflowError, WorkflowFuture, workflow_fn,
     };

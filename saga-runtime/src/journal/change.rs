@@ -141,6 +141,13 @@ pub(crate) enum Change {
     FailureValue {
         value: Payload,
     },
+    /// `send_event` with an event id stored an event (as `EventReceived`)
+    /// and its id, so a second send with that id is recognised.
+    EventReceivedWithId {
+        event_type: String,
+        payload: Payload,
+        event_id: String,
+    },
 }
 
 /// How an instance ended.

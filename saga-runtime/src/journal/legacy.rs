@@ -173,6 +173,7 @@ pub(crate) fn import(legacy: &LegacyInstance) -> Result<Imported, String> {
         generation: 0,
         events: history.len() as u64,
         failure_value: None,
+        event_ids: BTreeMap::new(),
     };
     Ok(Imported { state, history })
 }

@@ -40,6 +40,17 @@ pub(crate) struct InstanceState {
     /// value.
     #[serde(skip)]
     pub(crate) failure_value: Option<Payload>,
+    /// The events sent with an id, by id, for the whole life of the
+    /// instance (restarts included). Never encoded, as `failure_value`.
+    #[serde(skip)]
+    pub(crate) event_ids: BTreeMap<String, SentEvent>,
+}
+
+/// An event sent with an id: what a second send with the id must match.
+#[derive(Clone, Debug)]
+pub(crate) struct SentEvent {
+    pub(crate) event_type: String,
+    pub(crate) payload: Payload,
 }
 
 /// Set when compensation begins, so recovery knows why and how the
@@ -237,6 +248,7 @@ pub(crate) fn apply(
                     generation: 0,
                     events: 1,
                     failure_value: None,
+                    event_ids: BTreeMap::new(),
                 });
                 Ok(vec![EventKind::InstanceCreated {
                     workflow: workflow.clone(),
@@ -430,18 +442,20 @@ fn apply_to(
         Change::EventReceived {
             event_type,
             payload,
+        } => receive_event(s, seq, at, event_type, payload),
+        Change::EventReceivedWithId {
+            event_type,
+            payload,
+            event_id,
         } => {
-            s.pending.insert(
-                (seq, 0),
-                PendingEvent {
+            s.event_ids.insert(
+                event_id.clone(),
+                SentEvent {
                     event_type: event_type.clone(),
                     payload: payload.clone(),
-                    sent_at: at,
                 },
             );
-            EventKind::EventReceived {
-                event_type: event_type.clone(),
-            }
+            receive_event(s, seq, at, event_type, payload)
         }
         Change::EventTaken { slot, event } => {
             let pending = s.pending.remove(event).ok_or_else(|| {
@@ -562,6 +576,27 @@ fn apply_to(
         }
     };
     Ok(vec![event])
+}
+
+/// An event arrived: pending until a wait for its type takes it.
+fn receive_event(
+    s: &mut InstanceState,
+    seq: u64,
+    at: u64,
+    event_type: &str,
+    payload: &Payload,
+) -> EventKind {
+    s.pending.insert(
+        (seq, 0),
+        PendingEvent {
+            event_type: event_type.to_owned(),
+            payload: payload.clone(),
+            sent_at: at,
+        },
+    );
+    EventKind::EventReceived {
+        event_type: event_type.to_owned(),
+    }
 }
 
 fn end_instance(s: &mut InstanceState, at: u64, end: &End) -> Vec<EventKind> {
