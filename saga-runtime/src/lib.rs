@@ -29,6 +29,33 @@
 //! # }
 //! ```
 
+//!
+//! # Tracing
+//!
+//! The engine reports through [`tracing`](https://docs.rs/tracing), so an
+//! existing subscriber (`tracing_subscriber::fmt`, OpenTelemetry) sees
+//! every instance without extra code. Spans, all at `INFO`:
+//!
+//! | span              | around                                     | fields |
+//! |-------------------|--------------------------------------------|--------|
+//! | `saga.workflow`   | one run of an instance by this process (replay included) | `instance`, `workflow`, `generation` |
+//! | `saga.step`       | one attempt of a step                       | `instance`, `workflow`, `step`, `occurrence`, `attempt` |
+//! | `saga.rollback`   | one attempt of a compensation               | `instance`, `workflow`, `step`, `occurrence`, `attempt` |
+//! | `saga.sleep`      | a durable sleep                             | `instance`, `workflow`, `name`, `occurrence` |
+//! | `saga.wait`       | a wait for an event                         | `instance`, `workflow`, `name`, `occurrence`, `event_type` |
+//!
+//! Step and sleep and wait spans nest under their `saga.workflow` span.
+//! Events at `INFO`: `workflow started`/`resumed`/`completed`/`paused`,
+//! `step completed` (`step`, `occurrence`, `attempts`), `event received`,
+//! `rollback started` (`cause`), `compensation started`/`completed`,
+//! `rollback completed`. At `WARN`: `step attempt failed; retrying`
+//! (`attempt`, `error`, `delay`), `step failed` (`attempts`, `error`),
+//! `compensation attempt failed; retrying`, `compensation failed`,
+//! `rollback failed`, `event wait timed out`, `workflow failed` (`error`).
+//! `DEBUG` adds sleeps and waits starting and ending. So
+//! `RUST_LOG=saga_runtime=info` with a default `fmt` subscriber prints the
+//! story of each instance.
+
 #![cfg_attr(
     not(test),
     warn(clippy::unwrap_used, clippy::expect_used, clippy::panic)
