@@ -48,7 +48,8 @@ async fn charge_card(key: IdempotencyKey, card: String) -> Result<u64, PaymentEr
 
 #[step(name = "parse", read_only, retries = 2, delay = "1 second")]
 async fn parse_amount(text: String) -> Result<u64, std::num::ParseIntError> {
-    Ok(text.parse::<u64>()?)
+    let amount = text.trim().parse::<u64>()?;
+    Ok(amount)
 }
 
 #[step(name = "say", read_only, retries = 1, delay = "1 second")]

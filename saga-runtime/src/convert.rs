@@ -232,7 +232,9 @@ impl<E> ViaStdWorkflowError<E> for ErrorValue<E> {
     }
 }
 
+// The borrows pick the conversion, as in the generated code.
 #[cfg(test)]
+#[allow(clippy::needless_borrow)]
 mod tests {
     use super::*;
 
