@@ -139,18 +139,23 @@ pub(crate) fn is_injected(ty: &Type) -> bool {
 fn step_param(arg: &PatType, earlier: &[Param], errors: &mut Errors) -> Option<Param> {
     // key: &IdempotencyKey
     if let Type::Reference(reference) = &*arg.ty {
-        let injected = [IDEMPOTENCY_KEY, STEP_CONTEXT]
+        let injected = [IDEMPOTENCY_KEY, STEP_CONTEXT, SERVICE]
             .into_iter()
             .find(|name| types::is_named(&reference.elem, name));
         if let Some(injected) = injected {
             let pat = arg.pat.to_token_stream();
-            errors.spanned(
-                &arg.ty,
+            let message = if injected == SERVICE {
+                format!(
+                    "take the service by value (`{pat}: Service<T>`): the engine gives each \
+                     attempt a clone of the shared handle"
+                )
+            } else {
                 format!(
                     "take the `{injected}` by value (`{pat}: {injected}`): the engine gives \
                      each attempt its own"
-                ),
-            );
+                )
+            };
+            errors.spanned(&arg.ty, message);
             return None;
         }
     }
@@ -180,7 +185,8 @@ fn step_param(arg: &PatType, earlier: &[Param], errors: &mut Errors) -> Option<P
             &arg.ty,
             "step inputs must be owned values: the engine keeps them for retries and for the \
              rollback handler after the call returns; take an owned type (e.g. `String` \
-             instead of `&str`) and clone at the call site",
+             instead of `&str`) and clone at the call site; for a shared client or pool, \
+             take `Service<T>` and give it to `Engine::builder().provide(..)`",
         );
         return None;
     }
