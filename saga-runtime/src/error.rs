@@ -151,7 +151,9 @@ pub enum Error {
 
     /// The instance ended `Errored`. `failure` is the error that failed the
     /// workflow; `rollback_failure`, when set, is a compensation that failed
-    /// too (the remaining compensations did not run).
+    /// too (the remaining compensations did not run). When the workflow
+    /// returned its own error type `E`, `failure.downcast::<E>()` gives it
+    /// back.
     #[error("instance {id:?} failed: {failure}{}", rollback_failure.as_ref().map(|f| format!("; rollback also failed: {f}")).unwrap_or_default())]
     WorkflowFailed {
         /// The instance.
