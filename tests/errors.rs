@@ -246,3 +246,34 @@ async fn a_typed_error_survives_a_reopen() {
     engine.close().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Huge(String);
+
+impl std::fmt::Display for Huge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "a {}-byte error", self.0.len())
+    }
+}
+
+#[workflow(name = "huge-error")]
+async fn huge_error(ctx: WorkflowContext, size: usize) -> Result<(), Huge> {
+    let _ = ctx;
+    Err(Huge("x".repeat(size)))
+}
+
+#[tokio::test]
+async fn a_typed_error_over_the_payload_limit_keeps_its_message_only() {
+    let engine = Engine::builder()
+        .clock(TestClock::auto_advancing())
+        .max_payload_bytes(1024)
+        .temporary()
+        .unwrap();
+    let run = engine.start(huge_error, "big-1", 4096).await.unwrap();
+    let failure = step_failure(run.result().await.unwrap_err());
+    assert_eq!(failure.to_string(), "a 4096-byte error");
+    assert!(failure.downcast::<Huge>().is_none());
+    let run = engine.start(huge_error, "small-1", 10).await.unwrap();
+    let failure = step_failure(run.result().await.unwrap_err());
+    assert_eq!(failure.downcast::<Huge>().map(|h| h.0.len()), Some(10));
+}

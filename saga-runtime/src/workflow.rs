@@ -183,7 +183,14 @@ impl<W: Workflow> ErasedWorkflow for W {
         let max = ctx.ctx.shared.core.max_payload;
         let run = self.run(ctx, input);
         Box::pin(async move {
-            let output = run.await.map_err(WorkflowError::into_failure)?;
+            let output = run.await.map_err(|error| {
+                let failure = error.into_failure();
+                // A typed error over the payload limit keeps its message only.
+                match failure.value() {
+                    Some(value) if value.len() > max => failure.with_value(None),
+                    _ => failure,
+                }
+            })?;
             let payload = Payload::encode(&output).map_err(|detail| {
                 Failure::new(
                     FailureKind::Workflow,
