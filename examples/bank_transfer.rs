@@ -3,14 +3,22 @@
 //! an approval, notify. When the credit fails for good, the debit is
 //! refunded: the compensation runs in reverse step-start order, durably.
 //!
-//! Both fake banks apply each idempotency key once, as real payment APIs do.
+//! The banks are a service provided to the engine (`provide(banks)`), taken
+//! by the steps and handlers as `Service<Banks>`; each applies an
+//! idempotency key once, as real payment APIs do. A closed account is a
+//! permanent error (`Permanent`), so the credit gives up at once instead of
+//! retrying. The workflow returns its own error type, `TransferError`,
+//! which the caller gets back typed.
+//!
 //! The engine runs on a simulated clock, so the 7-day settlement passes at
 //! once; `Engine::open(dir)` with the default clock would really wait.
 //!
-//! `cargo run --example bank_transfer`
+//! `cargo run --example bank_transfer`, or with the engine's story:
+//! `RUST_LOG=saga_runtime=info cargo run --example bank_transfer`
 
 use std::collections::BTreeMap;
-use std::sync::{LazyLock, Mutex};
+use std::fmt;
+use std::sync::Mutex;
 
 use saga_runtime::prelude::*;
 use saga_runtime::{EventKind, TestClock};
@@ -33,6 +41,73 @@ struct Approval {
     approved: bool,
 }
 
+/// Why a transfer did not happen: stored with the instance as JSON and
+/// given back typed to the caller and to the compensations.
+#[derive(Debug, Serialize, Deserialize)]
+enum TransferError {
+    /// A bank refused a step for good.
+    Refused { step: String, reason: String },
+    /// The approver said no.
+    NotApproved,
+}
+
+impl fmt::Display for TransferError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TransferError::Refused { step, reason } => write!(f, "{step} refused: {reason}"),
+            TransferError::NotApproved => f.write_str("the transfer was not approved"),
+        }
+    }
+}
+
+impl From<WaitError> for TransferError {
+    fn from(error: WaitError) -> Self {
+        match error {
+            WaitError::Timeout { .. } => TransferError::NotApproved,
+            other => TransferError::Refused {
+                step: "wait".into(),
+                reason: other.to_string(),
+            },
+        }
+    }
+}
+
+impl From<StepFailed> for TransferError {
+    fn from(failed: StepFailed) -> Self {
+        TransferError::Refused {
+            step: failed.step().to_owned(),
+            reason: failed.error().to_string(),
+        }
+    }
+}
+
+/// What a bank answers.
+#[derive(Debug)]
+enum BankError {
+    AccountClosed { bank: &'static str, account: String },
+    Unavailable,
+}
+
+impl fmt::Display for BankError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BankError::AccountClosed { bank, account } => {
+                write!(f, "{bank} closed account {account}")
+            }
+            BankError::Unavailable => f.write_str("the bank is unavailable"),
+        }
+    }
+}
+
+impl std::error::Error for BankError {}
+
+/// A closed account stays closed: no retry. An outage is worth another try.
+impl saga_runtime::Permanent for BankError {
+    fn is_permanent(&self) -> bool {
+        matches!(self, BankError::AccountClosed { .. })
+    }
+}
+
 /// A bank whose ledger applies each idempotency key at most once.
 struct Bank {
     name: &'static str,
@@ -40,21 +115,21 @@ struct Bank {
 }
 
 impl Bank {
-    const fn new(name: &'static str) -> Self {
+    fn new(name: &'static str) -> Self {
         Bank {
             name,
             ledger: Mutex::new(BTreeMap::new()),
         }
     }
 
-    fn post(&self, account: &str, delta: i64, key: &str) -> Result<String, StepError> {
+    fn post(&self, account: &str, delta: i64, key: &str) -> Result<String, BankError> {
         if account == "mallory" {
-            return Err(StepError::fatal(format!(
-                "{} closed account {account}",
-                self.name
-            )));
+            return Err(BankError::AccountClosed {
+                bank: self.name,
+                account: account.to_owned(),
+            });
         }
-        let mut ledger = self.ledger.lock().map_err(StepError::fatal)?;
+        let mut ledger = self.ledger.lock().map_err(|_| BankError::Unavailable)?;
         ledger
             .entry(key.to_owned())
             .or_insert((account.to_owned(), delta));
@@ -71,13 +146,20 @@ impl Bank {
     }
 }
 
-static BANK_A: LazyLock<Bank> = LazyLock::new(|| Bank::new("bank-a"));
-static BANK_B: LazyLock<Bank> = LazyLock::new(|| Bank::new("bank-b"));
+/// The service the engine hands to steps: both banks' clients.
+struct Banks {
+    a: Bank,
+    b: Bank,
+}
 
 #[step(name = "debit-bank-a", rollback = refund_bank_a, retries = 10,
        delay = "1 second", backoff = "exponential", timeout = "30 seconds")]
-async fn debit_bank_a(key: IdempotencyKey, t: Transfer) -> Result<String, StepError> {
-    BANK_A.post(&t.from, -(t.amount as i64), key.as_str())
+async fn debit_bank_a(
+    key: IdempotencyKey,
+    banks: Service<Banks>,
+    t: Transfer,
+) -> Result<String, BankError> {
+    banks.a.post(&t.from, -(t.amount as i64), key.as_str())
 }
 
 #[rollback(
@@ -86,24 +168,35 @@ async fn debit_bank_a(key: IdempotencyKey, t: Transfer) -> Result<String, StepEr
     backoff = "exponential",
     timeout = "2 minutes"
 )]
-async fn refund_bank_a(ctx: RollbackContext<'_, String>, t: Transfer) -> Result<(), StepError> {
-    println!(
-        "  compensating debit {:?} because: {}",
-        ctx.output(),
-        ctx.cause()
-    );
-    BANK_A
+async fn refund_bank_a(
+    ctx: RollbackContext<'_, String>,
+    t: Transfer,
+    banks: Service<Banks>,
+) -> Result<(), BankError> {
+    // The workflow's own error, typed, when it caused the rollback.
+    let cause = ctx.cause().downcast::<TransferError>();
+    println!("  compensating debit {:?} because: {cause:?}", ctx.output());
+    banks
+        .a
         .post(&t.from, t.amount as i64, ctx.key().as_str())
         .map(drop)
 }
 
 #[step(name = "credit-bank-b", rollback = reverse_credit_b, retries = 3, delay = "1 second")]
-async fn credit_bank_b(key: IdempotencyKey, t: Transfer) -> Result<String, StepError> {
-    BANK_B.post(&t.to, t.amount as i64, key.as_str())
+async fn credit_bank_b(
+    key: IdempotencyKey,
+    banks: Service<Banks>,
+    t: Transfer,
+) -> Result<String, BankError> {
+    banks.b.post(&t.to, t.amount as i64, key.as_str())
 }
 
 #[rollback]
-async fn reverse_credit_b(ctx: RollbackContext<'_, String>, t: Transfer) -> Result<(), StepError> {
+async fn reverse_credit_b(
+    ctx: RollbackContext<'_, String>,
+    t: Transfer,
+    banks: Service<Banks>,
+) -> Result<(), BankError> {
     // The credit failed before it was stored: nothing to take back.
     if ctx.output().is_none() {
         println!(
@@ -112,7 +205,8 @@ async fn reverse_credit_b(ctx: RollbackContext<'_, String>, t: Transfer) -> Resu
         );
         return Ok(());
     }
-    BANK_B
+    banks
+        .b
         .post(&t.to, -(t.amount as i64), ctx.key().as_str())
         .map(drop)
 }
@@ -124,7 +218,7 @@ async fn notify(t: Transfer) -> Result<(), StepError> {
 }
 
 #[workflow(name = "bank-transfer")]
-async fn bank_transfer(ctx: WorkflowContext, t: Transfer) -> Result<Receipt, WorkflowError> {
+async fn bank_transfer(ctx: WorkflowContext, t: Transfer) -> Result<Receipt, TransferError> {
     let debit = debit_bank_a(&ctx, t.clone()).await?;
     let credit = credit_bank_b(&ctx, t.clone()).await?;
     ctx.sleep("settle", "7 days").await?;
@@ -132,7 +226,7 @@ async fn bank_transfer(ctx: WorkflowContext, t: Transfer) -> Result<Receipt, Wor
         .wait_for_event("wait-approval", "approval", "7 days")
         .await?;
     if !approval.approved {
-        return Err(WorkflowError::new("the transfer was not approved"));
+        return Err(TransferError::NotApproved);
     }
     notify(&ctx, t).await?;
     Ok(Receipt { debit, credit })
@@ -145,12 +239,24 @@ async fn transfer(engine: &Engine, id: &str, to: &str) -> Result<(), saga_runtim
         to: to.into(),
         amount: 100,
     };
-    let run = engine.start(bank_transfer, id, input).await?;
-    engine
-        .send_event(id, "approval", &Approval { approved: true })
+    // Start and approve at once; a webhook retried with the same event id
+    // would be stored once.
+    let (run, _) = engine
+        .event(id, "approval")
+        .id(format!("approval-{id}"))
+        .send_with_start(bank_transfer, input, &Approval { approved: true })
         .await?;
     match run.result().await {
         Ok(receipt) => println!("  complete: {receipt:?}"),
+        Err(saga_runtime::Error::WorkflowFailed { failure, .. }) => {
+            match failure.downcast::<TransferError>() {
+                Some(TransferError::Refused { step, reason }) => {
+                    println!("  refused by {step}: {reason}")
+                }
+                Some(TransferError::NotApproved) => println!("  not approved"),
+                None => println!("  failed: {failure}"),
+            }
+        }
         Err(e) => println!("  {e}"),
     }
     for event in run.history().await? {
@@ -163,6 +269,10 @@ async fn transfer(engine: &Engine, id: &str, to: &str) -> Result<(), saga_runtim
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
+    // RUST_LOG=saga_runtime=info prints what the engine does.
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .init();
     // The error as a person reads it, not its Debug form.
     match run().await {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -175,8 +285,13 @@ async fn main() -> std::process::ExitCode {
 
 async fn run() -> Result<(), saga_runtime::Error> {
     let dir = saga_examples::StoreDir::for_example("bank_transfer");
+    let banks = std::sync::Arc::new(Banks {
+        a: Bank::new("bank-a"),
+        b: Bank::new("bank-b"),
+    });
     let engine = Engine::builder()
         .clock(TestClock::auto_advancing())
+        .provide_arc(banks.clone())
         .open(&dir.path)?;
     engine.register(bank_transfer)?;
 
@@ -185,8 +300,8 @@ async fn run() -> Result<(), saga_runtime::Error> {
 
     println!(
         "balances: alice {} (bank A), bob {} (bank B)",
-        BANK_A.balance("alice"),
-        BANK_B.balance("bob")
+        banks.a.balance("alice"),
+        banks.b.balance("bob")
     );
     engine.close().await;
     Ok(())

@@ -12,7 +12,7 @@ mod helpers;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use saga_runtime::prelude::*;
-use saga_runtime::{Error, EventKind, Instance, TestClock};
+use saga_runtime::{Error, EventKind, Instance, Sent, TestClock};
 
 use child::{DataDir, child_dir, report};
 
@@ -321,4 +321,186 @@ async fn an_event_sent_while_no_process_runs_the_instance_is_delivered_after_res
     );
     let waits = kinds(&run).await.into_iter().filter(wait_started).count();
     assert_eq!(waits, 1, "the wait was resumed, not started again");
+}
+
+/// Two fields, serialized in this order.
+#[derive(Serialize, Deserialize)]
+struct AB {
+    a: u32,
+    b: u32,
+}
+
+/// The same two fields, serialized the other way round.
+#[derive(Serialize, Deserialize)]
+struct BA {
+    b: u32,
+    a: u32,
+}
+
+#[tokio::test]
+async fn an_event_id_sent_twice_is_stored_once_and_reported_a_duplicate() {
+    let clock = TestClock::new();
+    let engine = engine_on(&clock);
+    let wf = workflow_fn("two-hooks", |ctx: WorkflowContext, (): ()| async move {
+        let first: serde_json::Value = ctx.wait_for_event("first", "hook", "1 day").await?;
+        let second: serde_json::Value = ctx.wait_for_event("second", "hook", "1 day").await?;
+        Ok::<_, WorkflowError>(vec![first, second])
+    });
+    let run = engine.start(wf, "hooks-1", ()).await.unwrap();
+    let send = |id: &'static str| engine.event("hooks-1", "hook").id(id);
+    assert_eq!(
+        send("evt_1").send(&AB { a: 1, b: 2 }).await.unwrap(),
+        Sent::Delivered
+    );
+    // The same payload with its keys in another order is the same event.
+    assert_eq!(
+        send("evt_1").send(&BA { b: 2, a: 1 }).await.unwrap(),
+        Sent::Duplicate
+    );
+    match send("evt_1").send(&AB { a: 1, b: 3 }).await {
+        Err(Error::EventIdConflict { id, event_id }) => {
+            assert_eq!((id.as_str(), event_id.as_str()), ("hooks-1", "evt_1"));
+        }
+        other => panic!("expected EventIdConflict, got {other:?}"),
+    }
+    assert!(matches!(
+        engine
+            .event("hooks-1", "other")
+            .id("evt_1")
+            .send(&AB { a: 1, b: 2 })
+            .await,
+        Err(Error::EventIdConflict { .. })
+    ));
+    assert_eq!(
+        send("evt_2").send(&AB { a: 5, b: 6 }).await.unwrap(),
+        Sent::Delivered
+    );
+    let values = within("the result", run.result()).await.unwrap();
+    assert_eq!(
+        values,
+        [
+            serde_json::json!({"a": 1, "b": 2}),
+            serde_json::json!({"a": 5, "b": 6})
+        ]
+    );
+    let received = kinds(&run)
+        .await
+        .iter()
+        .filter(|k| matches!(k, EventKind::EventReceived { .. }))
+        .count();
+    assert_eq!(received, 2, "the duplicate was not stored");
+    // After the end, a late retry of the same webhook is still a duplicate.
+    assert_eq!(
+        send("evt_2").send(&AB { a: 5, b: 6 }).await.unwrap(),
+        Sent::Duplicate
+    );
+}
+
+#[tokio::test]
+async fn event_ids_are_remembered_across_a_reopen() {
+    let dir = std::env::temp_dir().join(format!("saga-event-ids-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    {
+        let engine = Engine::open(&dir).unwrap();
+        engine.start(approval(), "remember-1", ()).await.unwrap();
+        let sent = engine
+            .event("remember-1", "approval")
+            .id("e-1")
+            .send("yes")
+            .await;
+        assert_eq!(sent.unwrap(), Sent::Delivered);
+        engine.close().await;
+    }
+    let engine = Engine::open(&dir).unwrap();
+    let sent = engine
+        .event("remember-1", "approval")
+        .id("e-1")
+        .send("yes")
+        .await;
+    assert_eq!(sent.unwrap(), Sent::Duplicate);
+    engine.close().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn start_with_event_creates_the_instance_and_its_wait_sees_the_event() {
+    let clock = TestClock::new();
+    let engine = engine_on(&clock);
+    // No instance yet: a plain send is refused, start-with-event is the answer.
+    assert!(matches!(
+        engine.send_event("webhook-1", "approval", "early").await,
+        Err(Error::UnknownInstance { .. })
+    ));
+    let (run, sent) = engine
+        .event("webhook-1", "approval")
+        .id("evt_9")
+        .send_with_start(approval(), (), "approved")
+        .await
+        .unwrap();
+    assert_eq!(sent, Sent::Delivered);
+    assert_eq!(
+        within("the result", run.result()).await.unwrap(),
+        "approved"
+    );
+    // The event was stored with the instance, before its driver ran.
+    let history = kinds(&run).await;
+    assert!(
+        matches!(history[0], EventKind::InstanceCreated { .. }),
+        "{history:?}"
+    );
+    assert!(
+        matches!(history[1], EventKind::EventReceived { .. }),
+        "{history:?}"
+    );
+    // Again, as a retried webhook would: the same instance, a duplicate.
+    let (again, sent) = engine
+        .event("webhook-1", "approval")
+        .id("evt_9")
+        .send_with_start(approval(), (), "approved")
+        .await
+        .unwrap();
+    assert_eq!(sent, Sent::Duplicate);
+    assert_eq!(again.result().await.unwrap(), "approved");
+
+    // An instance that exists already just gets the event.
+    let run = engine.start(approval(), "webhook-2", ()).await.unwrap();
+    let (_, sent) = engine
+        .event("webhook-2", "approval")
+        .send_with_start(approval(), (), "late")
+        .await
+        .unwrap();
+    assert_eq!(sent, Sent::Delivered);
+    assert_eq!(within("the result", run.result()).await.unwrap(), "late");
+}
+
+#[tokio::test]
+async fn start_with_an_existing_id_and_another_input_is_a_typed_error() {
+    let clock = TestClock::new();
+    let engine = engine_on(&clock);
+    let wf = workflow_fn(
+        "echo-map",
+        |ctx: WorkflowContext, input: serde_json::Value| async move {
+            ctx.sleep("nap", "1 hour").await?;
+            Ok::<_, WorkflowError>(input)
+        },
+    );
+    let input = serde_json::to_value(AB { a: 1, b: 2 }).unwrap();
+    engine.start(wf, "echo-1", input).await.unwrap();
+    // The same value, its keys in another order: the existing instance.
+    let same = serde_json::to_value(BA { b: 2, a: 1 }).unwrap();
+    engine.start(wf, "echo-1", same).await.unwrap();
+    let other = serde_json::to_value(AB { a: 1, b: 9 }).unwrap();
+    match engine.start(wf, "echo-1", other).await {
+        Err(Error::InputMismatch { id }) => assert_eq!(id, "echo-1"),
+        other => panic!("expected InputMismatch, got {:?}", other.map(|_| ())),
+    }
+    // Nor may start-with-event change the input.
+    let other = serde_json::json!({"a": 3});
+    assert!(matches!(
+        engine
+            .event("echo-1", "ping")
+            .send_with_start(wf, other, "x")
+            .await,
+        Err(Error::InputMismatch { .. })
+    ));
 }

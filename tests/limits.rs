@@ -202,10 +202,19 @@ async fn a_duplicate_id_returns_the_same_instance_or_is_refused_for_another_work
     });
     let first = engine.start(once.clone(), "dup", 1).await.unwrap();
     assert_eq!(within(first.result()).await.unwrap(), 1);
-    // The same id again, even with another input, is the same instance.
-    let second = engine.start(once, "dup", 2).await.unwrap();
+    // The same id and input again is the same instance.
+    let second = engine.start(once.clone(), "dup", 1).await.unwrap();
     assert_eq!(within(second.result()).await.unwrap(), 1);
     assert_eq!(runs.load(Ordering::SeqCst), 1, "nothing ran twice");
+    // Another input under that id is refused, not silently answered.
+    let error = engine
+        .start(once, "dup", 2)
+        .await
+        .expect_err("another input");
+    assert!(
+        matches!(&error, Error::InputMismatch { id } if id == "dup"),
+        "{error:?}"
+    );
     let error = engine
         .start(echo(), "dup", vec![])
         .await

@@ -89,7 +89,7 @@ where
             log.lock().unwrap().push(Call {
                 step,
                 output: ctx.output().map(|o| format!("{o:?}")),
-                cause: ctx.cause().to_owned(),
+                cause: ctx.cause().to_string(),
                 key: ctx.key().to_string(),
                 attempt: ctx.attempt(),
             });

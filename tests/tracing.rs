@@ -18,10 +18,19 @@ struct SeenSpan {
     fields: Vec<(String, String)>,
 }
 
-/// Records the spans that open; nothing else.
+/// An event as the subscriber saw it: level, message and fields.
+#[derive(Debug, Clone, PartialEq)]
+struct SeenEvent {
+    level: tracing::Level,
+    message: String,
+    fields: Vec<(String, String)>,
+}
+
+/// Records the spans that open and the events; nothing else.
 #[derive(Clone, Default)]
 struct Recorder {
     spans: Arc<Mutex<Vec<SeenSpan>>>,
+    events: Arc<Mutex<Vec<SeenEvent>>>,
     next_id: Arc<AtomicU64>,
 }
 
@@ -54,7 +63,20 @@ impl Subscriber for Recorder {
 
     fn record(&self, _: &Id, _: &Record<'_>) {}
     fn record_follows_from(&self, _: &Id, _: &Id) {}
-    fn event(&self, _: &Event<'_>) {}
+    fn event(&self, event: &Event<'_>) {
+        let mut fields = Vec::new();
+        event.record(&mut Fields(&mut fields));
+        let message = fields
+            .iter()
+            .find(|(name, _)| name == "message")
+            .map(|(_, value)| value.clone())
+            .unwrap_or_default();
+        self.events.lock().unwrap().push(SeenEvent {
+            level: *event.metadata().level(),
+            message,
+            fields,
+        });
+    }
     fn enter(&self, _: &Id) {}
     fn exit(&self, _: &Id) {}
 }
@@ -122,4 +144,112 @@ async fn step_and_rollback_attempts_run_in_spans_naming_instance_workflow_step_a
     assert_eq!(field(rollbacks[0], "workflow"), Some("traced"));
     assert_eq!(field(rollbacks[0], "step"), Some("charge"));
     assert_eq!(field(rollbacks[0], "attempt"), Some("1"));
+}
+
+#[step(name = "reserve", rollback = release, retries = 3, delay = "1 second")]
+async fn reserve(key: IdempotencyKey, sku: String) -> Result<String, StepError> {
+    // The first attempt fails, so a retry shows.
+    static FIRST: std::sync::Once = std::sync::Once::new();
+    let mut failed = false;
+    FIRST.call_once(|| failed = true);
+    if failed {
+        return Err(StepError::retryable("warehouse busy"));
+    }
+    Ok(format!("{sku}@{key}"))
+}
+
+#[rollback]
+async fn release(ctx: RollbackContext<'_, String>) -> Result<(), StepError> {
+    let _ = ctx.key().as_str();
+    Ok(())
+}
+
+#[step(name = "charge")]
+async fn charge_card(key: IdempotencyKey) -> Result<(), StepError> {
+    Err(StepError::fatal(format!("card declined ({key})")))
+}
+
+#[workflow(name = "story")]
+async fn story(ctx: WorkflowContext, sku: String) -> Result<(), WorkflowError> {
+    reserve(&ctx, sku).await?;
+    ctx.sleep("settle", "1 hour").await?;
+    let _approved: bool = ctx.wait_for_event("approval", "approved", "1 day").await?;
+    charge_card(&ctx).await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_run_tells_its_story_in_spans_and_info_and_warn_events() {
+    let recorder = Recorder::default();
+    let _default = tracing::subscriber::set_default(recorder.clone());
+    let engine = Engine::builder()
+        .clock(TestClock::auto_advancing())
+        .temporary()
+        .unwrap();
+    let (run, _) = engine
+        .event("story-1", "approved")
+        .send_with_start(story, "sku-9".to_owned(), &true)
+        .await
+        .unwrap();
+    assert!(run.result().await.is_err());
+
+    let spans = recorder.spans.lock().unwrap().clone();
+    let named = |name: &str| -> Vec<SeenSpan> {
+        spans.iter().filter(|s| s.name == name).cloned().collect()
+    };
+    let workflow = named("saga.workflow");
+    assert_eq!(workflow.len(), 1, "{spans:?}");
+    assert_eq!(field(&workflow[0], "instance"), Some("story-1"));
+    assert_eq!(field(&workflow[0], "workflow"), Some("story"));
+    let sleep = named("saga.sleep");
+    assert_eq!(sleep.len(), 1, "{spans:?}");
+    assert_eq!(field(&sleep[0], "name"), Some("settle"));
+    assert_eq!(field(&sleep[0], "instance"), Some("story-1"));
+    assert_eq!(field(&sleep[0], "occurrence"), Some("0"));
+    let wait = named("saga.wait");
+    assert_eq!(wait.len(), 1, "{spans:?}");
+    assert_eq!(field(&wait[0], "name"), Some("approval"));
+    assert_eq!(field(&wait[0], "event_type"), Some("approved"));
+    assert_eq!(
+        named("saga.step").len(),
+        3,
+        "two attempts of reserve, one of charge"
+    );
+    assert_eq!(named("saga.rollback").len(), 1);
+
+    // The story, at info and warn: what a default fmt subscriber prints.
+    let events = recorder.events.lock().unwrap().clone();
+    let told: Vec<(tracing::Level, &str)> = events
+        .iter()
+        .filter(|e| e.level <= tracing::Level::INFO)
+        .map(|e| (e.level, e.message.as_str()))
+        .collect();
+    use tracing::Level as L;
+    assert_eq!(
+        told,
+        [
+            (L::INFO, "workflow started"),
+            (L::WARN, "step attempt failed; retrying"),
+            (L::INFO, "step completed"),
+            (L::INFO, "event received"),
+            (L::WARN, "step failed"),
+            (L::INFO, "rollback started"),
+            (L::INFO, "compensation started"),
+            (L::INFO, "compensation completed"),
+            (L::INFO, "rollback completed"),
+            (L::WARN, "workflow failed"),
+        ],
+        "{events:#?}"
+    );
+    let failed = events.iter().find(|e| e.message == "step failed").unwrap();
+    let value = |name: &str| {
+        failed
+            .fields
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    };
+    assert_eq!(value("step"), Some("charge"));
+    assert_eq!(value("instance"), Some("story-1"));
+    assert_eq!(value("attempts"), Some("1"));
 }

@@ -18,6 +18,8 @@ use crate::types;
 const IDEMPOTENCY_KEY: &str = "IdempotencyKey";
 /// The type name of the injected step context.
 const STEP_CONTEXT: &str = "StepContext";
+/// The type name of an injected shared service, `Service<T>`.
+const SERVICE: &str = "Service";
 /// The type name of a rollback handler's context.
 const ROLLBACK_CONTEXT: &str = "RollbackContext";
 /// The type name of a workflow's context.
@@ -30,6 +32,8 @@ pub(crate) enum ParamKind {
     Key,
     /// `step: StepContext`, supplied by the engine.
     StepContext,
+    /// `payments: Service<Payments>`, a service provided to the engine.
+    Service,
     /// An input the caller passes.
     Input,
 }
@@ -59,8 +63,9 @@ pub(crate) struct RollbackFn {
     pub(crate) ctx: Option<Ident>,
     /// `T` of `RollbackContext<'_, T>`: the output of the step it compensates.
     pub(crate) step_output: Type,
-    /// The types of the parameters after the context: the step's inputs.
-    pub(crate) inputs: Vec<Type>,
+    /// The parameters after the context, in order: the step's inputs and
+    /// `Service<T>`s (`true`).
+    pub(crate) params: Vec<(bool, Type)>,
 }
 
 /// A function under `#[workflow]`.
@@ -88,8 +93,9 @@ impl StepFn {
         if output.is_none() {
             errors.spanned(
                 return_span(&item),
-                "a step returns `Result<Output, StepError>`: the engine stores `Output` and \
-                 retries on `Err`; change the return type",
+                "a step returns `Result<Output, E>`: the engine stores `Output` and \
+                 retries on `Err`; `E` is `StepError`, a `std::error::Error + Send + Sync`, \
+                 `anyhow::Error`, `String` or `&str`; change the return type",
             );
         }
         Some(StepFn {
@@ -105,6 +111,11 @@ impl StepFn {
         self.params.iter().filter(|p| p.kind == ParamKind::Input)
     }
 
+    /// The `Service<T>` parameters.
+    pub(crate) fn services(&self) -> impl Iterator<Item = &Param> {
+        self.params.iter().filter(|p| p.kind == ParamKind::Service)
+    }
+
     /// The parameter of the given kind, if the step takes one.
     pub(crate) fn injected(&self, kind: ParamKind) -> Option<&Param> {
         self.params.iter().find(|p| p.kind == kind)
@@ -118,7 +129,7 @@ pub(crate) fn is_injected(ty: &Type) -> bool {
         Type::Reference(reference) => &*reference.elem,
         other => other,
     };
-    [IDEMPOTENCY_KEY, STEP_CONTEXT]
+    [IDEMPOTENCY_KEY, STEP_CONTEXT, SERVICE]
         .into_iter()
         .any(|name| types::is_named(ty, name))
 }
@@ -128,18 +139,23 @@ pub(crate) fn is_injected(ty: &Type) -> bool {
 fn step_param(arg: &PatType, earlier: &[Param], errors: &mut Errors) -> Option<Param> {
     // key: &IdempotencyKey
     if let Type::Reference(reference) = &*arg.ty {
-        let injected = [IDEMPOTENCY_KEY, STEP_CONTEXT]
+        let injected = [IDEMPOTENCY_KEY, STEP_CONTEXT, SERVICE]
             .into_iter()
             .find(|name| types::is_named(&reference.elem, name));
         if let Some(injected) = injected {
             let pat = arg.pat.to_token_stream();
-            errors.spanned(
-                &arg.ty,
+            let message = if injected == SERVICE {
+                format!(
+                    "take the service by value (`{pat}: Service<T>`): the engine gives each \
+                     attempt a clone of the shared handle"
+                )
+            } else {
                 format!(
                     "take the `{injected}` by value (`{pat}: {injected}`): the engine gives \
                      each attempt its own"
-                ),
-            );
+                )
+            };
+            errors.spanned(&arg.ty, message);
             return None;
         }
     }
@@ -147,11 +163,15 @@ fn step_param(arg: &PatType, earlier: &[Param], errors: &mut Errors) -> Option<P
         ParamKind::Key
     } else if types::is_named(&arg.ty, STEP_CONTEXT) {
         ParamKind::StepContext
+    } else if types::is_named(&arg.ty, SERVICE) {
+        ParamKind::Service
     } else {
         ParamKind::Input
     };
     // key: IdempotencyKey, .., other: IdempotencyKey
-    if kind != ParamKind::Input && earlier.iter().any(|param| param.kind == kind) {
+    if matches!(kind, ParamKind::Key | ParamKind::StepContext)
+        && earlier.iter().any(|param| param.kind == kind)
+    {
         errors.spanned(
             arg,
             "this step already takes this parameter: the engine supplies one key and one \
@@ -165,7 +185,8 @@ fn step_param(arg: &PatType, earlier: &[Param], errors: &mut Errors) -> Option<P
             &arg.ty,
             "step inputs must be owned values: the engine keeps them for retries and for the \
              rollback handler after the call returns; take an owned type (e.g. `String` \
-             instead of `&str`) and clone at the call site",
+             instead of `&str`) and clone at the call site; for a shared client or pool, \
+             take `Service<T>` and give it to `Engine::builder().provide(..)`",
         );
         return None;
     }
@@ -178,6 +199,25 @@ fn step_param(arg: &PatType, earlier: &[Param], errors: &mut Errors) -> Option<P
 }
 
 impl RollbackFn {
+    /// The step inputs it takes (the parameters after the context that are
+    /// not services).
+    pub(crate) fn inputs(&self) -> Vec<&Type> {
+        self.params
+            .iter()
+            .filter(|(service, _)| !service)
+            .map(|(_, ty)| ty)
+            .collect()
+    }
+
+    /// The `Service<T>` types it takes.
+    pub(crate) fn services(&self) -> Vec<&Type> {
+        self.params
+            .iter()
+            .filter(|(service, _)| *service)
+            .map(|(_, ty)| ty)
+            .collect()
+    }
+
     /// Reads a rollback handler's signature.
     pub(crate) fn from_syn(item: ItemFn, errors: &mut Errors) -> Option<Self> {
         let expandable = check_shape(&item, "rollback", errors);
@@ -203,16 +243,22 @@ impl RollbackFn {
         if !returns_unit {
             errors.spanned(
                 return_span(&item),
-                "a rollback handler returns `Result<(), StepError>`: change the return type",
+                "a rollback handler returns `Result<(), E>`, where `E` is `StepError`, a \
+                 `std::error::Error + Send + Sync`, `anyhow::Error`, `String` or `&str`: change \
+                 the return type",
             );
         }
-        let inputs = args.iter().skip(1).map(|arg| (*arg.ty).clone()).collect();
+        let params = args
+            .iter()
+            .skip(1)
+            .map(|arg| (types::is_named(&arg.ty, SERVICE), (*arg.ty).clone()))
+            .collect();
         let (ctx, step_output) = context?;
         Some(RollbackFn {
             item,
             ctx,
             step_output,
-            inputs,
+            params,
         })
         .filter(|_| expandable && returns_unit)
     }
@@ -241,7 +287,10 @@ impl WorkflowFn {
         let Some(output) = types::result_ok(&item.sig.output).cloned() else {
             errors.spanned(
                 return_span(&item),
-                "a workflow returns `Result<Output, WorkflowError>`: change the return type",
+                "a workflow returns `Result<Output, E>`, where `E` is `WorkflowError`, your \
+                 own error type (`Serialize + DeserializeOwned + Display`: the caller gets it \
+                 back with `failure.downcast::<E>()`), a `std::error::Error + Send + Sync`, \
+                 `anyhow::Error`, `String` or `&str`; change the return type",
             );
             return None;
         };

@@ -72,7 +72,9 @@ pub(crate) fn workflow(args: TokenStream, item: TokenStream) -> TokenStream {
             None => Default::default(),
         };
         let checks = steps::workflow_checks(&body, &unlisted);
-        let workflow = workflow_tokens(&args, &workflow, checks);
+        let services =
+            steps::workflow_services(&body, &steps::local_item_names(&workflow.item.block));
+        let workflow = workflow_tokens(&args, &workflow, checks, services);
         Some(quote!(#workflow #lock))
     })
 }
@@ -126,18 +128,40 @@ fn step_tokens(args: &StepArgs, step: &StepFn, checked: bool) -> TokenStream {
         .zip(&input_types)
         .map(|(var, ty)| quote_spanned!(ty.span()=> ::saga_runtime::__private::clone_input(&#var)))
         .collect();
+    let service_types: Vec<&syn::Type> = step.services().map(|param| &param.ty).collect();
+    let service_vars: Vec<Ident> = (0..service_types.len())
+        .map(|index| format_ident!("__saga_service{index}"))
+        .collect();
     let mut next_input = input_vars.iter();
-    let call_args = step.params.iter().map(|param| match param.kind {
-        ParamKind::Key => quote!(__saga_key),
-        ParamKind::StepContext => quote!(__saga_step),
-        ParamKind::Input => next_input.next().to_token_stream(),
-    });
+    let mut next_service = service_vars.iter();
+    let call_args: Vec<TokenStream> = step
+        .params
+        .iter()
+        .map(|param| match param.kind {
+            ParamKind::Key => quote!(__saga_key),
+            ParamKind::StepContext => quote!(__saga_step),
+            ParamKind::Input => next_input.next().to_token_stream(),
+            ParamKind::Service => next_service.next().to_token_stream(),
+        })
+        .collect();
+    let fetch_services = fetch_services(
+        &service_vars,
+        &service_types,
+        quote!(for_step(&__saga_step)),
+    );
     // A renamed step hands its old name to the runtime, for replay.
     let (start, old_name) = match &args.renamed_from {
         Some(old) => (quote!(start_step_renamed), quote!(#old,)),
         None => (quote!(start_step), TokenStream::new()),
     };
-    let definition = steps::step_definition(item, &name, args.renamed_from.as_ref());
+    let convert = step_error_conversion(&item.sig.output, quote!(__saga_attempt.await));
+    let definition = steps::step_definition(
+        item,
+        &name,
+        args.renamed_from.as_ref(),
+        &service_types,
+        args.rollback.as_ref(),
+    );
     let take_key = step
         .injected(ParamKind::Key)
         .map(|_| quote!(let __saga_key = __saga_step.key();));
@@ -171,7 +195,12 @@ fn step_tokens(args: &StepArgs, step: &StepFn, checked: bool) -> TokenStream {
                 move |__saga_step: ::saga_runtime::__private::StepContext| {
                     #(let #input_vars = #clones;)*
                     #take_key
-                    __saga_body(#(#call_args),*)
+                    #fetch_services
+                    async move {
+                        #(let #service_vars = #service_vars?;)*
+                        let __saga_attempt = __saga_body(#(#call_args),*);
+                        #convert
+                    }
                 },
                 __saga_rollback,
             )
@@ -214,40 +243,90 @@ fn rollback_tokens(args: &RollbackArgs, handler: &RollbackFn) -> TokenStream {
     item.sig.asyncness = Some(Default::default());
     let ident = &item.sig.ident;
     let output = &handler.step_output;
-    let inputs = &handler.inputs;
-    let vars: Vec<Ident> = (0..inputs.len())
+    let inputs = handler.inputs();
+    let services = handler.services();
+    let input_vars: Vec<Ident> = (0..inputs.len())
         .map(|index| format_ident!("__saga_input{index}"))
         .collect();
+    let service_vars: Vec<Ident> = (0..services.len())
+        .map(|index| format_ident!("__saga_service{index}"))
+        .collect();
+    let (mut next_input, mut next_service) = (input_vars.iter(), service_vars.iter());
+    let call_args: Vec<_> = handler
+        .params
+        .iter()
+        .map(|(service, _)| match service {
+            true => next_service.next(),
+            false => next_input.next(),
+        })
+        .collect();
     let config = config_tokens(&args.config);
-    let hidden_type = hidden_handler_type(&item);
+    let convert = step_error_conversion(
+        &item.sig.output,
+        quote!(#ident(__saga_rollback.context(), #(#call_args),*).await),
+    );
+    let fetch_services = fetch_services(
+        &service_vars,
+        &services,
+        quote!(for_rollback(&__saga_rollback)),
+    );
+    let hidden_type = hidden_handler_type(&item, &services);
     let cfgs = cfg_attrs(&item);
+    // A handler that takes none of the step's inputs fits a step with any.
+    let (generics, step_inputs, take_inputs) = if inputs.is_empty() {
+        (
+            quote!(<__SagaInputs>),
+            quote!(__SagaInputs),
+            TokenStream::new(),
+        )
+    } else {
+        (
+            TokenStream::new(),
+            quote!((#(#inputs,)*)),
+            quote!(let (#(#input_vars,)*) = __saga_inputs;),
+        )
+    };
     quote! {
         #item
         #hidden_type
         #(#cfgs)*
         #[automatically_derived]
-        impl ::saga_runtime::__private::RollbackHandler<#output, (#(#inputs,)*)> for #ident {
+        impl #generics ::saga_runtime::__private::RollbackHandler<#output, #step_inputs> for #ident {
             const CONFIG: ::saga_runtime::__private::StepConfig = #config;
             fn call(
                 __saga_rollback: ::saga_runtime::__private::RollbackInput<#output>,
-                __saga_inputs: (#(#inputs,)*),
+                __saga_inputs: #step_inputs,
             ) -> ::saga_runtime::__private::BoxFuture<
                 ::core::result::Result<(), ::saga_runtime::__private::StepError>,
             > {
-                let (#(#vars,)*) = __saga_inputs;
+                #take_inputs
+                #fetch_services
                 ::std::boxed::Box::pin(async move {
-                    #ident(__saga_rollback.context(), #(#vars),*).await
+                    #(let #service_vars = #service_vars?;)*
+                    #convert
                 })
             }
         }
     }
 }
 
+/// `let __saga_serviceN = <Service<T> as ServiceParam>::#fetch;` for each
+/// service parameter: a `Result`, unwrapped with `?` inside the attempt,
+/// so a missing service fails the attempt for good instead of panicking.
+fn fetch_services(vars: &[Ident], types: &[&syn::Type], fetch: TokenStream) -> TokenStream {
+    quote! {
+        #(
+            let #vars = <#types as ::saga_runtime::__private::ServiceParam>::#fetch;
+        )*
+    }
+}
+
 /// The type named like the handler function (a braced struct lives in the
 /// type namespace only, so it coexists with the function) that steps find
 /// through `rollback = handler`.
-pub(crate) fn hidden_handler_type(item: &ItemFn) -> TokenStream {
+pub(crate) fn hidden_handler_type(item: &ItemFn, services: &[&syn::Type]) -> TokenStream {
     let ident = &item.sig.ident;
+    let services = steps::service_needs(services);
     let doc =
         format!("The rollback handler `{ident}` as a type, for `#[step(rollback = {ident})]`.");
     let cfgs = cfg_attrs(item);
@@ -256,7 +335,9 @@ pub(crate) fn hidden_handler_type(item: &ItemFn) -> TokenStream {
         #hidden
         #(#cfgs)*
         #[automatically_derived]
-        impl ::saga_runtime::__private::RollbackAttribute for #ident {}
+        impl ::saga_runtime::__private::RollbackAttribute for #ident {
+            const SERVICES: &'static [::saga_runtime::__private::ServiceNeed] = #services;
+        }
     }
 }
 
@@ -278,7 +359,12 @@ pub(crate) fn hidden_type(item: &ItemFn, doc: &str) -> TokenStream {
 /// The workflow value: a unit struct named like the function, implementing
 /// `Workflow` by running the function's body.
 /// `checks` go first in the body.
-fn workflow_tokens(args: &WorkflowArgs, workflow: &WorkflowFn, checks: TokenStream) -> TokenStream {
+fn workflow_tokens(
+    args: &WorkflowArgs,
+    workflow: &WorkflowFn,
+    checks: TokenStream,
+    services: TokenStream,
+) -> TokenStream {
     let mut item = workflow.item.clone();
     if !checks.is_empty() {
         item.block
@@ -294,6 +380,10 @@ fn workflow_tokens(args: &WorkflowArgs, workflow: &WorkflowFn, checks: TokenStre
         .iter()
         .partition(|attr| LINT_LEVELS.iter().any(|level| attr.path().is_ident(level)));
     let body = inner_async_fn(item, &format_ident!("__saga_run"));
+    let convert = workflow_error_conversion(
+        &item.sig.output,
+        quote!(__saga_run(__saga_ctx, __saga_input).await),
+    );
     let run = quote! {
         fn run(
             &self,
@@ -302,8 +392,10 @@ fn workflow_tokens(args: &WorkflowArgs, workflow: &WorkflowFn, checks: TokenStre
         ) -> ::saga_runtime::__private::WorkflowFuture<#output> {
             #(#lints)*
             #body
-            ::std::boxed::Box::pin(__saga_run(__saga_ctx, __saga_input))
+            ::std::boxed::Box::pin(async move { #convert })
         }
+
+        #services
     };
     workflow_value(&attrs, item, &name, (input, output), run)
 }
@@ -338,6 +430,62 @@ pub(crate) fn workflow_value(
 
             #run
         }
+    }
+}
+
+/// `result` (a `Result<T, E>` of the step's or handler's own error type)
+/// with `E` turned into a `StepError` (see `saga_runtime`'s `convert.rs`).
+/// Spanned on the return type, so an error type that cannot convert is
+/// reported there.
+fn step_error_conversion(output: &syn::ReturnType, result: TokenStream) -> TokenStream {
+    let span = return_type_span(output);
+    let call = quote_spanned! {span=>
+        (&&&::saga_runtime::__private::ErrorValue(__saga_error)).__saga_step_error()
+    };
+    quote! {
+        match #result {
+            ::core::result::Result::Ok(__saga_value) => ::core::result::Result::Ok(__saga_value),
+            ::core::result::Result::Err(__saga_error) => {
+                #[allow(unused_imports)]
+                use ::saga_runtime::__private::{
+                    ViaKnownStepError as _, ViaPermanent as _, ViaStdStepError as _,
+                };
+                ::core::result::Result::Err(#call)
+            }
+        }
+    }
+}
+
+/// `result` (the workflow function's `Result<O, E>`) with `E` turned into
+/// a `WorkflowError`: typed (stored as JSON) when `E` is `Serialize +
+/// DeserializeOwned + Display`, a message otherwise.
+fn workflow_error_conversion(output: &syn::ReturnType, result: TokenStream) -> TokenStream {
+    let span = return_type_span(output);
+    let call = quote_spanned! {span=>
+        (&&&&::saga_runtime::__private::ErrorValue(__saga_error)).__saga_workflow_error()
+    };
+    quote! {
+        match #result {
+            ::core::result::Result::Ok(__saga_value) => ::core::result::Result::Ok(__saga_value),
+            ::core::result::Result::Err(__saga_error) => {
+                #[allow(unused_imports)]
+                use ::saga_runtime::__private::{
+                    ViaKnownWorkflowError as _, ViaStdWorkflowError as _,
+                    ViaTypedWorkflowError as _, ViaWorkflowError as _,
+                };
+                ::core::result::Result::Err(#call)
+            }
+        }
+    }
+}
+
+/// The span of a function's return type (its error type, when it has one).
+fn return_type_span(output: &syn::ReturnType) -> Span {
+    match output {
+        syn::ReturnType::Type(_, ty) => crate::types::type_args(ty)
+            .get(1)
+            .map_or_else(|| ty.span(), |error| error.span()),
+        syn::ReturnType::Default => Span::call_site(),
     }
 }
 

@@ -101,7 +101,7 @@ fn output_type(output: &syn::ReturnType) -> Type {
 /// more than the handler's own error.
 pub(crate) fn rollback(item: &ItemFn) -> TokenStream {
     let ident = &item.sig.ident;
-    let hidden_type = hidden_handler_type(item);
+    let hidden_type = hidden_handler_type(item, &[]);
     let cfgs = cfg_attrs(item);
     quote! {
         #item

@@ -46,6 +46,13 @@ use proc_macro::TokenStream;
 /// }
 /// ```
 ///
+/// The error type `E` of `Result<O, E>` may be `WorkflowError`, the
+/// workflow's own type (`Serialize + Deserialize + Display`: stored as
+/// JSON, given back by `failure.downcast::<E>()` and to rollback handlers
+/// by `ctx.cause().downcast::<E>()`), any `std::error::Error`,
+/// `anyhow::Error`, `String` or `&str`. The value also implements
+/// `Workflow::services` with the services of the steps it calls.
+///
 /// `name` (required) is stored with every instance: a string literal of
 /// `[a-z0-9][a-z0-9-]*`, at most 64 characters, without dates or timestamps.
 /// The body is checked at compile time:
@@ -95,11 +102,17 @@ pub fn workflow(args: TokenStream, item: TokenStream) -> TokenStream {
 /// releases gave the step: replay finds results stored under it, and
 /// `saga.lock` accepts its old line).
 ///
-/// The engine supplies an `IdempotencyKey` parameter and a `StepContext`
-/// parameter (attempt number, instance id, ...) wherever they appear; the
-/// other parameters are the step's inputs, owned and `Clone` (they are
-/// cloned for every attempt and for the rollback handler). A step that is
-/// not `read_only` must take the key and use it.
+/// The engine supplies an `IdempotencyKey` parameter, a `StepContext`
+/// parameter (attempt number, instance id, ...) and `Service<T>`
+/// parameters (shared services given to `Engine::builder().provide(..)`)
+/// wherever they appear; the other parameters are the step's inputs, owned
+/// and `Clone` (they are cloned for every attempt and for the rollback
+/// handler). A step that is not `read_only` must take the key and use it.
+///
+/// The error type may be `StepError`, any `std::error::Error + Send + Sync
+/// + 'static`, `anyhow::Error` (feature `anyhow`), `String` or `&str`: the
+/// expansion converts it, retryable unless the type implements
+/// `saga_runtime::Permanent` and says the error is permanent.
 ///
 /// # `saga.lock`
 ///
@@ -127,6 +140,10 @@ pub fn step(args: TokenStream, item: TokenStream) -> TokenStream {
 ///     bank_a().credit(&t.from, t.amount, ctx.key().as_str()).await.map_err(StepError::retryable)
 /// }
 /// ```
+///
+/// A handler that needs none of the step's inputs may take only its
+/// context; `Service<T>` parameters may appear anywhere after it. Its error
+/// type is converted as a step's.
 ///
 /// Keys: `retries`, `delay`, `backoff`, `timeout`, as on `#[step]`; a bare
 /// `#[rollback]` keeps the defaults. A handler named by

@@ -33,7 +33,25 @@ pub(crate) fn step_definition(
     item: &ItemFn,
     name: &LitStr,
     renamed_from: Option<&LitStr>,
+    services: &[&syn::Type],
+    rollback: Option<&syn::Path>,
 ) -> TokenStream {
+    let private = quote!(::saga_runtime::__private);
+    let services = service_needs(services);
+    // The handler's services, or none when it has no `#[rollback]` (that
+    // error is reported by the step's registration).
+    let rollback_services = match rollback {
+        Some(handler) => quote! {{
+            #[allow(unused_imports)]
+            use #private::rollback_fallback::*;
+            #[allow(unused_imports)]
+            use #private::NotAHandler as _;
+            #[allow(unused_imports)]
+            use #handler as __SagaRollbackHandler;
+            #private::HandlerProbe::<__SagaRollbackHandler>::SERVICES
+        }},
+        None => quote!(&[]),
+    };
     let ident = &item.sig.ident;
     let doc =
         format!("The step `{ident}` as a type, for the checks of the workflows that call it.");
@@ -51,9 +69,79 @@ pub(crate) fn step_definition(
             const NAMES: ::saga_runtime::__private::StepNames = ::saga_runtime::__private::StepNames {
                 name: #name,
                 renamed_from: #renamed_from,
+                services: #services,
+                rollback_services: #rollback_services,
             };
         }
     }
+}
+
+/// `&[ServiceNeed::of::<T>(), ..]` for the `Service<T>` types `services`.
+pub(crate) fn service_needs(services: &[&syn::Type]) -> TokenStream {
+    let private = quote!(::saga_runtime::__private);
+    quote! {
+        &[#(
+            #private::ServiceNeed::of::<<#services as #private::ServiceParam>::Target>(),
+        )*]
+    }
+}
+
+/// `fn services(&self)` of a workflow's `Workflow` impl: the services of
+/// the step functions it calls (and of their rollback handlers). It sits
+/// beside the workflow, not in its body, so callees declared or imported
+/// inside the body (`local`) cannot be named there and are left out: such
+/// a step reports a missing service at its first attempt instead.
+pub(crate) fn workflow_services(body: &BodySummary, local: &[String]) -> TokenStream {
+    let private = quote!(::saga_runtime::__private);
+    let probes = body
+        .calls
+        .callees
+        .iter()
+        .filter(|callee| {
+            let first = callee.path.segments.first().map(|s| s.ident.to_string());
+            callee.path.leading_colon.is_some()
+                || !first.is_some_and(|first| local.contains(&first))
+        })
+        .map(|callee| {
+            let path = &callee.path;
+            quote! {{
+                #[allow(unused_imports)]
+                use #private::step_fallback::*;
+                #[allow(unused_imports)]
+                use #path as __SagaCallee;
+                #private::StepProbe::<__SagaCallee>::STEP
+            }}
+        });
+    quote! {
+        fn services(&self) -> ::std::vec::Vec<#private::ServiceNeed> {
+            #[allow(unused_imports)]
+            use #private::NotAStep as _;
+            #private::services_of(&[#(#probes,)*])
+        }
+    }
+}
+
+/// The names of the functions and imports declared inside a block, at any
+/// depth: a path starting with one of them means nothing outside it.
+pub(crate) fn local_item_names(block: &syn::Block) -> Vec<String> {
+    struct Items(Vec<String>);
+    impl<'ast> syn::visit::Visit<'ast> for Items {
+        fn visit_item_fn(&mut self, item: &'ast syn::ItemFn) {
+            self.0.push(item.sig.ident.to_string());
+        }
+        fn visit_use_name(&mut self, name: &'ast syn::UseName) {
+            self.0.push(name.ident.to_string());
+        }
+        fn visit_use_rename(&mut self, rename: &'ast syn::UseRename) {
+            self.0.push(rename.rename.to_string());
+        }
+        fn visit_item_mod(&mut self, module: &'ast syn::ItemMod) {
+            self.0.push(module.ident.to_string());
+        }
+    }
+    let mut items = Items(Vec::new());
+    syn::visit::Visit::visit_block(&mut items, block);
+    items.0
 }
 
 /// An extra assertion on a callee: "if it is a step, fail with `message`".
@@ -83,6 +171,8 @@ pub(crate) fn workflow_checks(body: &BodySummary, extra: &[StepCallError]) -> To
                 step: ::core::option::Option::Some(#private::StepNames {
                     name: #literal,
                     renamed_from: ::core::option::Option::None,
+                    services: &[],
+                    rollback_services: &[],
                 }),
                 what: #what,
             }

@@ -43,7 +43,7 @@ pub(crate) fn type_args(ty: &Type) -> Vec<&Type> {
         .collect()
 }
 
-/// `T` of a function returning `Result<T, E>`.
+/// `T` of a function returning `Result<T, E>` (or `Result<T>`).
 pub(crate) fn result_ok(output: &ReturnType) -> Option<&Type> {
     let ReturnType::Type(_, ty) = output else {
         return None;
@@ -51,8 +51,9 @@ pub(crate) fn result_ok(output: &ReturnType) -> Option<&Type> {
     if !is_named(ty, "Result") {
         return None;
     }
+    // `Result<T, E>`, or an alias that fixes the error: `anyhow::Result<T>`.
     match type_args(ty).as_slice() {
-        [ok, _error] => Some(ok),
+        [ok, _] | [ok] => Some(ok),
         _ => None,
     }
 }

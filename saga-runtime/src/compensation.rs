@@ -3,13 +3,15 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
 
 use crate::codec::Payload;
 use crate::config::StepConfig;
-use crate::failure::StepError;
+use crate::failure::{Failure, StepError};
 use crate::key::IdempotencyKey;
+use crate::service::{Service, Services};
 
 /// A boxed, sendable future.
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
@@ -57,12 +59,19 @@ impl<T: DeserializeOwned + Send + 'static> RollbackRegistration<T> {
 /// [`RollbackContext`] lends to the handler.
 pub struct RollbackInput<T> {
     output: Option<T>,
-    cause: String,
+    cause: Failure,
     key: IdempotencyKey,
     attempt: u32,
+    services: Arc<Services>,
 }
 
 impl<T> RollbackInput<T> {
+    /// The service of type `T` provided to the engine, as
+    /// [`StepContext::service`](crate::StepContext::service).
+    pub fn service<S: Send + Sync + 'static>(&self) -> Result<Service<S>, StepError> {
+        self.services.get::<S>()
+    }
+
     /// The context to hand to the handler.
     pub fn context(&self) -> RollbackContext<'_, T> {
         RollbackContext {
@@ -70,6 +79,7 @@ impl<T> RollbackInput<T> {
             cause: &self.cause,
             key: &self.key,
             attempt: self.attempt,
+            services: &self.services,
         }
     }
 }
@@ -77,9 +87,10 @@ impl<T> RollbackInput<T> {
 /// What a rollback handler knows.
 pub struct RollbackContext<'a, T> {
     output: Option<&'a T>,
-    cause: &'a str,
+    cause: &'a Failure,
     key: &'a IdempotencyKey,
     attempt: u32,
+    services: &'a Services,
 }
 
 impl<'a, T> RollbackContext<'a, T> {
@@ -90,8 +101,11 @@ impl<'a, T> RollbackContext<'a, T> {
         self.output
     }
 
-    /// The error that failed the workflow.
-    pub fn cause(&self) -> &'a str {
+    /// The error that failed the workflow (`Display` gives its message).
+    /// When the workflow returned its own error type, `cause().downcast::<E>()`
+    /// gives it back; one handler may serve several workflows, each with its
+    /// own error type.
+    pub fn cause(&self) -> &'a Failure {
         self.cause
     }
 
@@ -105,6 +119,12 @@ impl<'a, T> RollbackContext<'a, T> {
     pub fn attempt(&self) -> u32 {
         self.attempt
     }
+
+    /// The service of type `S` provided to the engine, as
+    /// [`StepContext::service`](crate::StepContext::service).
+    pub fn service<S: Send + Sync + 'static>(&self) -> Result<Service<S>, StepError> {
+        self.services.get::<S>()
+    }
 }
 
 /// A compensation with its step's type erased.
@@ -113,9 +133,10 @@ pub(crate) trait ErasedRollback: Send {
     fn attempt(
         &mut self,
         output: Option<&Payload>,
-        cause: &str,
+        cause: &Failure,
         key: &IdempotencyKey,
         attempt: u32,
+        services: &Arc<Services>,
     ) -> std::result::Result<BoxFuture<Result<(), StepError>>, String>;
 }
 
@@ -127,9 +148,10 @@ impl<T: DeserializeOwned + Send + 'static> ErasedRollback for RollbackRegistrati
     fn attempt(
         &mut self,
         output: Option<&Payload>,
-        cause: &str,
+        cause: &Failure,
         key: &IdempotencyKey,
         attempt: u32,
+        services: &Arc<Services>,
     ) -> std::result::Result<BoxFuture<Result<(), StepError>>, String> {
         let output = match output {
             Some(payload) => Some(payload.decode::<T>().map_err(|detail| {
@@ -142,9 +164,10 @@ impl<T: DeserializeOwned + Send + 'static> ErasedRollback for RollbackRegistrati
         };
         Ok((self.handler)(RollbackInput {
             output,
-            cause: cause.to_owned(),
+            cause: cause.clone(),
             key: key.clone(),
             attempt,
+            services: services.clone(),
         }))
     }
 }

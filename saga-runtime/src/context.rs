@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
 use tokio::task::AbortHandle;
+use tracing::Instrument;
 
 use crate::compensation::Registered;
 use crate::core::Core;
@@ -214,10 +215,16 @@ impl Ctx {
         F: std::future::Future<Output = ()> + Send + 'static,
     {
         let guard = self.shared.in_flight.enter();
-        let handle = self.shared.core.runtime.spawn(async move {
-            let _guard = guard;
-            task.await;
-        });
+        // The task's spans (`saga.step`) nest under the caller's
+        // (`saga.workflow`), as the call does.
+        let span = tracing::Span::current();
+        let handle = self.shared.core.runtime.spawn(
+            async move {
+                let _guard = guard;
+                task.await;
+            }
+            .instrument(span),
+        );
         let mut replay = lock(&self.replay);
         replay.tasks.retain(|t| !t.is_finished());
         replay.tasks.push(handle.abort_handle());

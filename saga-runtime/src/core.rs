@@ -16,12 +16,15 @@ use crate::codec::Payload;
 use crate::error::{Error, Result};
 use crate::journal::Journal;
 use crate::lock::lock;
+use crate::service::Services;
 
 pub(crate) struct Core {
     pub(crate) journal: Journal,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) runtime: Handle,
     pub(crate) max_payload: usize,
+    /// What `EngineBuilder::provide` gave, handed to steps by type.
+    pub(crate) services: Arc<Services>,
     closed: AtomicBool,
     /// Drivers, step tasks and the retention sweeper.
     tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
@@ -36,12 +39,14 @@ impl Core {
         clock: Arc<dyn Clock>,
         runtime: Handle,
         max_payload: usize,
+        services: Services,
     ) -> Core {
         Core {
             journal,
             clock,
             runtime,
             max_payload,
+            services: Arc::new(services),
             closed: AtomicBool::new(false),
             tasks: Mutex::new(Vec::new()),
             store_failures: Mutex::new(HashMap::new()),

@@ -8,6 +8,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll;
 
+use tracing::Instrument;
+
 use crate::codec::Payload;
 use crate::context::{Ctx, Mode, Shared, WorkflowContext};
 use crate::core::Core;
@@ -70,13 +72,23 @@ async fn drive_once(
         .journal
         .state(id)?
         .ok_or_else(|| Error::UnknownInstance { id: id.to_string() })?;
+    let span = tracing::info_span!(
+        "saga.workflow",
+        instance = %id,
+        workflow = %state.workflow,
+        generation = state.generation,
+    );
     match state.status {
         Status::RollingBack => {
-            Box::pin(rebuild_and_compensate(core, id, live, workflow, state)).await?;
+            Box::pin(rebuild_and_compensate(core, id, live, workflow, state))
+                .instrument(span)
+                .await?;
             Ok(Exit::Other)
         }
         Status::Queued | Status::Running | Status::Waiting | Status::Blocked => {
-            run_forward(core, id, live, workflow, state).await
+            run_forward(core, id, live, workflow, state)
+                .instrument(span)
+                .await
         }
         // Paused before this driver got going: a resume may race with it,
         // so let the runner look again once this driver is gone.
@@ -105,6 +117,10 @@ async fn run_forward(
         &state,
     );
     core.journal.append(id, Change::DriverStarted)?;
+    match state.status {
+        Status::Queued => tracing::info!("workflow started"),
+        _ => tracing::info!("workflow resumed"),
+    }
     let outcome = match start_run(&workflow, &ctx, &state) {
         Ok(run) => {
             drop(state);
@@ -126,7 +142,10 @@ async fn run_forward(
     // The rollback paths are boxed: a driver that only waits (thousands of
     // sleeping instances) then does not carry room for them in its task.
     match outcome {
-        Outcome::Interrupted(Interrupt::Suspend) => return Ok(Exit::Suspended),
+        Outcome::Interrupted(Interrupt::Suspend) => {
+            tracing::info!("workflow paused");
+            return Ok(Exit::Suspended);
+        }
         Outcome::Interrupted(Interrupt::Stop) => {}
         Outcome::Finished(Ok(Ok(output))) => {
             end(
@@ -195,6 +214,11 @@ fn start_run(
 /// started steps, if any have a compensation, then end as `then`.
 async fn fail(ctx: &Arc<Ctx>, cause: Failure, then: Status) -> Result<()> {
     let shared = &ctx.shared;
+    if let Some(value) = cause.value() {
+        shared.append(Change::FailureValue {
+            value: value.clone(),
+        })?;
+    }
     let handlers = ctx.take_rollbacks();
     let any_eligible = shared.core.journal.read(&shared.id, |s| {
         s.slots.values().any(|slot| slot.has_rollback)
@@ -207,6 +231,7 @@ async fn fail(ctx: &Arc<Ctx>, cause: Failure, then: Status) -> Result<()> {
         then,
     })?;
     shared.core.journal.flush().await?;
+    tracing::info!(cause = %cause, "rollback started");
     run_compensations(shared, handlers, cause, then).await
 }
 
@@ -218,8 +243,14 @@ async fn run_compensations(
 ) -> Result<()> {
     let failure = compensate(shared, handlers, &cause).await?;
     let outcome = match failure {
-        None => Ok(()),
-        Some(failure) => Err(failure),
+        None => {
+            tracing::info!("rollback completed");
+            Ok(())
+        }
+        Some(failure) => {
+            tracing::warn!(error = %failure, "rollback failed");
+            Err(failure)
+        }
     };
     end_after(shared, cause, then, Some(outcome)).await
 }
@@ -246,8 +277,15 @@ async fn end_after(
 }
 
 async fn end(shared: &Shared, end: End) -> Result<()> {
+    let (status, failure) = (end.status, end.failure.clone());
     shared.append(Change::Ended(Box::new(end)))?;
-    shared.core.journal.flush().await
+    shared.core.journal.flush().await?;
+    match (status, failure) {
+        (Status::Complete, _) => tracing::info!("workflow completed"),
+        (_, Some(failure)) => tracing::warn!(error = %failure, "workflow failed"),
+        (status, None) => tracing::info!(%status, "workflow ended"),
+    }
+    Ok(())
 }
 
 /// After a crash mid-rollback: replay the workflow code with every call

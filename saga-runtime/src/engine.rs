@@ -12,8 +12,10 @@ use crate::clock::{Clock, SystemClock};
 use crate::core::Core;
 use crate::error::{Error, Result};
 use crate::instance::{Instance, InstanceInfo, ListFilter, Run};
-use crate::journal::{Change, Journal};
+use crate::journal::Journal;
 use crate::runner::Runner;
+use crate::send::EventSender;
+use crate::service::Services;
 use crate::store::{SledStore, Store};
 use crate::subscription::Subscription;
 use crate::workflow::{ErasedWorkflow, Workflow};
@@ -84,6 +86,7 @@ pub struct EngineBuilder {
     retention: Duration,
     store_timeout: Duration,
     workflows: Vec<Arc<dyn ErasedWorkflow>>,
+    services: Services,
 }
 
 impl EngineBuilder {
@@ -111,6 +114,30 @@ impl EngineBuilder {
     /// the cause instead of a hang; nothing stored is lost.
     pub fn store_timeout(mut self, timeout: Duration) -> Self {
         self.store_timeout = timeout;
+        self
+    }
+
+    /// Provides a shared service (a database pool, an HTTP client, a
+    /// payments SDK) to every step and rollback handler that takes a
+    /// [`Service<T>`](crate::Service) parameter, one per type (a second of
+    /// the same type replaces the first). Services are never stored.
+    ///
+    /// ```
+    /// # use saga_runtime::prelude::*;
+    /// struct Mailer;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), saga_runtime::Error> {
+    /// let engine = Engine::builder().provide(Mailer).temporary()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn provide<T: Send + Sync + 'static>(self, service: T) -> Self {
+        self.provide_arc(Arc::new(service))
+    }
+
+    /// Like [`provide`](EngineBuilder::provide), for a service already
+    /// shared elsewhere.
+    pub fn provide_arc<T: Send + Sync + 'static>(mut self, service: Arc<T>) -> Self {
+        self.services.insert(service);
         self
     }
 
@@ -161,7 +188,13 @@ impl EngineBuilder {
         if repaired > 0 {
             tracing::info!(instances = repaired, "rebuilt index entries from journals");
         }
-        let core = Arc::new(Core::new(journal, self.clock, runtime, self.max_payload));
+        let core = Arc::new(Core::new(
+            journal,
+            self.clock,
+            runtime,
+            self.max_payload,
+            self.services,
+        ));
         let runner = Arc::new(Runner::new(core, self.retention, path));
         let engine = Engine {
             handle: Arc::new(EngineHandle {
@@ -197,12 +230,15 @@ impl Engine {
             retention: DEFAULT_RETENTION,
             store_timeout: DEFAULT_STORE_TIMEOUT,
             workflows: Vec::new(),
+            services: Services::default(),
         }
     }
 
     /// Makes `workflow` runnable here, and resumes its unfinished instances.
     /// Registering the same workflow again is a no-op; another workflow
-    /// under a name already registered is [`Error::WorkflowNameTaken`].
+    /// under a name already registered is [`Error::WorkflowNameTaken`]; a
+    /// workflow whose steps take a service the engine was not given is
+    /// [`Error::MissingService`].
     pub fn register<W: Workflow>(&self, workflow: W) -> Result<()> {
         self.runner().register(Arc::new(workflow))
     }
@@ -211,39 +247,19 @@ impl Engine {
     /// characters of `[A-Za-z0-9_-]`, not starting with `-`).
     ///
     /// Starting an id that exists returns the existing instance and runs
-    /// nothing twice. Registers the workflow if it is not yet.
+    /// nothing twice, when it runs the same workflow with an equal input
+    /// (compared as JSON values, so map key order does not matter); another
+    /// input is [`Error::InputMismatch`], another workflow
+    /// [`Error::InstanceIdInUse`]. Registers the workflow if it is not yet.
     pub async fn start<W: Workflow>(
         &self,
         workflow: W,
         id: &str,
         input: W::Input,
     ) -> Result<Run<W::Output>> {
-        validate_id(id)?;
         let runner = self.runner();
-        let name = workflow.name();
-        // Registers it, or checks that the name is this workflow's.
-        runner.register(Arc::new(workflow))?;
-        let input = runner
-            .core
-            .encode_limited(&input, || format!("input of instance {id:?}"))?;
-        let journal = &runner.core.journal;
-        // The workflow is registered here, so a new instance gets a driver.
-        let created = journal.create(id, name, input, true)?;
-        if !created {
-            let existing = journal.read(id, |s| s.workflow.clone())?;
-            if existing != name {
-                return Err(Error::InstanceIdInUse {
-                    id: id.to_owned(),
-                    existing,
-                    requested: name.to_owned(),
-                });
-            }
-        }
-        // Before the await, so a caller that drops this future leaves a
-        // running instance (its first durable step flushes its creation
-        // too); a repeated start drives one that a dropped start left.
-        runner.spawn_driver_if_runnable(id);
-        journal.flush().await?;
+        crate::send::start(runner, workflow, id, input, |_| Ok((None, ())))?;
+        runner.core.journal.flush().await?;
         Ok(Run::new(Instance::new(runner.clone(), id.to_owned())))
     }
 
@@ -289,39 +305,28 @@ impl Engine {
     /// Sends an event to an instance. It is stored durably before this
     /// returns and delivered to the instance's `wait_for_event` for
     /// `event_type`, now or when the workflow gets there.
+    ///
+    /// Shorthand for `engine.event(id, event_type).send(payload)`; see
+    /// [`Engine::event`] for an event id (deduplication) and for
+    /// start-with-event. An instance that does not exist yet is
+    /// [`Error::UnknownInstance`]: when the event may come first, use
+    /// [`EventSender::send_with_start`].
     pub async fn send_event<P: Serialize + ?Sized>(
         &self,
         id: &str,
         event_type: &str,
         payload: &P,
     ) -> Result<()> {
-        validate_id(id)?;
-        crate::names::check_event_type(event_type).map_err(Error::InvalidArgument)?;
-        let runner = self.runner();
-        let payload = runner.core.encode_limited(payload, || {
-            format!("payload of event {event_type:?} for instance {id:?}")
-        })?;
-        let journal = &runner.core.journal;
-        journal.write(id, |state| {
-            if state.status.is_terminal() {
-                return Err(Error::InvalidState {
-                    id: id.to_owned(),
-                    status: state.status,
-                    operation: "send an event to it",
-                });
-            }
-            let change = Change::EventReceived {
-                event_type: event_type.to_owned(),
-                payload,
-            };
-            Ok((Some(change), ()))
-        })?;
-        // Woken before the await: a dropped call still delivers the event
-        // now (the wait that takes it flushes before it returns).
-        if let Some(live) = runner.live(id) {
-            live.event_sent.notify_waiters();
-        }
-        journal.flush().await
+        self.event(id, event_type).send(payload).await.map(drop)
+    }
+
+    /// An event of `event_type` for instance `id`, to send with an optional
+    /// event id (`.id("evt_123")`, deduplicated) by
+    /// [`send`](EventSender::send), or with
+    /// [`send_with_start`](EventSender::send_with_start), which creates the
+    /// instance if needed and delivers the event atomically.
+    pub fn event(&self, id: &str, event_type: &str) -> EventSender<'_> {
+        EventSender::new(self.runner(), id, event_type)
     }
 
     /// Removes finished instances older than the retention period now

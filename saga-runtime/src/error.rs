@@ -50,6 +50,30 @@ pub enum Error {
         requested: String,
     },
 
+    /// `start` named an instance that exists with a different input. An id
+    /// names one instance: start it with the input it has, or pick
+    /// another id.
+    #[error(
+        "instance {id:?} exists with a different input; an id names one instance: pass the same input or choose another id"
+    )]
+    InputMismatch {
+        /// The id.
+        id: String,
+    },
+
+    /// An event was sent with an id this instance already received with
+    /// another type or payload. Event ids name one event: send the same
+    /// payload again (it is a no-op) or use a new id.
+    #[error(
+        "instance {id:?} already received event id {event_id:?} with another type or payload; use a new event id for a new event"
+    )]
+    EventIdConflict {
+        /// The instance.
+        id: String,
+        /// The event id.
+        event_id: String,
+    },
+
     /// `restart_from(step)` named a step the instance never started.
     /// Use a name from `history()`.
     #[error(
@@ -115,6 +139,19 @@ pub enum Error {
         name: String,
     },
 
+    /// A step (or rollback handler) of the workflow takes a `Service<T>`
+    /// that was not provided to the engine. Add
+    /// `Engine::builder().provide(..)` with it.
+    #[error(
+        "workflow {workflow:?} needs a service of type `{service}`, which was not provided to the engine; add Engine::builder().provide(..) with it"
+    )]
+    MissingService {
+        /// The workflow.
+        workflow: String,
+        /// The Rust type of the service.
+        service: String,
+    },
+
     /// The operation does not apply to an instance in this status (pausing a
     /// finished instance, sending an event to a finished instance, ...).
     #[error("instance {id:?} is {status}: cannot {operation}")]
@@ -129,7 +166,9 @@ pub enum Error {
 
     /// The instance ended `Errored`. `failure` is the error that failed the
     /// workflow; `rollback_failure`, when set, is a compensation that failed
-    /// too (the remaining compensations did not run).
+    /// too (the remaining compensations did not run). When the workflow
+    /// returned its own error type `E`, `failure.downcast::<E>()` gives it
+    /// back.
     #[error("instance {id:?} failed: {failure}{}", rollback_failure.as_ref().map(|f| format!("; rollback also failed: {f}")).unwrap_or_default())]
     WorkflowFailed {
         /// The instance.

@@ -5,14 +5,26 @@
 use std::any::Any;
 use std::fmt;
 
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+
+use crate::codec::Payload;
 
 /// Why an instance (or one of its compensations) failed, as stored in its
 /// record and shown by `status`/`result`.
+///
+/// When the workflow returned its own error type, the failure also carries
+/// that error as JSON: [`Failure::downcast`] gives it back.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Failure {
     kind: FailureKind,
     message: String,
+    /// The workflow's own error as JSON, when it returned one. Not part of
+    /// `Failure`'s bincode layout (records written before it existed must
+    /// still decode): the journal carries it in a record of its own
+    /// (`Change::FailureValue`) and the fold puts it back here.
+    #[serde(skip)]
+    value: Option<Payload>,
 }
 
 /// What kind of failure a [`Failure`] is.
@@ -53,7 +65,61 @@ impl Failure {
         Failure {
             kind,
             message: message.into(),
+            value: None,
         }
+    }
+
+    /// The failure of a workflow that returned its own error `error`,
+    /// stored as JSON beside its message. An error that does not encode
+    /// keeps its message only.
+    pub(crate) fn typed<E: Serialize + fmt::Display>(error: &E) -> Self {
+        Failure {
+            kind: FailureKind::Workflow,
+            message: error.to_string(),
+            value: Payload::encode(error).ok(),
+        }
+    }
+
+    /// The workflow's own error as JSON, when it returned one.
+    pub(crate) fn value(&self) -> Option<&Payload> {
+        self.value.as_ref()
+    }
+
+    /// This failure with the typed error `value` the journal stored apart.
+    pub(crate) fn with_value(mut self, value: Option<Payload>) -> Self {
+        self.value = value;
+        self
+    }
+
+    /// The workflow's own error, when it returned one of type `E`
+    /// (`Result<O, E>` with `E: Serialize + DeserializeOwned + Display`).
+    /// `None` for any other failure (a step's error propagated as
+    /// `WorkflowError`, a panic, ...) or when the stored JSON is not an `E`.
+    ///
+    /// ```
+    /// # use saga_runtime::prelude::*;
+    /// #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    /// enum OrderError { OutOfStock, Declined }
+    /// # impl std::fmt::Display for OrderError {
+    /// #     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { write!(f, "{self:?}") }
+    /// # }
+    /// fn handle(error: saga_runtime::Error) {
+    ///     if let saga_runtime::Error::WorkflowFailed { failure, .. } = &error {
+    ///         match failure.downcast::<OrderError>() {
+    ///             Some(OrderError::OutOfStock) => { /* tell the customer */ }
+    ///             Some(OrderError::Declined) => { /* ask for another card */ }
+    ///             None => { /* a step gave up, a panic, ... */ }
+    ///         }
+    ///     }
+    /// }
+    /// ```
+    pub fn downcast<E: DeserializeOwned>(&self) -> Option<E> {
+        self.value.as_ref()?.decode().ok()
+    }
+
+    /// Whether the workflow returned its own (typed) error.
+    pub fn has_value(&self) -> bool {
+        self.value.is_some()
     }
 
     /// What kind of failure this is.
@@ -78,6 +144,12 @@ impl fmt::Display for Failure {
 /// `StepError::retryable(e)` lets the engine try again after the configured
 /// delay; `StepError::fatal(e)` skips the remaining attempts. `?` on any
 /// `std::error::Error` gives a retryable error.
+///
+/// A `#[step]` (or `#[rollback]`) may also declare its own error type
+/// instead: `Result<T, E>` where `E` is any `std::error::Error + Send +
+/// Sync + 'static`, `anyhow::Error` (feature `anyhow`), `String` or
+/// `&'static str`. The macro converts it: retryable, unless `E` implements
+/// [`Permanent`] and says so.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StepError {
     message: String,
@@ -122,6 +194,49 @@ impl fmt::Display for StepError {
 impl<E: std::error::Error + Send + Sync + 'static> From<E> for StepError {
     fn from(error: E) -> Self {
         StepError::retryable(error)
+    }
+}
+
+/// Declares which errors of a type no retry fixes, once, instead of a
+/// `map_err(StepError::fatal)` at every call.
+///
+/// A `#[step]` (or `#[rollback]`) whose error type implements it gives up
+/// at once on an error for which [`is_permanent`](Permanent::is_permanent)
+/// is `true`; every other error stays retryable. The default method makes
+/// every error of the type permanent:
+///
+/// ```
+/// # use saga_runtime::prelude::*;
+/// #[derive(Debug)]
+/// struct InvalidInput;
+/// # impl std::fmt::Display for InvalidInput {
+/// #     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { f.write_str("invalid") }
+/// # }
+/// # impl std::error::Error for InvalidInput {}
+/// impl saga_runtime::Permanent for InvalidInput {}
+///
+/// #[derive(Debug)]
+/// enum PaymentError { Declined, Unavailable }
+/// # impl std::fmt::Display for PaymentError {
+/// #     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { write!(f, "{self:?}") }
+/// # }
+/// # impl std::error::Error for PaymentError {}
+/// impl saga_runtime::Permanent for PaymentError {
+///     // A declined card stays declined; an outage passes.
+///     fn is_permanent(&self) -> bool {
+///         matches!(self, PaymentError::Declined)
+///     }
+/// }
+/// ```
+///
+/// It applies where the macros convert a step's own error type. A step
+/// declared `-> Result<T, StepError>` decides itself: `?` there is always
+/// retryable, as is a hand-written `ctx.step` body's.
+pub trait Permanent {
+    /// Whether this error is permanent (the step gives up at once).
+    /// `true` unless overridden.
+    fn is_permanent(&self) -> bool {
+        true
     }
 }
 
@@ -240,6 +355,20 @@ impl WorkflowError {
         WorkflowError {
             failure: Failure::new(FailureKind::Workflow, message.to_string()),
         }
+    }
+
+    /// A workflow error carrying the typed `error`, stored as JSON: the
+    /// caller gets it back with `failure.downcast::<E>()`, and rollback
+    /// handlers with `ctx.cause().downcast::<E>()`. A `#[workflow]`
+    /// returning `Result<O, E>` makes this for you.
+    pub fn typed<E: Serialize + fmt::Display>(error: &E) -> Self {
+        WorkflowError {
+            failure: Failure::typed(error),
+        }
+    }
+
+    pub(crate) fn from_failure(failure: Failure) -> Self {
+        WorkflowError { failure }
     }
 
     /// The failure this error is stored as.

@@ -3,6 +3,9 @@
 use std::fmt;
 use std::sync::Arc;
 
+use crate::failure::StepError;
+use crate::service::{Service, Services};
+
 /// The idempotency key of a step or of a rollback handler.
 ///
 /// Deterministic: `"{instance}:{step}"` for a step, and
@@ -76,9 +79,18 @@ pub struct StepContext {
     pub(crate) step: &'static str,
     pub(crate) occurrence: u32,
     pub(crate) attempt: u32,
+    pub(crate) services: Arc<Services>,
 }
 
 impl StepContext {
+    /// The service of type `T` provided to the engine
+    /// ([`EngineBuilder::provide`](crate::EngineBuilder::provide)); a
+    /// permanent error naming it when none was, so `?` gives up the step
+    /// at once.
+    pub fn service<T: Send + Sync + 'static>(&self) -> Result<Service<T>, StepError> {
+        self.services.get::<T>()
+    }
+
     /// The step's idempotency key.
     pub fn key(&self) -> IdempotencyKey {
         self.key.clone()

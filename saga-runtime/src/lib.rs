@@ -29,6 +29,33 @@
 //! # }
 //! ```
 
+//!
+//! # Tracing
+//!
+//! The engine reports through [`tracing`](https://docs.rs/tracing), so an
+//! existing subscriber (`tracing_subscriber::fmt`, OpenTelemetry) sees
+//! every instance without extra code. Spans, all at `INFO`:
+//!
+//! | span              | around                                     | fields |
+//! |-------------------|--------------------------------------------|--------|
+//! | `saga.workflow`   | one run of an instance by this process (replay included) | `instance`, `workflow`, `generation` |
+//! | `saga.step`       | one attempt of a step                       | `instance`, `workflow`, `step`, `occurrence`, `attempt` |
+//! | `saga.rollback`   | one attempt of a compensation               | `instance`, `workflow`, `step`, `occurrence`, `attempt` |
+//! | `saga.sleep`      | a durable sleep                             | `instance`, `workflow`, `name`, `occurrence` |
+//! | `saga.wait`       | a wait for an event                         | `instance`, `workflow`, `name`, `occurrence`, `event_type` |
+//!
+//! Step and sleep and wait spans nest under their `saga.workflow` span.
+//! Events at `INFO`: `workflow started`/`resumed`/`completed`/`paused`,
+//! `step completed` (`step`, `occurrence`, `attempts`), `event received`,
+//! `rollback started` (`cause`), `compensation started`/`completed`,
+//! `rollback completed`. At `WARN`: `step attempt failed; retrying`
+//! (`attempt`, `error`, `delay`), `step failed` (`attempts`, `error`),
+//! `compensation attempt failed; retrying`, `compensation failed`,
+//! `rollback failed`, `event wait timed out`, `workflow failed` (`error`).
+//! `DEBUG` adds sleeps and waits starting and ending. So
+//! `RUST_LOG=saga_runtime=info` with a default `fmt` subscriber prints the
+//! story of each instance.
+
 #![cfg_attr(
     not(test),
     warn(clippy::unwrap_used, clippy::expect_used, clippy::panic)
@@ -39,6 +66,7 @@ mod codec;
 mod compensation;
 mod config;
 mod context;
+mod convert;
 mod core;
 mod driver;
 mod duration;
@@ -59,6 +87,8 @@ mod retention;
 mod retry;
 mod runner;
 mod saga;
+mod send;
+mod service;
 mod status;
 mod step;
 mod store;
@@ -75,10 +105,14 @@ pub use crate::engine::{
     DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_RETENTION, DEFAULT_STORE_TIMEOUT, Engine, EngineBuilder,
 };
 pub use crate::error::{Error, Result};
-pub use crate::failure::{Failure, FailureKind, StepError, StepFailed, WaitError, WorkflowError};
+pub use crate::failure::{
+    Failure, FailureKind, Permanent, StepError, StepFailed, WaitError, WorkflowError,
+};
 pub use crate::history::{Event, EventKind};
 pub use crate::instance::{Instance, InstanceInfo, ListFilter, Run};
 pub use crate::key::{IdempotencyKey, StepContext};
+pub use crate::send::{EventSender, Sent};
+pub use crate::service::Service;
 pub use crate::status::Status;
 pub use crate::step::StepFuture;
 #[doc(hidden)]
@@ -92,10 +126,10 @@ pub use saga_macros::{rollback, step, workflow};
 /// Everything a workflow file needs: `use saga_runtime::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        Backoff, Engine, Error, IdempotencyKey, Instance, ListFilter, RollbackContext,
-        RollbackInput, RollbackRegistration, Status, StepConfig, StepContext, StepError,
-        StepFailed, WaitError, Workflow, WorkflowContext, WorkflowError, WorkflowFuture,
-        workflow_fn,
+        Backoff, Engine, Error, Failure, FailureKind, IdempotencyKey, Instance, ListFilter,
+        Permanent, RollbackContext, RollbackInput, RollbackRegistration, Sent, Service, Status,
+        StepConfig, StepContext, StepError, StepFailed, WaitError, Workflow, WorkflowContext,
+        WorkflowError, WorkflowFuture, workflow_fn,
     };
     #[cfg(feature = "macros")]
     pub use saga_macros::{rollback, step, workflow};

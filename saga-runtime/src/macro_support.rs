@@ -18,8 +18,10 @@ use serde::de::DeserializeOwned;
 pub use crate::compensation::{BoxFuture, RollbackContext, RollbackInput, RollbackRegistration};
 pub use crate::config::{Backoff, StepConfig};
 pub use crate::context::WorkflowContext;
+pub use crate::convert::*;
 pub use crate::failure::{StepError, WorkflowError};
 pub use crate::key::{IdempotencyKey, StepContext};
+pub use crate::service::{Service, ServiceNeed};
 pub use crate::step::StepFuture;
 pub use crate::workflow::{Workflow, WorkflowFuture};
 
@@ -29,7 +31,58 @@ pub use crate::workflow::{Workflow, WorkflowFuture};
     label = "this handler needs `#[rollback]`",
     note = "add `#[rollback]` (or `#[rollback(retries = .., delay = \"..\", ..)]`) above the handler's `async fn`: it gives the handler its retry settings and checks that it uses its idempotency key"
 )]
-pub trait RollbackAttribute {}
+pub trait RollbackAttribute {
+    /// The services the handler takes.
+    const SERVICES: &'static [ServiceNeed];
+}
+
+/// The services of a rollback handler's hidden type, or none for a type
+/// without `#[rollback]` (that error is reported once, elsewhere): the
+/// inherent const exists only when `T: RollbackAttribute`, as for
+/// [`StepProbe`].
+pub struct HandlerProbe<T: ?Sized>(core::marker::PhantomData<T>);
+
+impl<T: RollbackAttribute> HandlerProbe<T> {
+    /// The handler's services.
+    pub const SERVICES: &'static [ServiceNeed] = T::SERVICES;
+}
+
+/// The answer of [`HandlerProbe`] for types that are not handlers.
+pub trait NotAHandler {
+    /// No services.
+    const SERVICES: &'static [ServiceNeed] = &[];
+}
+
+impl<T: ?Sized> NotAHandler for HandlerProbe<T> {}
+
+/// A `Service<T>` parameter of a step or rollback handler, filled by the
+/// engine from what `EngineBuilder::provide` gave.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a service parameter",
+    note = "a service parameter is `name: Service<T>`, where `T` was given to `Engine::builder().provide(..)`"
+)]
+pub trait ServiceParam: Sized {
+    /// The service's type, `T` of `Service<T>`.
+    type Target: ?Sized + 'static;
+
+    /// The service for a step attempt.
+    fn for_step(step: &StepContext) -> Result<Self, StepError>;
+
+    /// The service for a compensation attempt.
+    fn for_rollback<O>(rollback: &RollbackInput<O>) -> Result<Self, StepError>;
+}
+
+impl<T: Send + Sync + 'static> ServiceParam for Service<T> {
+    type Target = T;
+
+    fn for_step(step: &StepContext) -> Result<Self, StepError> {
+        step.service::<T>()
+    }
+
+    fn for_rollback<O>(rollback: &RollbackInput<O>) -> Result<Self, StepError> {
+        rollback.service::<T>()
+    }
+}
 
 /// A rollback handler for a step with output `O` and caller inputs `I` (a
 /// tuple), implemented by `#[rollback]` for the signature it reads.
@@ -144,6 +197,10 @@ pub struct StepNames {
     pub name: &'static str,
     /// `renamed_from = ".."`.
     pub renamed_from: Option<&'static str>,
+    /// The services the step takes.
+    pub services: &'static [ServiceNeed],
+    /// The services its rollback handler takes.
+    pub rollback_services: &'static [ServiceNeed],
 }
 
 /// Whether a type is a step's hidden type, at compile time and for any
@@ -177,6 +234,17 @@ pub enum NotAStepFunction {}
 /// Glob-imported by a workflow's compile-time checks; see [`StepProbe`].
 pub mod step_fallback {
     pub use super::NotAStepFunction as __SagaCallee;
+}
+
+/// The services of the steps a workflow calls, for `Workflow::services`
+/// (`None` for a callee that is not a step).
+pub fn services_of(steps: &[Option<StepNames>]) -> Vec<ServiceNeed> {
+    steps
+        .iter()
+        .flatten()
+        .flat_map(|step| step.services.iter().chain(step.rollback_services))
+        .copied()
+        .collect()
 }
 
 /// One durable name a workflow uses: a step function it calls (`step` is

@@ -54,6 +54,16 @@ impl Runner {
     /// a no-op for a workflow registered already.
     pub(crate) fn register(self: &Arc<Self>, workflow: Arc<dyn ErasedWorkflow>) -> Result<()> {
         let name = workflow.workflow_name();
+        if let Some(need) = workflow
+            .services_needed()
+            .into_iter()
+            .find(|need| !self.core.services.contains(need))
+        {
+            return Err(Error::MissingService {
+                workflow: name.to_owned(),
+                service: (need.type_name)().to_owned(),
+            });
+        }
         {
             let mut registry = self.registry.write().unwrap_or_else(|p| p.into_inner());
             if let Some(existing) = registry.get(name) {

@@ -116,6 +116,7 @@ async fn run_compensation(
         None => {
             shared.append(Change::CompensationStarted { slot })?;
             journal.flush().await?;
+            tracing::info!(instance = %shared.id, step = %handler.step, occurrence = handler.occurrence, "compensation started");
             Resume::default()
         }
     };
@@ -131,7 +132,7 @@ async fn run_compensation(
             occurrence,
             attempt = attempts,
         );
-        let future = erased.attempt(output, cause.message(), &key, attempts);
+        let future = erased.attempt(output, cause, &key, attempts, &shared.core.services);
         async move {
             match future {
                 Ok(future) => future.instrument(span).await,
@@ -148,11 +149,15 @@ async fn run_compensation(
         })
     };
     match retry(&shared.core.clock, &config, resume, attempt, record_retry).await? {
-        Retried::Done((), _) => {
+        Retried::Done((), attempts) => {
             shared.append(Change::CompensationCompleted { slot })?;
             journal.flush().await?;
+            tracing::info!(instance = %shared.id, step = %step, occurrence, attempts, "compensation completed");
             Ok(Ok(()))
         }
-        Retried::GaveUp(error, _) => Ok(Err(error.to_string())),
+        Retried::GaveUp(error, attempts) => {
+            tracing::warn!(instance = %shared.id, step = %step, occurrence, attempts, error = %error, "compensation failed");
+            Ok(Err(error.to_string()))
+        }
     }
 }

@@ -295,6 +295,7 @@ impl StepTask {
                 step: self.name,
                 occurrence: slot.occurrence,
                 attempt: attempts,
+                services: shared.core.services.clone(),
             };
             let span = tracing::info_span!(
                 "saga.step",
@@ -327,26 +328,32 @@ impl StepTask {
         .await;
         let (change, result) = match outcome {
             Err(e) => return self.store_failed(e),
-            Ok(Retried::Done((value, output), attempts)) => (
-                Change::StepCompleted {
-                    slot: slot.index,
-                    output,
-                    attempts,
-                },
-                Ok(value),
-            ),
-            Ok(Retried::GaveUp(error, attempts)) => (
-                Change::StepFailed {
-                    slot: slot.index,
-                    error: error.clone(),
-                    attempts,
-                },
-                Err(StepFailed {
-                    step: self.name.to_owned(),
-                    attempts,
-                    error,
-                }),
-            ),
+            Ok(Retried::Done((value, output), attempts)) => {
+                tracing::info!(instance = %shared.id, step = self.name, occurrence = slot.occurrence, attempts, "step completed");
+                (
+                    Change::StepCompleted {
+                        slot: slot.index,
+                        output,
+                        attempts,
+                    },
+                    Ok(value),
+                )
+            }
+            Ok(Retried::GaveUp(error, attempts)) => {
+                tracing::warn!(instance = %shared.id, step = self.name, occurrence = slot.occurrence, attempts, error = %error, "step failed");
+                (
+                    Change::StepFailed {
+                        slot: slot.index,
+                        error: error.clone(),
+                        attempts,
+                    },
+                    Err(StepFailed {
+                        step: self.name.to_owned(),
+                        attempts,
+                        error,
+                    }),
+                )
+            }
         };
         // The outcome is durable before the workflow sees it, so a replay
         // gives the same.

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use serde::de::DeserializeOwned;
+use tracing::Instrument;
 
 use crate::clock::{add_millis, from_millis, to_millis};
 use crate::codec::Payload;
@@ -76,13 +77,21 @@ impl WorkflowContext {
                 ));
                 return pending().await;
             }
+            let span = tracing::info_span!(
+                "saga.wait",
+                instance = %shared.id,
+                workflow = %shared.workflow,
+                name,
+                occurrence = slot.occurrence,
+                event_type = %event_type,
+            );
             let wait = EventWait {
                 shared,
                 slot,
                 name,
                 event_type,
             };
-            let payload = wait.run(timeout).await?;
+            let payload = wait.run(timeout).instrument(span).await?;
             payload.decode::<T>().map_err(|detail| WaitError::Decode {
                 name: name.to_owned(),
                 type_name: std::any::type_name::<T>(),
@@ -148,6 +157,24 @@ async fn sleep_in_slot(
     let Some(slot) = slot else {
         return pending().await;
     };
+    let span = tracing::info_span!(
+        "saga.sleep",
+        instance = %shared.id,
+        workflow = %shared.workflow,
+        name,
+        occurrence = slot.occurrence,
+    );
+    sleep_in_span(shared, slot, name, wake_at)
+        .instrument(span)
+        .await
+}
+
+async fn sleep_in_span(
+    shared: Arc<Shared>,
+    slot: Slot,
+    name: &'static str,
+    wake_at: impl FnOnce(u64) -> u64,
+) -> Result<(), WaitError> {
     let wake_at = match slot.recorded.as_ref().map(|r| &r.state) {
         Some(SlotState::Slept) => return Ok(()),
         Some(SlotState::Sleeping { wake_at }) if shared.mode == Mode::Forward => *wake_at,
@@ -168,7 +195,9 @@ async fn sleep_in_slot(
         }
         _ => return pending().await,
     };
+    tracing::debug!(wake_at = ?from_millis(wake_at), "sleeping");
     shared.core.clock.sleep_until(from_millis(wake_at)).await;
+    tracing::debug!("woke up");
     // Not waited for: the next durable call's flush covers it, and a crash
     // before then sleeps again until the same wake time, which has passed.
     if let Err(e) = shared.append(Change::SleepCompleted { slot: slot.index }) {
@@ -210,6 +239,7 @@ impl EventWait {
             }
             _ => return pending().await,
         };
+        tracing::debug!(deadline = ?from_millis(deadline), "waiting for an event");
         loop {
             let sent = shared.live.event_sent.notified();
             match self.take_pending() {
@@ -217,6 +247,7 @@ impl EventWait {
                     if let Err(e) = shared.core.journal.flush().await {
                         return shared.stall(e).await;
                     }
+                    tracing::info!("event received");
                     return Ok(payload);
                 }
                 Ok(None) => {}
@@ -228,6 +259,7 @@ impl EventWait {
                         slot: self.slot.index,
                     })
                     .await;
+                tracing::warn!("event wait timed out");
                 return Err(self.timeout_error());
             }
             tokio::select! {

@@ -10,6 +10,7 @@ use serde::de::DeserializeOwned;
 use crate::codec::Payload;
 use crate::context::WorkflowContext;
 use crate::failure::{Failure, FailureKind, WorkflowError};
+use crate::service::ServiceNeed;
 
 /// The future a workflow's `run` returns.
 pub type WorkflowFuture<O> =
@@ -56,6 +57,15 @@ pub trait Workflow: Send + Sync + 'static {
     /// (replay): completed steps return their stored outputs instead of
     /// running, so it must make the same durable calls in the same order.
     fn run(&self, ctx: WorkflowContext, input: Self::Input) -> WorkflowFuture<Self::Output>;
+
+    /// The services its steps and their rollback handlers take, checked
+    /// by `register` and `start`. `#[workflow]` lists those of the
+    /// `#[step]` functions it calls; by hand, list what the steps ask
+    /// their `StepContext` for (or leave it empty: a missing service then
+    /// fails the step that asks for it).
+    fn services(&self) -> Vec<ServiceNeed> {
+        Vec::new()
+    }
 }
 
 /// A workflow made of a name and an async closure.
@@ -130,6 +140,8 @@ pub(crate) trait ErasedWorkflow: Send + Sync + 'static {
     /// The Rust type of the workflow, to tell two workflows of one name apart.
     fn workflow_type(&self) -> std::any::TypeId;
 
+    fn services_needed(&self) -> Vec<ServiceNeed>;
+
     fn run_erased(
         &self,
         ctx: WorkflowContext,
@@ -144,6 +156,10 @@ impl<W: Workflow> ErasedWorkflow for W {
 
     fn workflow_type(&self) -> std::any::TypeId {
         std::any::TypeId::of::<W>()
+    }
+
+    fn services_needed(&self) -> Vec<ServiceNeed> {
+        self.services()
     }
 
     fn run_erased(
@@ -167,7 +183,14 @@ impl<W: Workflow> ErasedWorkflow for W {
         let max = ctx.ctx.shared.core.max_payload;
         let run = self.run(ctx, input);
         Box::pin(async move {
-            let output = run.await.map_err(WorkflowError::into_failure)?;
+            let output = run.await.map_err(|error| {
+                let failure = error.into_failure();
+                // A typed error over the payload limit keeps its message only.
+                match failure.value() {
+                    Some(value) if value.len() > max => failure.with_value(None),
+                    _ => failure,
+                }
+            })?;
             let payload = Payload::encode(&output).map_err(|detail| {
                 Failure::new(
                     FailureKind::Workflow,

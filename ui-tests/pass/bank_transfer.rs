@@ -68,7 +68,7 @@ async fn debit_bank_a(key: IdempotencyKey, t: Transfer) -> Result<DebitId, StepE
 #[rollback(retries = 10, delay = "30 seconds", backoff = "exponential", timeout = "2 minutes")]
 async fn refund_bank_a(ctx: RollbackContext<'_, DebitId>, t: Transfer) -> Result<(), StepError> {
     let _debit: Option<&DebitId> = ctx.output();
-    let _cause: &str = ctx.cause();
+    let _cause: &saga_runtime::Failure = ctx.cause();
     bank_a()
         .credit(&t.from, t.amount, ctx.key().as_str())
         .await

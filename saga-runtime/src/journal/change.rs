@@ -142,6 +142,20 @@ pub(crate) enum Change {
     /// `retry_rollback()`: the compensations that did not complete run
     /// again, with the same keys.
     RollbackRetried,
+    /// The workflow returned its own (typed) error, as JSON: written just
+    /// before the `RollbackStarted` or `Ended` that carries its failure,
+    /// which it belongs to. Kept apart from [`Failure`], whose bincode
+    /// layout records of this format already use.
+    FailureValue {
+        value: Payload,
+    },
+    /// `send_event` with an event id stored an event (as `EventReceived`)
+    /// and its id, so a second send with that id is recognised.
+    EventReceivedWithId {
+        event_type: String,
+        payload: Payload,
+        event_id: String,
+    },
 }
 
 /// How an instance ended.

@@ -185,6 +185,8 @@ pub(crate) fn import(legacy: &LegacyInstance) -> Result<Imported, String> {
         pending,
         generation: 0,
         events: history.len() as u64,
+        failure_value: None,
+        event_ids: BTreeMap::new(),
     };
     Ok(Imported { state, history })
 }

@@ -124,18 +124,38 @@ impl Journal {
         }
     }
 
-    /// Stores a new instance unless the id exists; `true` if it was new.
-    /// A new instance's state stays cached when `keep` (a driver is about
-    /// to run it), so the driver does not fold its journal again.
-    pub(crate) fn create(
+    /// Stores a new instance unless the id exists (`true` if it was new),
+    /// then appends the change `then` decides on (given the state, and
+    /// whether it was just created) under the same lock, before any other
+    /// write of the instance: start-with-event stores the instance and its
+    /// event before a driver can run it. A new instance's state stays
+    /// cached when `keep` (a driver is about to run it), so the driver does
+    /// not fold its journal again.
+    pub(crate) fn create_then<R>(
         &self,
         id: &str,
         workflow: &str,
         input: Payload,
         keep: bool,
-    ) -> Result<bool> {
+        then: impl FnOnce(&InstanceState, bool) -> Result<(Option<Change>, R)>,
+    ) -> Result<(bool, R)> {
         let entry = self.entry(id);
-        let mut cached = lock(&entry);
+        let result = self.create_locked(id, &entry, workflow, input, keep, then);
+        drop(entry);
+        self.evict_if_idle(id);
+        result
+    }
+
+    fn create_locked<R>(
+        &self,
+        id: &str,
+        entry: &Mutex<Cached>,
+        workflow: &str,
+        input: Payload,
+        keep: bool,
+        then: impl FnOnce(&InstanceState, bool) -> Result<(Option<Change>, R)>,
+    ) -> Result<(bool, R)> {
+        let mut cached = lock(entry);
         let record = Entry {
             at: self.now_millis(),
             change: Change::Created {
@@ -155,10 +175,8 @@ impl Journal {
             cached.loaded = Some(Loaded { state, next_seq: 1 });
             cached.keep = keep;
         }
-        drop(cached);
-        drop(entry);
-        self.evict_if_idle(id);
-        Ok(created)
+        let answer = self.write_cached(id, &mut cached, |state| then(state, created))?;
+        Ok((created, answer))
     }
 
     /// Appends the change `f` decides on, given the instance's state, and
@@ -182,6 +200,16 @@ impl Journal {
         f: impl FnOnce(&InstanceState) -> Result<(Option<Change>, R)>,
     ) -> Result<R> {
         let mut cached = lock(entry);
+        self.write_cached(id, &mut cached, f)
+    }
+
+    /// The body of a write, under the instance's lock.
+    fn write_cached<R>(
+        &self,
+        id: &str,
+        cached: &mut Cached,
+        f: impl FnOnce(&InstanceState) -> Result<(Option<Change>, R)>,
+    ) -> Result<R> {
         if cached.loaded.is_none() {
             cached.loaded = self.load(id)?;
         }

@@ -34,6 +34,23 @@ pub(crate) struct InstanceState {
     pub(crate) generation: u32,
     /// How many public history events the journal holds so far.
     pub(crate) events: u64,
+    /// The typed error of a `FailureValue` record, until the record that
+    /// carries its failure (`RollbackStarted`, `Ended`) takes it. Never
+    /// encoded: an `Imported` record holds a state, and it has no such
+    /// value.
+    #[serde(skip)]
+    pub(crate) failure_value: Option<Payload>,
+    /// The events sent with an id, by id, for the whole life of the
+    /// instance (restarts included). Never encoded, as `failure_value`.
+    #[serde(skip)]
+    pub(crate) event_ids: BTreeMap<String, SentEvent>,
+}
+
+/// An event sent with an id: what a second send with the id must match.
+#[derive(Clone, Debug)]
+pub(crate) struct SentEvent {
+    pub(crate) event_type: String,
+    pub(crate) payload: Payload,
 }
 
 /// Set when compensation begins, so recovery knows why and how the
@@ -233,6 +250,8 @@ pub(crate) fn apply(
                     pending: BTreeMap::new(),
                     generation: 0,
                     events: 1,
+                    failure_value: None,
+                    event_ids: BTreeMap::new(),
                 });
                 Ok(vec![EventKind::InstanceCreated {
                     workflow: workflow.clone(),
@@ -275,6 +294,9 @@ fn apply_to(
             return Err(format!("record {seq} creates an instance that exists"));
         }
         Change::DriverStarted => {
+            // A value written before a crash belongs to no failure: the
+            // run that wrote it did not get to record its end.
+            s.failure_value = None;
             match s.status {
                 Status::Queued => s.status = Status::Running,
                 // The code is tried again: it blocks again if it still
@@ -430,18 +452,20 @@ fn apply_to(
         Change::EventReceived {
             event_type,
             payload,
+        } => receive_event(s, seq, at, event_type, payload),
+        Change::EventReceivedWithId {
+            event_type,
+            payload,
+            event_id,
         } => {
-            s.pending.insert(
-                (seq, 0),
-                PendingEvent {
+            s.event_ids.insert(
+                event_id.clone(),
+                SentEvent {
                     event_type: event_type.clone(),
                     payload: payload.clone(),
-                    sent_at: at,
                 },
             );
-            EventKind::EventReceived {
-                event_type: event_type.clone(),
-            }
+            receive_event(s, seq, at, event_type, payload)
         }
         Change::EventTaken { slot, event } => {
             let pending = s.pending.remove(event).ok_or_else(|| {
@@ -504,7 +528,7 @@ fn apply_to(
             let by_name = s.status == Status::Blocked;
             s.status = Status::RollingBack;
             s.rollback = Some(RollbackPlan {
-                cause: cause.clone(),
+                cause: cause.clone().with_value(s.failure_value.take()),
                 then: *then,
                 failure: None,
                 by_name,
@@ -569,6 +593,10 @@ fn apply_to(
             s.finished_at = None;
             EventKind::RollbackRetried
         }
+        Change::FailureValue { value } => {
+            s.failure_value = Some(value.clone());
+            return Ok(Vec::new());
+        }
         Change::Restarted {
             from_slot,
             from_step,
@@ -580,6 +608,27 @@ fn apply_to(
         }
     };
     Ok(vec![event])
+}
+
+/// An event arrived: pending until a wait for its type takes it.
+fn receive_event(
+    s: &mut InstanceState,
+    seq: u64,
+    at: u64,
+    event_type: &str,
+    payload: &Payload,
+) -> EventKind {
+    s.pending.insert(
+        (seq, 0),
+        PendingEvent {
+            event_type: event_type.to_owned(),
+            payload: payload.clone(),
+            sent_at: at,
+        },
+    );
+    EventKind::EventReceived {
+        event_type: event_type.to_owned(),
+    }
 }
 
 fn end_instance(s: &mut InstanceState, at: u64, end: &End) -> Vec<EventKind> {
@@ -601,7 +650,14 @@ fn end_instance(s: &mut InstanceState, at: u64, end: &End) -> Vec<EventKind> {
     s.status = end.status;
     s.finished_at = Some(at);
     s.output = end.output.clone();
-    s.failure = end.failure.clone();
+    // The typed error: written just before this record, or before the
+    // rollback that this end concludes.
+    let value = s.failure_value.take().or_else(|| {
+        s.rollback
+            .as_ref()
+            .and_then(|plan| plan.cause.value().cloned())
+    });
+    s.failure = end.failure.clone().map(|failure| failure.with_value(value));
     events.push(match end.status {
         Status::Complete => EventKind::InstanceCompleted,
         Status::Terminated => EventKind::InstanceTerminated,
