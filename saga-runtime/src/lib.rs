@@ -47,6 +47,7 @@ mod error;
 mod failpoint;
 mod failure;
 mod history;
+mod inspect;
 mod instance;
 mod journal;
 mod key;
@@ -75,6 +76,10 @@ pub use crate::engine::{DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_RETENTION, Engine, En
 pub use crate::error::{Error, Result};
 pub use crate::failure::{Failure, FailureKind, StepError, StepFailed, WaitError, WorkflowError};
 pub use crate::history::{Event, EventKind};
+pub use crate::inspect::{
+    CompensationOutcome, InspectedCompensation, InspectedSleep, InspectedSlot, InspectedStep,
+    InspectedWait, Inspection, PayloadView, PendingEvent, StepState, WaitState,
+};
 pub use crate::instance::{Instance, InstanceInfo, ListFilter, Run};
 pub use crate::key::{IdempotencyKey, StepContext};
 pub use crate::status::Status;
