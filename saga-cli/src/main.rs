@@ -40,7 +40,13 @@ struct SagaArgs {
     db: Option<PathBuf>,
     /// A PostgreSQL store (not built in this release); --db wins over
     /// $SAGA_DATABASE_URL.
-    #[arg(long, global = true, value_name = "URL", env = "SAGA_DATABASE_URL")]
+    #[arg(
+        long,
+        global = true,
+        value_name = "URL",
+        env = "SAGA_DATABASE_URL",
+        hide_env_values = true
+    )]
     database_url: Option<String>,
     #[command(flatten)]
     commands: cli::Args,
