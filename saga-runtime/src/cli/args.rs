@@ -125,8 +125,8 @@ pub(crate) struct CheckArgs {
     pub(crate) json: bool,
 }
 
-/// Every status, for parsing. A new status is added here too (the test
-/// below checks that each one parses back from how it prints).
+/// Every status, for parsing. A new status (`Blocked`) is added here too:
+/// the match in the test below stops compiling until it is.
 const STATUSES: [Status; 8] = [
     Status::Queued,
     Status::Running,
@@ -178,6 +178,19 @@ mod tests {
             );
         }
         assert_eq!(parse_status("RollingBack"), Ok(Status::RollingBack));
+        for status in STATUSES {
+            // No wildcard: a status added to the enum fails to compile here.
+            match status {
+                Status::Queued
+                | Status::Running
+                | Status::Waiting
+                | Status::Paused
+                | Status::RollingBack
+                | Status::Complete
+                | Status::Errored
+                | Status::Terminated => {}
+            }
+        }
         assert!(parse_status("sleepy").unwrap_err().contains("rolling-back"));
     }
 }
