@@ -11,7 +11,7 @@
 //! shows what the instance's index entry says (or leaves it out, with a
 //! warning in the log, when that entry is the damaged part) and lists the
 //! others; an instance whose records decode but whose stored output no
-//! longer does ends `Errored` with a `Decode` failure naming the step;
+//! longer does is parked `Blocked` with a `Decode` failure naming the step;
 //! every other instance goes on.
 //!
 //! ```text
@@ -392,9 +392,9 @@ fn a_tampered_instance_record_is_corrupt_and_the_others_go_on() {
 }
 
 #[test]
-fn a_tampered_stored_output_fails_its_instance_with_a_decode_error() {
+fn a_tampered_stored_output_blocks_its_instance_with_a_decode_error() {
     in_limited_child(
-        "a_tampered_stored_output_fails_its_instance_with_a_decode_error",
+        "a_tampered_stored_output_blocks_its_instance_with_a_decode_error",
         || async {
             let dir = fresh_dir("tampered-output");
             let store = dir.join("store");
@@ -424,14 +424,14 @@ fn a_tampered_stored_output_fails_its_instance_with_a_decode_error() {
             let failed = engine.instance("wait-1").await.expect("handle");
             let error = tokio::time::timeout(Duration::from_secs(30), failed.result::<u64>())
                 .await
-                .expect("the instance ends instead of hanging")
+                .expect("the instance is parked instead of hanging")
                 .expect_err("the output does not decode");
             match &error {
-                Error::WorkflowFailed { failure, .. } => {
+                Error::Blocked { failure, .. } => {
                     assert_eq!(failure.kind(), &FailureKind::Decode, "{error}");
                     assert!(failure.message().contains("\"add\""), "{error}");
                 }
-                other => panic!("expected WorkflowFailed(Decode), got {other:?}"),
+                other => panic!("expected Blocked(Decode), got {other:?}"),
             }
             engine
                 .send_event("wait-2", "go", &1u64)

@@ -1,6 +1,8 @@
 //! Deploy safety at run time: a step renamed with `renamed_from` finds the
 //! history recorded under its old name, so it is not run again and keeps
-//! its old idempotency key.
+//! its old idempotency key; an undeclared change parks the instance
+//! `Blocked` until a decision; payloads of every serde shape survive a
+//! restart.
 
 #[path = "support/helpers.rs"]
 mod helpers;
@@ -9,6 +11,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use helpers::within;
+use saga_runtime::FailureKind;
 use saga_runtime::prelude::*;
 
 /// The keys the quality check ran with, across both releases.
@@ -102,6 +105,236 @@ async fn a_declared_rename_replays_the_old_history_without_running_the_step_agai
     assert_eq!(
         RAN.lock().unwrap().last().unwrap(),
         "article-2:quality-check"
+    );
+    drop(run);
+    engine.close().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// What the compensations of the reordered workflow saw, in order.
+static UNDONE: Mutex<Vec<(String, Option<u64>)>> = Mutex::new(Vec::new());
+/// How often a step body of the second release ran.
+static RELEASE_B_RAN: Mutex<u32> = Mutex::new(0);
+
+mod reorder_a {
+    use super::*;
+
+    #[step(name = "reserve", rollback = release_stock)]
+    pub(super) async fn reserve(key: IdempotencyKey, n: u64) -> Result<u64, StepError> {
+        let _ = key;
+        Ok(n + 1)
+    }
+
+    #[rollback]
+    pub(super) async fn release_stock(
+        ctx: RollbackContext<'_, u64>,
+        n: u64,
+    ) -> Result<(), StepError> {
+        let _ = (ctx.key(), n);
+        UNDONE
+            .lock()
+            .unwrap()
+            .push(("reserve".into(), ctx.output().copied()));
+        Ok(())
+    }
+
+    #[step(name = "charge", rollback = refund)]
+    pub(super) async fn charge(key: IdempotencyKey, n: u64) -> Result<u64, StepError> {
+        let _ = key;
+        Ok(n * 100)
+    }
+
+    #[rollback]
+    pub(super) async fn refund(ctx: RollbackContext<'_, u64>, n: u64) -> Result<(), StepError> {
+        let _ = (ctx.key(), n);
+        UNDONE
+            .lock()
+            .unwrap()
+            .push(("charge".into(), ctx.output().copied()));
+        Ok(())
+    }
+
+    #[workflow(name = "order")]
+    pub(super) async fn order(ctx: WorkflowContext, n: u64) -> Result<u64, WorkflowError> {
+        let reserved = reserve(&ctx, n).await?;
+        let charged = charge(&ctx, n).await?;
+        let _: u64 = ctx.wait_for_event("wait-ship", "shipped", "7 days").await?;
+        Ok(reserved + charged)
+    }
+}
+
+mod reorder_b {
+    use super::reorder_a::{refund, release_stock};
+    use super::*;
+
+    #[step(name = "charge", rollback = refund)]
+    pub(super) async fn charge(key: IdempotencyKey, n: u64) -> Result<u64, StepError> {
+        let _ = key;
+        *RELEASE_B_RAN.lock().unwrap() += 1;
+        Ok(n * 100)
+    }
+
+    #[step(name = "reserve", rollback = release_stock)]
+    pub(super) async fn reserve(key: IdempotencyKey, n: u64) -> Result<u64, StepError> {
+        let _ = key;
+        *RELEASE_B_RAN.lock().unwrap() += 1;
+        Ok(n + 1)
+    }
+
+    #[workflow(name = "order")]
+    pub(super) async fn order(ctx: WorkflowContext, n: u64) -> Result<u64, WorkflowError> {
+        let charged = charge(&ctx, n).await?;
+        let reserved = reserve(&ctx, n).await?;
+        let _: u64 = ctx.wait_for_event("wait-ship", "shipped", "7 days").await?;
+        Ok(reserved + charged)
+    }
+}
+
+#[tokio::test]
+async fn an_undeclared_reorder_blocks_the_instance_and_terminate_with_rollback_compensates_from_history()
+ {
+    let dir = std::env::temp_dir().join(format!("saga-deploy-reorder-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let engine = Engine::open(&dir).unwrap();
+    let run = engine.start(reorder_a::order, "order-1", 4).await.unwrap();
+    within("the wait", async {
+        while run.status().await.unwrap() != Status::Waiting {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await;
+    drop(run);
+    engine.close().await;
+
+    // The next release calls the steps in the other order.
+    let engine = Engine::open(&dir).unwrap();
+    engine.register(reorder_b::order).unwrap();
+    let run = engine.instance("order-1").await.unwrap();
+    let blocked = within("the block", run.result::<u64>()).await.unwrap_err();
+    match &blocked {
+        Error::Blocked { failure, .. } => {
+            assert!(
+                matches!(failure.kind(), FailureKind::NonDeterminism { .. }),
+                "{failure:?}"
+            );
+        }
+        other => panic!("expected Blocked, got {other:?}"),
+    }
+    assert_eq!(run.status().await.unwrap(), Status::Blocked);
+    assert_eq!(
+        *RELEASE_B_RAN.lock().unwrap(),
+        0,
+        "nothing after the divergence ran"
+    );
+    assert!(
+        UNDONE.lock().unwrap().is_empty(),
+        "no compensation without a decision"
+    );
+    let info = run.info().await.unwrap();
+    assert_eq!(info.status, Status::Blocked);
+    assert!(info.failure.is_some(), "the error is in info()");
+    let listed = engine
+        .list(&ListFilter::all().status(Status::Blocked))
+        .await
+        .unwrap();
+    assert_eq!(listed.len(), 1);
+
+    within("the rollback", run.terminate_with_rollback())
+        .await
+        .unwrap();
+    assert_eq!(run.status().await.unwrap(), Status::Terminated);
+    assert_eq!(
+        *UNDONE.lock().unwrap(),
+        [
+            ("charge".to_owned(), Some(400)),
+            ("reserve".to_owned(), Some(5))
+        ],
+        "both started steps, in reverse start order of the history, with their stored outputs"
+    );
+    assert_eq!(*RELEASE_B_RAN.lock().unwrap(), 0, "no forward step ran");
+    drop(run);
+    engine.close().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+enum Amount {
+    Cents(u64),
+    Text(String),
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+struct Meta {
+    region: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type")]
+enum Outcome {
+    Paid { amount: Amount },
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+struct Shapes {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    note: Option<String>,
+    #[serde(flatten)]
+    meta: Meta,
+    amount: Amount,
+    outcome: Outcome,
+    raw: serde_json::Value,
+}
+
+fn shapes() -> Shapes {
+    Shapes {
+        note: None,
+        meta: Meta {
+            region: "eu".into(),
+        },
+        amount: Amount::Text("12.50".into()),
+        outcome: Outcome::Paid {
+            amount: Amount::Cents(1250),
+        },
+        raw: serde_json::json!({"id": "ch_1", "tags": [1, 2]}),
+    }
+}
+
+#[step(name = "fetch-shapes", read_only)]
+async fn fetch_shapes() -> Result<Shapes, StepError> {
+    Ok(shapes())
+}
+
+#[workflow(name = "shapes")]
+async fn shapes_workflow(ctx: WorkflowContext, (): ()) -> Result<Shapes, WorkflowError> {
+    let shapes = fetch_shapes(&ctx).await?;
+    let _: u64 = ctx.wait_for_event("wait-go", "go", "7 days").await?;
+    Ok(shapes)
+}
+
+#[tokio::test]
+async fn payload_shapes_bincode_cannot_hold_survive_a_restart() {
+    let dir = std::env::temp_dir().join(format!("saga-deploy-shapes-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let engine = Engine::open(&dir).unwrap();
+    let run = engine.start(shapes_workflow, "shapes-1", ()).await.unwrap();
+    within("the wait", async {
+        while run.status().await.unwrap() != Status::Waiting {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await;
+    drop(run);
+    engine.close().await;
+
+    let engine = Engine::open(&dir).unwrap();
+    engine.register(shapes_workflow).unwrap();
+    engine.send_event("shapes-1", "go", &1u64).await.unwrap();
+    let run = engine.instance("shapes-1").await.unwrap();
+    assert_eq!(
+        within("the result", run.result::<Shapes>()).await.unwrap(),
+        shapes()
     );
     drop(run);
     engine.close().await;

@@ -92,7 +92,7 @@ async fn a_replay_that_reaches_another_step_is_a_non_determinism_error() {
     });
     let (result, info) = run_then_replay(&dir, v1, completed("charge"), v2).await;
     match result {
-        Err(Error::WorkflowFailed { failure, .. }) => {
+        Err(Error::Blocked { failure, .. }) => {
             assert_eq!(
                 failure.kind(),
                 &FailureKind::NonDeterminism {
@@ -105,7 +105,7 @@ async fn a_replay_that_reaches_another_step_is_a_non_determinism_error() {
         }
         other => panic!("expected a non-determinism failure, got {other:?}"),
     }
-    assert_eq!(info.status, Status::Errored);
+    assert_eq!(info.status, Status::Blocked, "parked, not ended");
     assert_eq!(
         a_runs.load(Ordering::SeqCst),
         1,
@@ -136,7 +136,7 @@ async fn a_stored_output_that_no_longer_decodes_names_the_step_and_type() {
     });
     let (result, _) = run_then_replay(&dir, v1, completed("price"), v2).await;
     match result {
-        Err(Error::WorkflowFailed { failure, .. }) => {
+        Err(Error::Blocked { failure, .. }) => {
             assert_eq!(failure.kind(), &FailureKind::Decode, "{failure}");
             assert!(failure.message().contains("\"price\""), "{failure}");
             assert!(failure.message().contains("String"), "{failure}");

@@ -1222,3 +1222,80 @@ async fn terminate_with_rollback_of_a_paused_instance_replays_to_compensate() {
         Some(&EventKind::InstanceTerminated)
     );
 }
+
+#[tokio::test]
+async fn retry_rollback_runs_the_compensations_that_gave_up_with_the_same_keys() {
+    let engine = engine();
+    // The refund API is down until the test fixes it.
+    let down = Arc::new(Mutex::new(true));
+    let keys = Arc::new(Mutex::new(Vec::new()));
+    let (refund_down, refund_keys) = (down.clone(), keys.clone());
+    let wf = workflow_fn("retry-rollback", move |ctx: WorkflowContext, (): ()| {
+        let (down, keys) = (refund_down.clone(), refund_keys.clone());
+        async move {
+            let refund = RollbackRegistration::new(
+                StepConfig::default().retries(0),
+                move |input: RollbackInput<u64>| {
+                    let (down, keys) = (down.clone(), keys.clone());
+                    Box::pin(async move {
+                        keys.lock().unwrap().push(input.context().key().to_string());
+                        if *down.lock().unwrap() {
+                            return Err(StepError::fatal("the refund API is down"));
+                        }
+                        Ok(())
+                    }) as BoxFuture<Result<(), StepError>>
+                },
+            );
+            ctx.step_with_rollback(
+                "charge",
+                StepConfig::default(),
+                |_key| async { Ok(5u64) },
+                refund,
+            )
+            .await?;
+            Err::<(), _>(WorkflowError::new("out of stock"))
+        }
+    });
+    let run = engine.start(wf, "retry-1", ()).await.unwrap();
+    match bounded("the failure", run.result()).await {
+        Err(Error::WorkflowFailed {
+            failure,
+            rollback_failure: Some(_),
+            ..
+        }) => assert!(failure.message().contains("out of stock")),
+        other => panic!("expected a failed rollback, got {other:?}"),
+    }
+
+    *down.lock().unwrap() = false;
+    bounded("the retry", run.retry_rollback()).await.unwrap();
+    match bounded("the result", run.result()).await {
+        Err(Error::WorkflowFailed {
+            failure,
+            rollback_failure: None,
+            ..
+        }) => assert!(
+            failure.message().contains("out of stock"),
+            "the original error stays"
+        ),
+        other => panic!("expected the rollback to have completed, got {other:?}"),
+    }
+    assert_eq!(
+        *keys.lock().unwrap(),
+        ["retry-1:rollback:charge", "retry-1:rollback:charge"],
+        "the same key on the retry"
+    );
+    let kinds = kinds(&run).await;
+    assert!(kinds.contains(&EventKind::RollbackRetried), "{kinds:?}");
+    assert_eq!(
+        kinds.last(),
+        Some(&EventKind::InstanceErrored {
+            error: "out of stock".into()
+        })
+    );
+
+    let again = run.retry_rollback().await;
+    assert!(
+        matches!(again, Err(Error::InvalidState { .. })),
+        "{again:?}"
+    );
+}

@@ -62,6 +62,10 @@ struct Replay {
     occurrences: HashMap<(SlotKind, String), u32>,
     rollbacks: Vec<Registered>,
     tasks: Vec<AbortHandle>,
+    /// Rebuilding the compensations of an instance whose code no longer
+    /// replays by position (it was `Blocked`): each call finds its slot by
+    /// kind, name and occurrence, wherever history has it.
+    by_name: bool,
 }
 
 /// A slot handed to a durable call.
@@ -102,6 +106,8 @@ impl Ctx {
                 occurrences: HashMap::new(),
                 rollbacks: Vec::new(),
                 tasks: Vec::new(),
+                by_name: mode == Mode::Rebuild
+                    && state.rollback.as_ref().is_some_and(|plan| plan.by_name),
             }),
         })
     }
@@ -135,11 +141,29 @@ impl Ctx {
             .or_default();
         let occurrence = *counter;
         *counter += 1;
+        let same_name = |r: &SlotRecord| r.name == name || Some(r.name.as_str()) == renamed_from;
+        if replay.by_name {
+            let found = replay
+                .recorded
+                .iter()
+                .find(|(_, r)| r.kind == kind && same_name(r) && r.occurrence == occurrence)
+                .map(|(index, _)| *index);
+            // A call history never saw is one the instance never made: it
+            // never completes, and the rebuild stops there.
+            let recorded =
+                found.and_then(|index| replay.recorded.remove(&index).map(|r| (index, r)));
+            return recorded.map(|(index, r)| Slot {
+                index,
+                occurrence,
+                name: Arc::from(r.name.as_str()),
+                generation: r.generation,
+                recorded: Some(r),
+            });
+        }
         let index = replay.next_slot;
         replay.next_slot += 1;
         let recorded = replay.recorded.remove(&index);
         drop(replay);
-        let same_name = |r: &SlotRecord| r.name == name || Some(r.name.as_str()) == renamed_from;
         if let Some(r) = &recorded
             && (r.kind != kind || !same_name(r) || r.occurrence != occurrence)
         {

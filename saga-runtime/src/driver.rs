@@ -75,13 +75,13 @@ async fn drive_once(
             Box::pin(rebuild_and_compensate(core, id, live, workflow, state)).await?;
             Ok(Exit::Other)
         }
-        Status::Queued | Status::Running | Status::Waiting => {
+        Status::Queued | Status::Running | Status::Waiting | Status::Blocked => {
             run_forward(core, id, live, workflow, state).await
         }
         // Paused before this driver got going: a resume may race with it,
         // so let the runner look again once this driver is gone.
         Status::Paused => Ok(Exit::Suspended),
-        Status::Complete | Status::Errored | Status::Terminated => Ok(Exit::Other),
+        _ => Ok(Exit::Other),
     }
 }
 
@@ -166,17 +166,12 @@ async fn run_forward(
             let cause = Failure::new(FailureKind::Workflow, "terminated by user");
             Box::pin(fail(&ctx, cause, Status::Terminated)).await?;
         }
+        // The code no longer matches the history: park the instance,
+        // nothing after the divergence ran and no compensation runs
+        // without a decision.
         Outcome::Interrupted(Interrupt::Fail(failure)) => {
-            end(
-                &shared,
-                End {
-                    status: Status::Errored,
-                    output: None,
-                    failure: Some(failure),
-                    rollback: None,
-                },
-            )
-            .await?;
+            shared.append(Change::Blocked { failure })?;
+            shared.core.journal.flush().await?;
         }
     }
     Ok(Exit::Other)

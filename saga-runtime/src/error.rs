@@ -78,6 +78,21 @@ pub enum Error {
         compensated: String,
     },
 
+    /// The instance is `Blocked`: its workflow code no longer matches its
+    /// history (or a stored value no longer decodes). It is not ended.
+    /// Deploy a release that matches again (e.g. declare the rename with
+    /// `renamed_from`), or decide: `terminate_with_rollback()` compensates
+    /// the started steps from history, `terminate()` ends it as it is.
+    #[error(
+        "instance {id:?} is blocked: {failure}; deploy code that matches its history (e.g. with renamed_from), or end it with terminate_with_rollback() or terminate()"
+    )]
+    Blocked {
+        /// The instance.
+        id: String,
+        /// Why it is blocked.
+        failure: Box<Failure>,
+    },
+
     /// The instance's workflow is not registered in this process, so it
     /// cannot run. Call `engine.register(workflow)` with it.
     #[error(

@@ -167,6 +167,14 @@ pub enum EventKind {
         /// The step it restarted from; `None` for the beginning.
         from_step: Option<String>,
     },
+    /// The workflow code no longer matches the history (or a stored value
+    /// no longer decodes): the instance is parked `Blocked`.
+    InstanceBlocked {
+        /// Why.
+        error: String,
+    },
+    /// A user asked to run again the compensations that did not complete.
+    RollbackRetried,
 }
 
 impl EventKind {
@@ -294,6 +302,8 @@ impl fmt::Display for EventKind {
             } => {
                 write!(f, "restarted from step {step:?}")
             }
+            EventKind::InstanceBlocked { error } => write!(f, "blocked: {error}"),
+            EventKind::RollbackRetried => f.write_str("rollback retried"),
         }
     }
 }

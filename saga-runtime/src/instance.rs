@@ -201,6 +201,13 @@ impl Instance {
                 id: self.id.clone(),
                 rollback_failure: rollback_failure(),
             })),
+            // Parked until a decision: waiting would wait for a person.
+            Status::Blocked => Some(Err(Error::Blocked {
+                id: self.id.clone(),
+                failure: Box::new(state.failure.clone().unwrap_or_else(|| {
+                    Failure::new(FailureKind::Workflow, "blocked without a recorded error")
+                })),
+            })),
             _ => None,
         }
     }
@@ -294,6 +301,32 @@ impl Instance {
             // Before any await: a dropped call still compensates.
             self.runner.spawn_driver(&self.id);
         }
+        self.journal().flush().await?;
+        if let Some(live) = self.runner.live(&self.id) {
+            self.wait_stopped(&live).await?;
+        }
+        Ok(())
+    }
+
+    /// Runs again the compensations of an instance whose rollback gave up
+    /// (it ended with a rollback failure beside its error): once the
+    /// downstream is fixed, the compensations that did not complete run, in
+    /// reverse start order, with the same keys. Returns once they ran.
+    ///
+    /// Cancel safety: the retry is recorded and its driver started before
+    /// the first await; dropping the future leaves them running.
+    pub async fn retry_rollback(&self) -> Result<()> {
+        self.journal().write(&self.id, |state| {
+            let gave_up = state.rollback.as_ref().is_some_and(|p| p.failure.is_some());
+            if !(state.status.is_terminal() && gave_up) {
+                return Err(self.invalid(
+                    state.status,
+                    "retry its rollback (it has no failed rollback)",
+                ));
+            }
+            Ok((Some(Change::RollbackRetried), ()))
+        })?;
+        self.runner.spawn_driver(&self.id);
         self.journal().flush().await?;
         if let Some(live) = self.runner.live(&self.id) {
             self.wait_stopped(&live).await?;

@@ -20,8 +20,9 @@ pub(crate) enum Interrupt {
     Terminate { rollback: bool },
     /// A user restarts the instance; the restarter rewrites its records.
     Stop,
-    /// The engine cannot go on with this instance (non-determinism, a
-    /// stored value that no longer decodes, a store failure).
+    /// The workflow code no longer matches the instance's history
+    /// (non-determinism, a stored value that no longer decodes): the
+    /// instance is parked `Blocked`.
     Fail(Failure),
 }
 

@@ -5,7 +5,10 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 /// Where an instance is in its life.
+///
+/// New statuses may be added (variants are only ever appended).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
 pub enum Status {
     /// Stored, not yet picked up (its workflow may not be registered yet).
     Queued,
@@ -24,6 +27,14 @@ pub enum Status {
     Errored,
     /// Ended by a user.
     Terminated,
+    /// Parked, not ended: its workflow code no longer matches its history
+    /// (a step renamed, reordered, removed or added), or a stored value no
+    /// longer decodes. Nothing after the divergence runs and no
+    /// compensation runs without a decision: deploy a release that matches
+    /// again (e.g. with `renamed_from`) and it resumes on the next
+    /// `register` or open; or `terminate_with_rollback()` (compensates the
+    /// started steps from history), or `terminate()` (does not).
+    Blocked,
 }
 
 impl Status {
@@ -39,7 +50,11 @@ impl Status {
     pub(crate) fn resumes_on_open(self) -> bool {
         matches!(
             self,
-            Status::Queued | Status::Running | Status::Waiting | Status::RollingBack
+            Status::Queued
+                | Status::Running
+                | Status::Waiting
+                | Status::RollingBack
+                | Status::Blocked
         )
     }
 }
@@ -55,6 +70,7 @@ impl fmt::Display for Status {
             Status::Complete => "complete",
             Status::Errored => "errored",
             Status::Terminated => "terminated",
+            Status::Blocked => "blocked",
         };
         f.write_str(s)
     }

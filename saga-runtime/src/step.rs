@@ -210,12 +210,17 @@ where
         ));
     }
     match slot.recorded.as_ref().map(|r| &r.state) {
-        Some(SlotState::Completed { output, .. }) => match output.decode::<T>() {
-            Ok(value) => StepFuture {
-                state: State::Ready(Some(Ok(value))),
-            },
-            Err(detail) => {
-                shared.fail(Failure::new(
+        // A panic in the user's `Deserialize` is a value that no longer
+        // decodes, like any other decode failure.
+        Some(SlotState::Completed { output, .. }) => {
+            match crate::panic::catch(|| output.decode::<T>())
+                .unwrap_or_else(|panic| Err(format!("its Deserialize panicked: {panic}")))
+            {
+                Ok(value) => StepFuture {
+                    state: State::Ready(Some(Ok(value))),
+                },
+                Err(detail) => {
+                    shared.fail(Failure::new(
                     FailureKind::Decode,
                     format!(
                         "the stored output of step {name:?} does not decode as `{}`: {detail}; \
@@ -223,9 +228,10 @@ where
                         std::any::type_name::<T>()
                     ),
                 ));
-                StepFuture::never()
+                    StepFuture::never()
+                }
             }
-        },
+        }
         Some(SlotState::Failed { error, attempts }) => StepFuture {
             state: State::Ready(Some(Err(StepFailed {
                 step: name.to_owned(),

@@ -45,7 +45,7 @@ pub(crate) enum Command {
 #[derive(Debug, clap::Args)]
 pub(crate) struct ListArgs {
     /// Only instances in this status (queued, running, waiting, paused,
-    /// rolling-back, complete, errored, terminated).
+    /// rolling-back, blocked, complete, errored, terminated).
     #[arg(long, value_parser = parse_status)]
     pub(crate) status: Option<Status>,
     /// Only instances of this workflow.
@@ -125,14 +125,15 @@ pub(crate) struct CheckArgs {
     pub(crate) json: bool,
 }
 
-/// Every status, for parsing. A new status (`Blocked`) is added here too:
+/// Every status, for parsing. A new status is added here too:
 /// the match in the test below stops compiling until it is.
-const STATUSES: [Status; 8] = [
+const STATUSES: [Status; 9] = [
     Status::Queued,
     Status::Running,
     Status::Waiting,
     Status::Paused,
     Status::RollingBack,
+    Status::Blocked,
     Status::Complete,
     Status::Errored,
     Status::Terminated,
@@ -186,6 +187,7 @@ mod tests {
                 | Status::Waiting
                 | Status::Paused
                 | Status::RollingBack
+                | Status::Blocked
                 | Status::Complete
                 | Status::Errored
                 | Status::Terminated => {}

@@ -72,7 +72,7 @@ impl Style {
     pub(crate) fn paint_status(&self, status: Status, text: &str) -> String {
         let paint = match status {
             Status::Complete => Paint::Green,
-            Status::Errored => Paint::Red,
+            Status::Errored | Status::Blocked => Paint::Red,
             Status::RollingBack | Status::Terminated => Paint::Yellow,
             Status::Running | Status::Waiting => Paint::Cyan,
             // Queued, Paused, and any status a later release adds.

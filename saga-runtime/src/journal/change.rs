@@ -134,6 +134,14 @@ pub(crate) enum Change {
         from_slot: u32,
         from_step: Option<String>,
     },
+    /// The workflow code no longer matches the history, or a stored value
+    /// no longer decodes: the instance is parked until a decision.
+    Blocked {
+        failure: Failure,
+    },
+    /// `retry_rollback()`: the compensations that did not complete run
+    /// again, with the same keys.
+    RollbackRetried,
 }
 
 /// How an instance ended.
@@ -152,3 +160,42 @@ pub(crate) struct End {
 /// A pending event: the seq of the record that stored it, and its place
 /// in that record (a restart re-queues several events in one record).
 pub(crate) type EventId = (u64, u32);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec::{decode_record, encode_record};
+    use crate::failure::FailureKind;
+
+    fn bytes(change: Change) -> Vec<u8> {
+        let entry = Entry { at: 1000, change };
+        let bytes = encode_record(&entry);
+        let back: Entry = decode_record(&bytes).expect("decodes");
+        assert_eq!(encode_record(&back), bytes);
+        bytes
+    }
+
+    /// If this fails, journals written by earlier builds no longer read:
+    /// bump the format version and read both, instead of changing bytes.
+    #[test]
+    fn golden_bytes_of_journal_records() {
+        assert_eq!(
+            bytes(Change::StepCompleted {
+                slot: 2,
+                output: Payload::Json(b"7".to_vec()),
+                attempts: 1,
+            }),
+            [2, 251, 232, 3, 5, 2, 1, 1, b'7', 1]
+        );
+        let end = End {
+            status: Status::Errored,
+            output: None,
+            failure: Some(Failure::new(FailureKind::Workflow, "no")),
+            rollback: Some(Ok(())),
+        };
+        assert_eq!(
+            bytes(Change::Ended(Box::new(end))),
+            [2, 251, 232, 3, 21, 6, 0, 1, 0, 2, b'n', b'o', 1, 0]
+        );
+    }
+}

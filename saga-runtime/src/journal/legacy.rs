@@ -10,8 +10,9 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::state::{
-    CompensationState, InstanceState, PendingEvent as NewPendingEvent, RollbackPlan, SlotKind,
-    SlotRecord as NewSlotRecord, SlotState as NewSlotState,
+    CompensationState, InstanceState, PendingEvent as NewPendingEvent,
+    RollbackPlan as NewRollbackPlan, SlotKind, SlotRecord as NewSlotRecord,
+    SlotState as NewSlotState,
 };
 use crate::codec::{Payload, decode_legacy_record};
 use crate::failure::{Failure, StepError};
@@ -38,6 +39,13 @@ struct InstanceRecord {
     output: Option<Vec<u8>>,
     failure: Option<Failure>,
     rollback: Option<RollbackPlan>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct RollbackPlan {
+    cause: Failure,
+    then: Status,
+    failure: Option<Failure>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -166,7 +174,12 @@ pub(crate) fn import(legacy: &LegacyInstance) -> Result<Imported, String> {
         finished_at: record.finished_at,
         output: record.output.map(Payload::Bincode),
         failure: record.failure,
-        rollback: record.rollback,
+        rollback: record.rollback.map(|plan| NewRollbackPlan {
+            cause: plan.cause,
+            then: plan.then,
+            failure: plan.failure,
+            by_name: false,
+        }),
         slots,
         compensations,
         pending,

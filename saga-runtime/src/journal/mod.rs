@@ -32,6 +32,7 @@ use crate::codec::{Payload, decode_record, encode_record};
 use crate::error::{Error, Result};
 use crate::history::Event;
 use crate::lock::lock;
+use crate::status::Status;
 use crate::store::{Flusher, Store};
 
 pub(crate) struct Journal {
@@ -42,9 +43,10 @@ pub(crate) struct Journal {
     /// state once loaded.
     cache: Mutex<HashMap<String, Arc<Mutex<Cached>>>>,
     events: broadcast::Sender<Event>,
-    /// Bumped after an instance's end is durable; `result()` waits on it.
+    /// Bumped after an instance's end (or its block) is durable; `result()`
+    /// waits on it.
     ended: watch::Sender<u64>,
-    terminal_written: AtomicBool,
+    outcome_written: AtomicBool,
 }
 
 #[derive(Default)]
@@ -71,7 +73,7 @@ impl Journal {
             cache: Mutex::new(HashMap::new()),
             events,
             ended: watch::Sender::new(0),
-            terminal_written: AtomicBool::new(false),
+            outcome_written: AtomicBool::new(false),
         })
     }
 
@@ -209,8 +211,8 @@ impl Journal {
         loaded.next_seq = seq + 1;
         let state = &loaded.state;
         if state.status != status_before {
-            if state.status.is_terminal() {
-                self.terminal_written.store(true, Ordering::SeqCst);
+            if state.status.is_terminal() || state.status == Status::Blocked {
+                self.outcome_written.store(true, Ordering::SeqCst);
             }
             // Derived data: a failure here is repaired on the next open.
             if let Err(e) = self
@@ -244,7 +246,7 @@ impl Journal {
     /// Waits until everything written so far is durable.
     pub(crate) async fn flush(&self) -> Result<()> {
         self.flusher.flush().await?;
-        if self.terminal_written.swap(false, Ordering::SeqCst) {
+        if self.outcome_written.swap(false, Ordering::SeqCst) {
             self.notify_ended();
         }
         Ok(())

@@ -46,6 +46,9 @@ pub(crate) struct RollbackPlan {
     pub(crate) then: Status,
     /// A compensation that gave up.
     pub(crate) failure: Option<Failure>,
+    /// Begun while the instance was `Blocked`: its code no longer replays
+    /// by position, so compensations are rebuilt by step name.
+    pub(crate) by_name: bool,
 }
 
 /// The kind of a slot: every durable call of workflow code takes the next
@@ -272,8 +275,15 @@ fn apply_to(
             return Err(format!("record {seq} creates an instance that exists"));
         }
         Change::DriverStarted => {
-            if s.status == Status::Queued {
-                s.status = Status::Running;
+            match s.status {
+                Status::Queued => s.status = Status::Running,
+                // The code is tried again: it blocks again if it still
+                // does not match.
+                Status::Blocked => {
+                    s.status = Status::Running;
+                    s.failure = None;
+                }
+                _ => {}
             }
             EventKind::InstanceResumed
         }
@@ -491,11 +501,13 @@ fn apply_to(
                     record.state = SlotState::Cancelled;
                 }
             }
+            let by_name = s.status == Status::Blocked;
             s.status = Status::RollingBack;
             s.rollback = Some(RollbackPlan {
                 cause: cause.clone(),
                 then: *then,
                 failure: None,
+                by_name,
             });
             EventKind::RollbackStarted {
                 cause: cause.message().to_owned(),
@@ -537,6 +549,26 @@ fn apply_to(
             }
         }
         Change::Ended(end) => return Ok(end_instance(s, at, end)),
+        Change::Blocked { failure } => {
+            s.status = Status::Blocked;
+            s.failure = Some(failure.clone());
+            EventKind::InstanceBlocked {
+                error: failure.message().to_owned(),
+            }
+        }
+        Change::RollbackRetried => {
+            let Some(plan) = &mut s.rollback else {
+                return Err(format!("record {seq} retries a rollback that never ran"));
+            };
+            plan.failure = None;
+            // Completed compensations stay done; the one that gave up (and
+            // those after it, which never started) run again.
+            s.compensations
+                .retain(|_, c| *c == CompensationState::Completed);
+            s.status = Status::RollingBack;
+            s.finished_at = None;
+            EventKind::RollbackRetried
+        }
         Change::Restarted {
             from_slot,
             from_step,
