@@ -9,7 +9,12 @@ use std::path::Path;
 use std::time::Duration;
 
 use saga_runtime::{Engine, Error, Status, TestClock};
-use support::{bank_transfer_store, fulfil, json, ok, waiting_store};
+use std::sync::atomic::Ordering;
+
+use support::{
+    REFUND_DOWN, bank_transfer_store, fulfil, json, ok, refund_order, rollback_failed_store,
+    waiting_store,
+};
 
 fn status(db: &Path, id: &str) -> String {
     json(db, &["show", id])["instance"]["status"]
@@ -156,4 +161,54 @@ fn restart_from_a_step_keeps_the_steps_before_it() {
     );
     assert_eq!(refused.code, 1);
     assert!(refused.stderr.contains("compensated"), "{}", refused.stderr);
+}
+
+#[test]
+fn retry_rollback_runs_the_refund_that_gave_up_again() {
+    let store = rollback_failed_store();
+    let timeline = ok(store.path(), &["show", "order-9"]);
+    let outcome = &timeline[timeline.find("Outcome").unwrap()..];
+    assert!(
+        outcome.contains("out of stock")
+            && outcome.contains(
+                "│ gave up: the compensation of step \"charge\" failed: the refund API is down"
+            ),
+        "both errors side by side:\n{timeline}"
+    );
+
+    let out = ok(store.path(), &["retry-rollback", "order-9"]);
+    assert!(out.contains("status: rolling back"), "{out}");
+    let i = &json(store.path(), &["show", "order-9"])["instance"];
+    assert_eq!(i["status"], "rolling back");
+    assert_eq!(i["rollback_error"], serde_json::Value::Null);
+
+    // The application, with the refund API back, finishes the rollback.
+    REFUND_DOWN.store(false, Ordering::SeqCst);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let result = runtime.block_on(async {
+        let engine = Engine::builder()
+            .clock(TestClock::auto_advancing())
+            .register(refund_order())
+            .open(store.path())
+            .unwrap();
+        let run = engine.instance("order-9").await.unwrap();
+        let result = tokio::time::timeout(Duration::from_secs(30), run.result::<()>())
+            .await
+            .unwrap();
+        engine.close().await;
+        result
+    });
+    assert!(
+        matches!(
+            result,
+            Err(Error::WorkflowFailed {
+                rollback_failure: None,
+                ..
+            })
+        ),
+        "{result:?}"
+    );
+    let i = &json(store.path(), &["show", "order-9"])["instance"];
+    assert_eq!(i["compensations"][0]["state"], "completed");
+    assert_eq!(i["compensations"][0]["key"], "order-9:rollback:charge");
 }

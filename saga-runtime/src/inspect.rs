@@ -53,7 +53,8 @@ pub struct Inspection {
     pub rollback_failure: Option<Failure>,
     /// Its steps, sleeps and event waits, in call order.
     pub slots: Vec<InspectedSlot>,
-    /// The compensations of this generation, in the order they began.
+    /// The compensations of this generation, in the order they (last)
+    /// began: a compensation run again by `retry_rollback` counts from then.
     pub compensations: Vec<InspectedCompensation>,
     /// Events sent to the instance that no wait has taken yet.
     pub pending_events: Vec<PendingEvent>,
@@ -370,7 +371,7 @@ fn inspection(id: &str, state: &InstanceState, times: &Times) -> Inspection {
             let timed = times
                 .compensations
                 .iter()
-                .position(|c| c.name == step.name && c.occurrence == step.occurrence);
+                .rposition(|c| c.name == step.name && c.occurrence == step.occurrence);
             let timing = timed.map(|i| &times.compensations[i]);
             Some((
                 timed,

@@ -7,11 +7,11 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
 use saga_runtime::prelude::*;
-use saga_runtime::{Engine, TestClock};
+use saga_runtime::{BoxFuture, Engine, RollbackInput, RollbackRegistration, TestClock};
 
 /// A directory removed when dropped.
 pub struct TempDir(pub PathBuf);
@@ -154,6 +154,61 @@ pub fn waiting_store() -> TempDir {
         })
         .await
         .expect("the instance waits");
+        drop(run);
+        engine.close().await;
+    });
+    dir
+}
+
+/// Whether the refund of [`refund_order`] fails.
+pub static REFUND_DOWN: AtomicBool = AtomicBool::new(true);
+
+/// Workflow `refund-order`: step `charge` (compensated by a refund that
+/// fails fatally while [`REFUND_DOWN`]), then the workflow fails.
+pub fn refund_order() -> impl Workflow<Input = (), Output = ()> + Copy {
+    workflow_fn("refund-order", |ctx: WorkflowContext, (): ()| async move {
+        let refund = RollbackRegistration::new(
+            StepConfig::default().retries(0),
+            |input: RollbackInput<u64>| {
+                let key = input.context().key().to_string();
+                Box::pin(async move {
+                    if REFUND_DOWN.load(Ordering::SeqCst) {
+                        return Err(StepError::fatal(format!("the refund API is down ({key})")));
+                    }
+                    Ok(())
+                }) as BoxFuture<Result<(), StepError>>
+            },
+        );
+        ctx.step_with_rollback(
+            "charge",
+            StepConfig::default(),
+            |_key| async { Ok(5u64) },
+            refund,
+        )
+        .await?;
+        Err::<(), _>(WorkflowError::new("out of stock"))
+    })
+}
+
+/// A store where `order-9` of [`refund_order`] failed, and its refund
+/// gave up.
+pub fn rollback_failed_store() -> TempDir {
+    let dir = TempDir::new("rollback-failed");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let engine = Engine::builder()
+            .clock(TestClock::auto_advancing())
+            .open(dir.path())
+            .unwrap();
+        let run = engine.start(refund_order(), "order-9", ()).await.unwrap();
+        let result = tokio::time::timeout(Duration::from_secs(30), run.result()).await;
+        assert!(matches!(
+            result,
+            Ok(Err(saga_runtime::Error::WorkflowFailed {
+                rollback_failure: Some(_),
+                ..
+            }))
+        ));
         drop(run);
         engine.close().await;
     });

@@ -36,6 +36,8 @@ pub(crate) enum Command {
     Terminate(TerminateArgs),
     /// Run an instance again as a new generation (new idempotency keys).
     Restart(RestartArgs),
+    /// Run again the compensations of an instance whose rollback gave up.
+    RetryRollback(IdArg),
     /// Print lifecycle events as they become durable.
     Watch(WatchArgs),
     /// List in-flight instances that name what a saga.lock no longer has.

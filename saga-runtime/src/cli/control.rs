@@ -89,6 +89,21 @@ pub(crate) async fn restart(
     report(&instance, out).await
 }
 
+pub(crate) async fn retry_rollback(
+    engine: &Engine,
+    args: &IdArg,
+    out: &mut impl Write,
+) -> Result<(), CliError> {
+    let instance = engine.instance(&args.id).await?;
+    instance.retry_rollback().await?;
+    writeln!(
+        out,
+        "retrying the rollback of {}: the compensations that did not complete run again, with the same keys",
+        args.id
+    )?;
+    report(&instance, out).await
+}
+
 /// The status now, and who acts on the intent when no one here can.
 async fn report(instance: &Instance, out: &mut impl Write) -> Result<(), CliError> {
     let info = instance.info().await?;

@@ -34,6 +34,7 @@
 //! | `pause ID`, `resume ID` | pauses at the next step boundary, resumes |
 //! | `terminate [--rollback] ID` | ends it, with or without compensation |
 //! | `restart [--from STEP] ID` | runs it again as a new generation |
+//! | `retry-rollback ID` | runs again the compensations of a rollback that gave up |
 //! | `watch [ID] [--count N] [--json]` | lifecycle events as they become durable |
 //! | `check --lock saga.lock [--json]` | in-flight instances the lock no longer fits |
 //!
@@ -137,6 +138,7 @@ pub async fn execute(
         Command::Resume(a) => control::resume(engine, a, out).await,
         Command::Terminate(a) => control::terminate(engine, a, out).await,
         Command::Restart(a) => control::restart(engine, a, out).await,
+        Command::RetryRollback(a) => control::retry_rollback(engine, a, out).await,
         Command::Watch(a) => watch::run(engine, a, out).await,
         Command::Check(a) => check::run(engine, a, out, &style).await,
     }

@@ -308,7 +308,7 @@ fn outcome(i: &Inspection, style: &Style) -> String {
     let rollback = match (&i.rollback_cause, &i.rollback_failure) {
         (None, _) => "none".to_owned(),
         (Some(_), Some(failure)) => format!(
-            "failed: {}; {} of {with_rollback} compensations ran",
+            "gave up: {}; {} of {with_rollback} compensations ran",
             failure.message(),
             ran
         ),
