@@ -251,6 +251,12 @@ impl Engine {
     /// (compared as JSON values, so map key order does not matter); another
     /// input is [`Error::InputMismatch`], another workflow
     /// [`Error::InstanceIdInUse`]. Registers the workflow if it is not yet.
+    ///
+    /// # Cancel safety
+    ///
+    /// the instance is stored and its driver started at the first poll; dropping the future
+    /// after that leaves the instance running, and `start` again with the same id and input
+    /// returns it.
     pub async fn start<W: Workflow>(
         &self,
         workflow: W,
@@ -264,6 +270,10 @@ impl Engine {
     }
 
     /// A handle on an existing instance.
+    ///
+    /// # Cancel safety
+    ///
+    /// a read; dropping the future changes nothing.
     pub async fn instance(&self, id: &str) -> Result<Instance> {
         validate_id(id)?;
         self.runner().core.journal.read(id, |_| ())?;
@@ -311,6 +321,11 @@ impl Engine {
     /// start-with-event. An instance that does not exist yet is
     /// [`Error::UnknownInstance`]: when the event may come first, use
     /// [`EventSender::send_with_start`].
+    ///
+    /// # Cancel safety
+    ///
+    /// the event is stored and its waiter woken at the first poll; dropping the future after
+    /// that only gives up waiting for durability: the event is delivered, once.
     pub async fn send_event<P: Serialize + ?Sized>(
         &self,
         id: &str,
@@ -332,6 +347,11 @@ impl Engine {
     /// Removes finished instances older than the retention period now
     /// (the engine also does this on its own, hourly on its clock); returns
     /// how many it removed.
+    ///
+    /// # Cancel safety
+    ///
+    /// each instance is removed in one step under its write lock; dropping the future stops
+    /// the sweep between two instances.
     pub async fn sweep_expired(&self) -> Result<usize> {
         crate::retention::sweep(self.runner()).await
     }

@@ -118,6 +118,10 @@ impl Instance {
     }
 
     /// Where the instance is.
+    ///
+    /// # Cancel safety
+    ///
+    /// a read; dropping the future changes nothing.
     pub async fn status(&self) -> Result<Status> {
         self.journal().read_durable(&self.id, |s| s.status).await
     }
@@ -138,6 +142,10 @@ impl Instance {
 
     /// Waits for the instance to finish: its output when it completed,
     /// [`Error::WorkflowFailed`] or [`Error::Terminated`] otherwise.
+    ///
+    /// # Cancel safety
+    ///
+    /// dropping the future changes nothing: the instance runs on.
     pub async fn result<O: DeserializeOwned>(&self) -> Result<O> {
         let mut ended = self.journal().subscribe_ends();
         loop {
@@ -220,6 +228,11 @@ impl Instance {
 
     /// Pauses the instance: it stops at its next step boundary (a step,
     /// sleep or wait it has not started yet) with status `Paused`.
+    ///
+    /// # Cancel safety
+    ///
+    /// the pause is recorded and the driver told at the first poll; dropping the future after
+    /// that only gives up waiting for durability.
     pub async fn pause(&self) -> Result<()> {
         self.journal().write(&self.id, |state| match state.status {
             Status::Queued | Status::Running | Status::Waiting => Ok((Some(Change::Paused), ())),
@@ -233,6 +246,11 @@ impl Instance {
     }
 
     /// Resumes a paused instance.
+    ///
+    /// # Cancel safety
+    ///
+    /// the instance is resumed at the first poll; dropping the future after that only gives up
+    /// waiting for durability.
     pub async fn resume(&self) -> Result<()> {
         let resumed = self.journal().write(&self.id, |state| match state.status {
             Status::Paused => Ok((Some(Change::Unpaused), true)),
@@ -251,16 +269,30 @@ impl Instance {
 
     /// Ends the instance now, without compensation. Returns once it is
     /// `Terminated`.
+    ///
+    /// # Cancel safety
+    ///
+    /// the work runs in a task of the engine's, started at the first poll; dropping the future
+    /// leaves it to finish.
     pub async fn terminate(&self) -> Result<()> {
-        self.end(false).await
+        let this = self.clone();
+        self.in_engine_task(async move { this.end(false).await })
+            .await
     }
 
     /// Ends the instance after running the compensations of the steps it
     /// started, in reverse start order (as the workflow failing would).
     /// Returns once they ran and the instance is `Terminated`, or at once if
     /// its workflow is not registered here (they run when it is).
+    ///
+    /// # Cancel safety
+    ///
+    /// the work runs in a task of the engine's, started at the first poll; dropping the future
+    /// leaves it to finish.
     pub async fn terminate_with_rollback(&self) -> Result<()> {
-        self.end(true).await
+        let this = self.clone();
+        self.in_engine_task(async move { this.end(true).await })
+            .await
     }
 
     async fn end(&self, rollback: bool) -> Result<()> {
@@ -270,7 +302,9 @@ impl Instance {
             "terminate it"
         };
         if let Some(live) = self.runner.live(&self.id) {
-            let status = self.status().await?;
+            // The engine's own view, not a user's read: the interrupt must
+            // go out at the first poll, before any await.
+            let status = self.journal().read(&self.id, |s| s.status)?;
             if status.is_terminal() || status == Status::RollingBack {
                 return Err(self.invalid(status, operation));
             }
@@ -278,8 +312,8 @@ impl Instance {
             self.wait_stopped(&live).await?;
             // The driver may have stopped for a pause it saw first; then
             // ours was not acted on and the end is written below.
-            if self.status().await?.is_terminal() {
-                return Ok(());
+            if self.journal().read(&self.id, |s| s.status)?.is_terminal() {
+                return self.journal().durable_so_far().await;
             }
         }
         // No driver runs it: write the end (or the start of the rollback)
@@ -342,8 +376,15 @@ impl Instance {
 
     /// Runs the instance again from the beginning with the same input, as a
     /// new generation: its steps run again with new idempotency keys.
+    ///
+    /// # Cancel safety
+    ///
+    /// the work runs in a task of the engine's, started at the first poll; dropping the future
+    /// leaves it to finish.
     pub async fn restart(&self) -> Result<()> {
-        self.restart_at(None).await
+        let this = self.clone();
+        self.in_engine_task(async move { this.restart_at(None).await })
+            .await
     }
 
     /// Runs the instance again from the first call of step `step`: the
@@ -351,7 +392,9 @@ impl Instance {
     /// again as a new generation, with new idempotency keys. Events its
     /// discarded waits took are delivered again.
     pub async fn restart_from(&self, step: &str) -> Result<()> {
-        self.restart_at(Some(step)).await
+        let (this, step) = (self.clone(), step.to_owned());
+        self.in_engine_task(async move { this.restart_at(Some(&step)).await })
+            .await
     }
 
     async fn restart_at(&self, step: Option<&str>) -> Result<()> {
@@ -399,6 +442,21 @@ impl Instance {
             });
         }
         Ok(from_slot)
+    }
+
+    /// Runs `work` (stopping a driver, then writing what replaces it) in a
+    /// task of the engine's, so a caller that drops its future leaves it
+    /// to finish instead of an instance stopped half way.
+    async fn in_engine_task(
+        &self,
+        work: impl std::future::Future<Output = Result<()>> + Send + 'static,
+    ) -> Result<()> {
+        let task = self.runner.core.runtime.spawn(work);
+        match task.await {
+            Ok(result) => result,
+            // Aborted by shutdown.
+            Err(_) => Err(Error::Closed),
+        }
     }
 
     /// Waits until the driver let go of the instance; [`Error::Closed`]

@@ -61,6 +61,8 @@
     warn(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+#[cfg(feature = "cli")]
+pub mod cli;
 mod clock;
 mod codec;
 mod compensation;
@@ -75,6 +77,7 @@ mod error;
 mod failpoint;
 mod failure;
 mod history;
+mod inspect;
 mod instance;
 mod journal;
 mod key;
@@ -109,6 +112,10 @@ pub use crate::failure::{
     Failure, FailureKind, Permanent, StepError, StepFailed, WaitError, WorkflowError,
 };
 pub use crate::history::{Event, EventKind};
+pub use crate::inspect::{
+    CompensationOutcome, InspectedCompensation, InspectedSleep, InspectedSlot, InspectedStep,
+    InspectedWait, Inspection, PayloadView, PendingEvent, StepState, WaitState,
+};
 pub use crate::instance::{Instance, InstanceInfo, ListFilter, Run};
 pub use crate::key::{IdempotencyKey, StepContext};
 pub use crate::send::{EventSender, Sent};

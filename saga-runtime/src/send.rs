@@ -72,6 +72,11 @@ impl<'a> EventSender<'a> {
     /// An instance that does not exist yet is [`Error::UnknownInstance`]:
     /// when the event may arrive first (a webhook racing the start), use
     /// [`send_with_start`](EventSender::send_with_start).
+    ///
+    /// # Cancel safety
+    ///
+    /// the event is stored and its waiter woken at the first poll; dropping the future after
+    /// that only gives up waiting for durability: the event is delivered, once.
     pub async fn send<P: Serialize + ?Sized>(self, payload: &P) -> Result<Sent> {
         let payload = self.checked(payload)?;
         let journal = &self.runner.core.journal;
@@ -86,6 +91,11 @@ impl<'a> EventSender<'a> {
     /// event (Temporal's signal-with-start). An existing instance must run
     /// the same workflow with an equal input, as for
     /// [`Engine::start`](crate::Engine::start).
+    ///
+    /// # Cancel safety
+    ///
+    /// the instance and the event are stored, and the driver started, at the first poll;
+    /// dropping the future after that only gives up waiting for durability.
     pub async fn send_with_start<W: Workflow, P: Serialize + ?Sized>(
         self,
         workflow: W,

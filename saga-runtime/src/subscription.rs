@@ -28,6 +28,10 @@ impl Subscription {
     }
 
     /// The next event.
+    ///
+    /// # Cancel safety
+    ///
+    /// dropping the future loses no event: the next call receives it.
     pub async fn recv(&mut self) -> Result<Event, RecvError> {
         self.receiver.recv().await.map_err(|e| match e {
             broadcast::error::RecvError::Lagged(n) => RecvError::Lagged(n),

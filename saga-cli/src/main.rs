@@ -1,0 +1,92 @@
+//! `saga`: see, control and watch the instances of a saga store.
+//!
+//! ```text
+//! saga list [--status S] [--workflow W] [--limit N] [--json]
+//! saga show ID [--json]
+//! saga send-event ID TYPE --json '{"approved": true}'
+//! saga pause|resume ID
+//! saga terminate [--rollback] ID
+//! saga restart [--from STEP] ID
+//! saga watch [ID]             (embedded only on sled)
+//! saga check --lock saga.lock
+//! ```
+//!
+//! It opens the store with no workflow registered: control commands write
+//! their intent into the instance's journal, and the application's engine
+//! acts on it when it opens the store. A sled store is held by one process
+//! at a time; while the application runs, use the same commands embedded
+//! in it (`saga_runtime::cli::run`).
+
+mod store;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use saga_runtime::cli::{self, CliError, Colors};
+
+use crate::store::Backend;
+
+#[derive(Parser)]
+#[command(
+    name = "saga",
+    version,
+    about = "See, control and watch the instances of a saga store"
+)]
+struct SagaArgs {
+    /// The directory of a sled store [default: ./saga-data].
+    #[arg(long, global = true, value_name = "DIR")]
+    db: Option<PathBuf>,
+    /// A PostgreSQL store (not built in this release); --db wins over
+    /// $SAGA_DATABASE_URL.
+    #[arg(
+        long,
+        global = true,
+        value_name = "URL",
+        env = "SAGA_DATABASE_URL",
+        hide_env_values = true
+    )]
+    database_url: Option<String>,
+    #[command(flatten)]
+    commands: cli::Args,
+}
+
+fn main() -> ExitCode {
+    let mut stdout = std::io::stdout();
+    let outcome = match SagaArgs::try_parse() {
+        Ok(args) => run(args, &mut stdout),
+        Err(error) => cli::parse_failure(error, &mut stdout),
+    };
+    let _ = stdout.flush();
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("saga: {error}");
+            ExitCode::from(error.exit_code())
+        }
+    }
+}
+
+fn run(args: SagaArgs, out: &mut std::io::Stdout) -> Result<(), CliError> {
+    let backend = Backend::choose(args.db, args.database_url);
+    if args.commands.is_watch() && !backend.watches_from_another_process() {
+        return Err(CliError::usage(format!(
+            "watch needs the process that holds the store ({}): run saga_runtime::cli::run(&engine, [\"saga\", \"watch\"], ..) inside the application",
+            backend
+        )));
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::usage(format!("cannot start the async runtime: {e}")))?;
+    runtime.block_on(async {
+        let engine = backend.open()?;
+        let colors = Colors::when_terminal(&std::io::stdout());
+        let result = cli::execute(&engine, &args.commands, out, colors).await;
+        // Flushes, and releases the store before the process exits.
+        engine.close().await;
+        result
+    })
+}

@@ -1,0 +1,78 @@
+//! Which store the command opens. A new backend is a variant here: how
+//! it is chosen from the arguments, how it opens, whether `watch` works
+//! from another process.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use saga_runtime::cli::CliError;
+use saga_runtime::{Engine, Error};
+
+pub(crate) enum Backend {
+    /// A sled store in a directory, held by one process at a time.
+    Sled(PathBuf),
+    /// A PostgreSQL store; not built in this release.
+    Postgres,
+}
+
+impl Backend {
+    /// `--db DIR` when given, else `--database-url` / `$SAGA_DATABASE_URL`,
+    /// else `./saga-data`.
+    pub(crate) fn choose(db: Option<PathBuf>, database_url: Option<String>) -> Backend {
+        match (db, database_url) {
+            (Some(dir), _) => Backend::Sled(dir),
+            (None, Some(_url)) => Backend::Postgres,
+            (None, None) => Backend::Sled(PathBuf::from("./saga-data")),
+        }
+    }
+
+    /// Whether `watch` sees the events of instances another process runs.
+    pub(crate) fn watches_from_another_process(&self) -> bool {
+        match self {
+            // Only the process that holds the store sees its events.
+            Backend::Sled(_) => false,
+            Backend::Postgres => true,
+        }
+    }
+
+    /// Opens the store with no workflow registered.
+    pub(crate) fn open(&self) -> Result<Engine, CliError> {
+        match self {
+            Backend::Sled(dir) => open_sled(dir),
+            Backend::Postgres => Err(CliError::usage(
+                "the PostgreSQL store is not built in this release; use a sled store with --db DIR",
+            )),
+        }
+    }
+}
+
+fn open_sled(dir: &std::path::Path) -> Result<Engine, CliError> {
+    // Engine::open creates a store where there is none: refuse, so a
+    // mistyped path does not leave an empty store behind.
+    if !dir.join("db").is_file() {
+        return Err(CliError::usage(format!(
+            "no saga store in {}: pass the directory an application opened with Engine::open, as --db DIR",
+            dir.display()
+        )));
+    }
+    // Retention is the application's to decide: this process never
+    // removes a finished instance.
+    let engine = Engine::builder().retention(Duration::MAX).open(dir);
+    engine.map_err(|error| match error {
+        Error::StoreLocked { path } => CliError::usage(format!(
+            "the store in {} is held by a running application: use the embedded command (saga_runtime::cli::run) from that application instead",
+            path.display()
+        )),
+        error => CliError::usage(format!("cannot open the store in {}: {error}", dir.display())),
+    })
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Backend::Sled(dir) => write!(f, "sled store in {}", dir.display()),
+            Backend::Postgres => f.write_str("PostgreSQL store"),
+        }
+    }
+}

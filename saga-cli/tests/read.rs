@@ -1,0 +1,205 @@
+//! The read commands of the real binary, on stores the examples wrote:
+//! `list`, `show` (the timeline, the rollback order, both errors),
+//! `check --lock`, and their `--json`.
+
+mod support;
+
+use support::{bank_transfer_store, fails, json, ok, waiting_store};
+
+#[test]
+fn list_shows_both_transfers_with_status_and_error() {
+    let store = bank_transfer_store();
+    let table = ok(store.path(), &["list"]);
+    let lines: Vec<&str> = table.lines().collect();
+    assert!(lines[0].starts_with("ID "), "{table}");
+    assert!(
+        lines[0].contains("STATUS") && lines[0].contains("ERROR"),
+        "{table}"
+    );
+    let row = |id: &str| {
+        *lines
+            .iter()
+            .find(|l| l.starts_with(id))
+            .unwrap_or_else(|| panic!("no row {id}: {table}"))
+    };
+    assert!(row("transfer-42").contains("complete"), "{table}");
+    let failed = row("transfer-43");
+    assert!(failed.contains("errored"), "{table}");
+    assert!(
+        failed.contains("credit-bank-b"),
+        "the error in short: {table}"
+    );
+    assert!(!table.contains('\x1b'), "no colors into a pipe");
+
+    let errored = ok(store.path(), &["list", "--status", "errored"]);
+    assert!(errored.contains("transfer-43") && !errored.contains("transfer-42"));
+    let none = ok(store.path(), &["list", "--workflow", "other"]);
+    assert_eq!(none.trim(), "no instances");
+    let one = json(store.path(), &["list", "--limit", "1"]);
+    assert_eq!(one["instances"].as_array().unwrap().len(), 1);
+}
+
+#[test]
+fn list_json_parses() {
+    let store = bank_transfer_store();
+    let list = json(store.path(), &["list"]);
+    let instances = list["instances"].as_array().unwrap();
+    assert_eq!(instances.len(), 2);
+    let failed = instances.iter().find(|i| i["id"] == "transfer-43").unwrap();
+    assert_eq!(failed["workflow"], "bank-transfer");
+    assert_eq!(failed["status"], "errored");
+    assert_eq!(failed["workflow_registered"], false);
+    assert!(
+        failed["error"]
+            .as_str()
+            .unwrap()
+            .contains("closed account mallory")
+    );
+    assert!(failed["finished_at"].as_str().unwrap().ends_with('Z'));
+}
+
+#[test]
+fn show_holds_the_steps_the_rollback_order_and_both_errors() {
+    let store = bank_transfer_store();
+    let timeline = ok(store.path(), &["show", "transfer-43"]);
+    let at = |needle: &str| {
+        timeline
+            .find(needle)
+            .unwrap_or_else(|| panic!("no {needle:?} in:\n{timeline}"))
+    };
+    // The steps in call order, with status, attempts and key.
+    assert!(at("debit-bank-a   completed") < at("credit-bank-b  failed"));
+    at("key transfer-43:debit-bank-a");
+    at("key transfer-43:credit-bank-b");
+    at(r#"output  "bank-a:transfer-43:debit-bank-a""#);
+    at("error   bank-b closed account mallory");
+    // The rollback in the order it ran: credit first, then debit.
+    let rollback = at("Rollback, in the order it ran");
+    let credit = at("transfer-43:rollback:credit-bank-b");
+    let debit = at("transfer-43:rollback:debit-bank-a");
+    assert!(rollback < credit && credit < debit, "{timeline}");
+    // The workflow's error and the rollback's outcome side by side.
+    let outcome = &timeline[at("Outcome")..];
+    let row = outcome.lines().nth(2).unwrap();
+    assert!(row.contains("bank-b closed account mallory"), "{outcome}");
+    assert!(
+        row.contains("│ completed: 2 of 2 compensations ran"),
+        "{outcome}"
+    );
+    // The workflow's input as JSON, and a bar per step.
+    at(r#"{"amount":100,"from":"alice","to":"mallory"}"#);
+    assert!(timeline.matches('█').count() >= 2, "{timeline}");
+}
+
+#[test]
+fn show_json_parses_and_holds_the_same() {
+    let store = bank_transfer_store();
+    let shown = json(store.path(), &["show", "transfer-43"]);
+    let i = &shown["instance"];
+    assert_eq!(i["status"], "errored");
+    assert_eq!(i["input"]["value"]["to"], "mallory");
+    let steps: Vec<_> = i["slots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["name"].as_str().unwrap(), s["state"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        steps,
+        [("debit-bank-a", "completed"), ("credit-bank-b", "failed")]
+    );
+    let order: Vec<_> = i["compensations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["step"].as_str().unwrap())
+        .collect();
+    assert_eq!(order, ["credit-bank-b", "debit-bank-a"]);
+    assert!(
+        i["error"]
+            .as_str()
+            .unwrap()
+            .contains("closed account mallory")
+    );
+    assert_eq!(i["rollback_error"], serde_json::Value::Null);
+
+    let done = json(store.path(), &["show", "transfer-42"]);
+    let slots = done["instance"]["slots"].as_array().unwrap();
+    let kinds: Vec<_> = slots.iter().map(|s| s["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["step", "step", "sleep", "wait", "step"]);
+    assert_eq!(slots[2]["wake_at"], "2030-01-08T00:00:00.000Z");
+    assert_eq!(slots[3]["state"], "received");
+    assert_eq!(slots[3]["payload"]["value"]["approved"], true);
+}
+
+#[test]
+fn show_of_a_waiting_instance_has_its_wake_time_and_deadline() {
+    let store = waiting_store();
+    let timeline = ok(store.path(), &["show", "order-7"]);
+    assert!(
+        timeline.contains("at         wait wait-payment"),
+        "{timeline}"
+    );
+    assert!(timeline.contains("sleep cool-off"), "{timeline}");
+    assert!(
+        timeline.contains("wakes 2030-01-01 01:00:00 UTC"),
+        "{timeline}"
+    );
+    assert!(
+        timeline.contains(r#"event "payment", deadline 2030-01-31 01:00:00 UTC"#),
+        "{timeline}"
+    );
+    let list = ok(store.path(), &["list"]);
+    assert!(
+        list.contains("waiting") && list.contains("wait wait-payment"),
+        "{list}"
+    );
+}
+
+#[test]
+fn check_lists_in_flight_instances_the_lock_no_longer_fits() {
+    let store = waiting_store();
+    let lock = support::TempDir::new("lock");
+    std::fs::create_dir_all(lock.path()).unwrap();
+    let write = |name: &str, text: &str| {
+        let path = lock.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path.to_str().unwrap().to_owned()
+    };
+    let fits = write(
+        "fits.lock",
+        "workflow fulfil\nstep fulfil reserve\nsleep fulfil cool-off\nevent fulfil wait-payment\n",
+    );
+    let out = ok(store.path(), &["check", "--lock", &fits]);
+    assert!(out.contains("all 1 in-flight instances fit"), "{out}");
+
+    let renamed = write(
+        "renamed.lock",
+        "workflow fulfil\nstep * reserve-stock 0123456789abcdef reserve\nsleep fulfil cool-off\n",
+    );
+    let run = fails(store.path(), &["check", "--lock", &renamed]);
+    assert_eq!(run.code, 1);
+    assert!(run.stdout.contains("order-7"), "{}", run.stdout);
+    assert!(
+        run.stdout
+            .contains(r#"step "reserve", wait "wait-payment""#),
+        "{}",
+        run.stdout
+    );
+
+    let deleted = write("deleted.lock", "workflow bank-transfer\n");
+    let run = support::saga(store.path(), &["check", "--lock", &deleted, "--json"]);
+    assert_eq!(run.code, 1);
+    let report: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(report["schema"], 1);
+    assert_eq!(report["stale"][0]["id"], "order-7");
+    assert_eq!(
+        report["stale"][0]["missing"],
+        serde_json::json!([{"kind": "workflow", "name": "fulfil"}])
+    );
+
+    // The examples' own lock fits their (finished) instances.
+    let examples = bank_transfer_store();
+    let lock = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/saga.lock");
+    ok(examples.path(), &["check", "--lock", lock]);
+}

@@ -1,0 +1,275 @@
+//! Stores for the `saga` binary to read: written by the real examples
+//! (`cargo run -p saga-examples --example ..` with `SAGA_DATA`), or, for
+//! instances still in flight, by a workflow here, through the public API.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::Duration;
+
+use saga_runtime::prelude::*;
+use saga_runtime::{BoxFuture, Engine, RollbackInput, RollbackRegistration, TestClock};
+
+/// A directory removed when dropped.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(what: &str) -> TempDir {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, Ordering::SeqCst);
+        let path =
+            std::env::temp_dir().join(format!("saga-cli-test-{what}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        TempDir(path)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A fresh copy of the store `cargo run --example bank_transfer` writes
+/// (the example runs once per test binary).
+pub fn bank_transfer_store() -> TempDir {
+    static TEMPLATE: OnceLock<TempDir> = OnceLock::new();
+    let template = TEMPLATE.get_or_init(|| {
+        // The example races: on its auto-advancing clock, transfer-42 can
+        // sleep 7 days and time out its 7-day wait before `main` sends the
+        // approval (then the transfer errors, or `send_event` finds it
+        // finished and the example exits with an error); about 1 run in 7
+        // here. These tests need the run the example means to show, so they
+        // run it again when it lost.
+        let mut last = String::new();
+        for _ in 0..10 {
+            let dir = TempDir::new("bank-transfer-template");
+            match run_example("bank_transfer", dir.path()) {
+                Ok(stdout) if stdout.contains("complete: Receipt") => return dir,
+                Ok(stdout) => last = stdout,
+                Err(stderr) => last = stderr,
+            }
+        }
+        panic!("the bank_transfer example never completed transfer-42 in 10 runs; last:\n{last}");
+    });
+    let copy = TempDir::new("bank-transfer");
+    copy_dir(template.path(), copy.path());
+    copy
+}
+
+/// Runs `cargo run -p saga-examples --example <name>` with its store in
+/// `dir`: what it printed, or its errors when it failed.
+fn run_example(name: &str, dir: &Path) -> Result<String, String> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let output = Command::new(cargo)
+        .args(["run", "-q", "-p", "saga-examples", "--example", name])
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+        .env("SAGA_DATA", dir)
+        .output()
+        .expect("cargo runs");
+    if output.status.success() {
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&output.stderr).into_owned())
+    }
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Order {
+    pub item: String,
+}
+
+/// Workflow `fulfil`: step `reserve`, sleep `cool-off` (1 hour), wait
+/// `wait-payment` for an event `payment` (30 days).
+pub fn fulfil() -> impl Workflow<Input = Order, Output = String> + Copy {
+    workflow_fn("fulfil", |ctx: WorkflowContext, order: Order| async move {
+        let item = order.item.clone();
+        let reserved: String = ctx
+            .step("reserve", StepConfig::default(), move |key| {
+                let item = item.clone();
+                async move { Ok(format!("reserved {item} ({key})")) }
+            })
+            .await?;
+        ctx.sleep("cool-off", "1 hour").await?;
+        let paid: u64 = ctx
+            .wait_for_event("wait-payment", "payment", "30 days")
+            .await?;
+        Ok::<_, WorkflowError>(format!("{reserved}, paid {paid}"))
+    })
+}
+
+/// A store where `order-7` of [`fulfil`] reserved, slept, and waits for
+/// its payment. The store is closed when this returns.
+pub fn waiting_store() -> TempDir {
+    let dir = TempDir::new("waiting");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let fulfil = fulfil();
+        let clock = TestClock::new();
+        let engine = Engine::builder()
+            .clock(clock.clone())
+            .open(dir.path())
+            .unwrap();
+        let run = engine
+            .start(
+                fulfil,
+                "order-7",
+                Order {
+                    item: "lamp".into(),
+                },
+            )
+            .await
+            .unwrap();
+        clock.wait_for_sleepers(1).await;
+        clock.advance(Duration::from_secs(3600));
+        // The wait's timer is the second sleeper.
+        tokio::time::timeout(Duration::from_secs(30), async {
+            loop {
+                let slots = run.inspect().await.unwrap().slots.len();
+                if slots == 3 && run.status().await.unwrap() == Status::Waiting {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        })
+        .await
+        .expect("the instance waits");
+        drop(run);
+        engine.close().await;
+    });
+    dir
+}
+
+/// Whether the refund of [`refund_order`] fails.
+pub static REFUND_DOWN: AtomicBool = AtomicBool::new(true);
+
+/// Workflow `refund-order`: step `charge` (compensated by a refund that
+/// fails fatally while [`REFUND_DOWN`]), then the workflow fails.
+pub fn refund_order() -> impl Workflow<Input = (), Output = ()> + Copy {
+    workflow_fn("refund-order", |ctx: WorkflowContext, (): ()| async move {
+        let refund = RollbackRegistration::new(
+            StepConfig::default().retries(0),
+            |input: RollbackInput<u64>| {
+                let key = input.context().key().to_string();
+                Box::pin(async move {
+                    if REFUND_DOWN.load(Ordering::SeqCst) {
+                        return Err(StepError::fatal(format!("the refund API is down ({key})")));
+                    }
+                    Ok(())
+                }) as BoxFuture<Result<(), StepError>>
+            },
+        );
+        ctx.step_with_rollback(
+            "charge",
+            StepConfig::default(),
+            |_key| async { Ok(5u64) },
+            refund,
+        )
+        .await?;
+        Err::<(), _>(WorkflowError::new("out of stock"))
+    })
+}
+
+/// A store where `order-9` of [`refund_order`] failed, and its refund
+/// gave up.
+pub fn rollback_failed_store() -> TempDir {
+    let dir = TempDir::new("rollback-failed");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let engine = Engine::builder()
+            .clock(TestClock::auto_advancing())
+            .open(dir.path())
+            .unwrap();
+        let run = engine.start(refund_order(), "order-9", ()).await.unwrap();
+        let result = tokio::time::timeout(Duration::from_secs(30), run.result()).await;
+        assert!(matches!(
+            result,
+            Ok(Err(saga_runtime::Error::WorkflowFailed {
+                rollback_failure: Some(_),
+                ..
+            }))
+        ));
+        drop(run);
+        engine.close().await;
+    });
+    dir
+}
+
+/// What one run of the binary did.
+pub struct Saga {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs `saga --db <db> <args..>`.
+pub fn saga(db: &Path, args: &[&str]) -> Saga {
+    let output = Command::new(env!("CARGO_BIN_EXE_saga"))
+        .arg("--db")
+        .arg(db)
+        .args(args)
+        .env_remove("SAGA_DATABASE_URL")
+        .output()
+        .expect("the saga binary runs");
+    Saga {
+        code: output.status.code().unwrap_or(-1),
+        stdout: String::from_utf8(output.stdout).expect("UTF-8 output"),
+        stderr: String::from_utf8(output.stderr).expect("UTF-8 errors"),
+    }
+}
+
+/// Runs `saga` and expects success.
+pub fn ok(db: &Path, args: &[&str]) -> String {
+    let run = saga(db, args);
+    assert_eq!(
+        run.code, 0,
+        "saga {args:?} failed: {}{}",
+        run.stdout, run.stderr
+    );
+    run.stdout
+}
+
+/// Runs `saga ... --json` and parses it.
+pub fn json(db: &Path, args: &[&str]) -> serde_json::Value {
+    let mut args = args.to_vec();
+    args.push("--json");
+    let out = ok(db, &args);
+    let value: serde_json::Value = serde_json::from_str(&out).expect("--json output parses");
+    assert_eq!(value["schema"], 1, "{out}");
+    value
+}
+
+/// Runs `saga` and expects a one-line error with a non-zero exit.
+pub fn fails(db: &Path, args: &[&str]) -> Saga {
+    let run = saga(db, args);
+    assert_ne!(run.code, 0, "saga {args:?} succeeded: {}", run.stdout);
+    assert_eq!(
+        run.stderr.lines().count(),
+        1,
+        "saga {args:?}: not one line: {:?}",
+        run.stderr
+    );
+    assert!(run.stderr.starts_with("saga: "), "{:?}", run.stderr);
+    assert!(!run.stderr.contains("panicked"), "{:?}", run.stderr);
+    run
+}

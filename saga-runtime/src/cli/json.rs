@@ -1,0 +1,196 @@
+//! The `--json` documents, schema 1 (documented in the module docs of
+//! `cli`). Built by hand rather than derived, so that a change to a
+//! runtime type cannot change the schema by accident.
+
+use std::io::Write;
+use std::time::SystemTime;
+
+use serde_json::{Value, json};
+
+use super::CliError;
+use super::output::{between, rfc3339};
+use crate::history::Event;
+use crate::inspect::{
+    CompensationOutcome, InspectedCompensation, InspectedSlot, Inspection, PayloadView, StepState,
+    WaitState,
+};
+use crate::instance::InstanceInfo;
+
+/// The schema version every document carries.
+pub(crate) const SCHEMA: u32 = 1;
+
+/// Writes `document` as one line.
+pub(crate) fn print(out: &mut impl Write, document: &Value) -> Result<(), CliError> {
+    serde_json::to_writer(&mut *out, document)
+        .map_err(|e| CliError::output(std::io::Error::other(e)))?;
+    writeln!(out)?;
+    Ok(())
+}
+
+fn time(at: Option<SystemTime>) -> Value {
+    at.map_or(Value::Null, |at| Value::String(rfc3339(at)))
+}
+
+fn payload(view: Option<&PayloadView>) -> Value {
+    match view {
+        None => Value::Null,
+        Some(PayloadView::Json { value, bytes }) => json!({"bytes": bytes, "value": value}),
+        Some(PayloadView::Unavailable { bytes, reason }) => {
+            json!({"bytes": bytes, "unavailable": reason})
+        }
+    }
+}
+
+/// Where an instance is, for `list`: `{"kind", "name"}` or null.
+pub(crate) fn at(place: Option<(&'static str, String)>) -> Value {
+    place.map_or(
+        Value::Null,
+        |(kind, name)| json!({"kind": kind, "name": name}),
+    )
+}
+
+/// One row of `list`.
+pub(crate) fn listed(info: &InstanceInfo, place: Option<(&'static str, String)>) -> Value {
+    json!({
+        "id": info.id,
+        "workflow": info.workflow,
+        "status": info.status.to_string(),
+        "created_at": rfc3339(info.created_at),
+        "updated_at": rfc3339(info.updated_at),
+        "finished_at": time(info.finished_at),
+        "workflow_registered": info.workflow_registered,
+        "at": at(place),
+        "error": info.failure.as_ref().map(|f| f.message()),
+        "rollback_error": info.rollback_failure.as_ref().map(|f| f.message()),
+    })
+}
+
+/// The document of `show`.
+pub(crate) fn instance(i: &Inspection) -> Value {
+    json!({
+        "schema": SCHEMA,
+        "instance": {
+            "id": i.id,
+            "workflow": i.workflow,
+            "status": i.status.to_string(),
+            "generation": i.generation,
+            "created_at": rfc3339(i.created_at),
+            "updated_at": rfc3339(i.updated_at),
+            "finished_at": time(i.finished_at),
+            "input": payload(Some(&i.input)),
+            "output": payload(i.output.as_ref()),
+            "error": i.failure.as_ref().map(|f| f.message()),
+            "rollback_cause": i.rollback_cause.as_ref().map(|f| f.message()),
+            "rollback_error": i.rollback_failure.as_ref().map(|f| f.message()),
+            "slots": i.slots.iter().map(slot).collect::<Vec<_>>(),
+            "compensations": i.compensations.iter().map(compensation).collect::<Vec<_>>(),
+            "pending_events": i.pending_events.iter().map(|e| json!({
+                "event_type": e.event_type,
+                "payload": payload(Some(&e.payload)),
+                "sent_at": rfc3339(e.sent_at),
+            })).collect::<Vec<_>>(),
+        }
+    })
+}
+
+fn slot(slot: &InspectedSlot) -> Value {
+    let duration = match (slot.started_at(), slot.ended_at()) {
+        (Some(from), Some(to)) => json!(between(from, to).as_millis() as u64),
+        _ => Value::Null,
+    };
+    let mut value = match slot {
+        InspectedSlot::Step(s) => {
+            let (state, attempts, error, retry_at) = match &s.state {
+                StepState::Running { attempts, retry_at } => {
+                    ("running", Some(*attempts), None, *retry_at)
+                }
+                StepState::Completed { attempts } => ("completed", Some(*attempts), None, None),
+                StepState::Failed { attempts, error } => {
+                    ("failed", Some(*attempts), Some(error.message()), None)
+                }
+                _ => ("cancelled", None, None, None),
+            };
+            json!({
+                "kind": "step",
+                "name": s.name,
+                "occurrence": s.occurrence,
+                "generation": s.generation,
+                "key": s.key.as_str(),
+                "state": state,
+                "attempts": attempts,
+                "error": error,
+                "retry_at": time(retry_at),
+                "input": payload(s.input.as_ref()),
+                "output": payload(s.output.as_ref()),
+            })
+        }
+        InspectedSlot::Sleep(s) => json!({
+            "kind": "sleep",
+            "name": s.name,
+            "occurrence": s.occurrence,
+            "generation": s.generation,
+            "wake_at": time(s.wake_at),
+            "done": s.done,
+        }),
+        InspectedSlot::Wait(w) => {
+            let (state, received) = match &w.state {
+                WaitState::Received { payload } => ("received", Some(payload)),
+                WaitState::TimedOut => ("timed_out", None),
+                _ => ("waiting", None),
+            };
+            json!({
+                "kind": "wait",
+                "name": w.name,
+                "occurrence": w.occurrence,
+                "generation": w.generation,
+                "event_type": w.event_type,
+                "deadline": time(w.deadline),
+                "state": state,
+                "payload": payload(received),
+            })
+        }
+    };
+    if let Value::Object(map) = &mut value {
+        map.insert("started_at".into(), time(slot.started_at()));
+        map.insert("ended_at".into(), time(slot.ended_at()));
+        map.insert("duration_ms".into(), duration);
+    }
+    value
+}
+
+fn compensation(c: &InspectedCompensation) -> Value {
+    let (state, attempts, error) = match &c.state {
+        CompensationOutcome::Running { attempts } => ("running", Some(*attempts), None),
+        CompensationOutcome::Completed => ("completed", None, None),
+        CompensationOutcome::Failed { error } => ("failed", None, Some(error.as_str())),
+    };
+    json!({
+        "step": c.step,
+        "occurrence": c.occurrence,
+        "key": c.key.as_str(),
+        "state": state,
+        "attempts": attempts,
+        "error": error,
+        "started_at": time(c.started_at),
+        "ended_at": time(c.ended_at),
+    })
+}
+
+/// One event of `watch`.
+pub(crate) fn event(event: &Event) -> Value {
+    // The variant's name, as serde writes it: `"StepCompleted"` or
+    // `{"StepCompleted": {..}}`.
+    let name = match serde_json::to_value(&event.kind) {
+        Ok(Value::String(name)) => name,
+        Ok(Value::Object(map)) => map.keys().next().cloned().unwrap_or_default(),
+        _ => String::new(),
+    };
+    json!({
+        "schema": SCHEMA,
+        "instance": event.instance,
+        "seq": event.seq,
+        "at": rfc3339(event.at),
+        "event": name,
+        "text": event.kind.to_string(),
+    })
+}

@@ -1,0 +1,273 @@
+//! The `saga` command's commands, to embed in an application.
+//!
+//! A sled store is held by the one process that opened it, so while an
+//! application's engine runs, the standalone `saga` binary cannot open its
+//! store. The same commands run inside the application, on its engine:
+//! wire [`run`] to an admin subcommand or route.
+//!
+//! ```no_run
+//! use saga_runtime::Engine;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), saga_runtime::Error> {
+//! let engine = Engine::open("./saga-data")?;
+//! // engine.register(bank_transfer)?; ...
+//!
+//! // `myapp saga show transfer-43`: hand the words after `saga` over.
+//! let args = std::env::args_os().skip(1); // ["saga", "show", "transfer-43"]
+//! let mut out = std::io::stdout();
+//! if let Err(e) = saga_runtime::cli::run(&engine, args, &mut out).await {
+//!     eprintln!("saga: {e}");
+//!     std::process::exit(e.exit_code().into());
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Commands
+//!
+//! | command | what it does |
+//! |---|---|
+//! | `list [--status S] [--workflow W] [--limit N] [--json]` | a table of instances |
+//! | `show ID [--json]` | one instance as a timeline, with its rollback |
+//! | `send-event ID TYPE --json PAYLOAD` | sends an event |
+//! | `pause ID`, `resume ID` | pauses at the next step boundary, resumes |
+//! | `terminate [--rollback] ID` | ends it, with or without compensation |
+//! | `restart [--from STEP] ID` | runs it again as a new generation |
+//! | `retry-rollback ID` | runs again the compensations of a rollback that gave up |
+//! | `watch [ID] [--count N] [--json]` | lifecycle events as they become durable |
+//! | `check --lock saga.lock [--json]` | in-flight instances the lock no longer fits |
+//!
+//! Control commands write their intent into the instance's journal; the
+//! engine that drives the instance (this one, or the application's when
+//! it opens the store and registers the workflow) acts on it.
+//!
+//! # Output
+//!
+//! Times are UTC (`2030-01-01 00:00:07 UTC`), durations and sizes are
+//! rounded for reading. [`run`] writes no colors; [`execute`] with
+//! [`Colors::when_terminal`] colors a terminal.
+//!
+//! With `--json`, read commands print one JSON document (`watch`: one per
+//! line) whose `"schema"` field is `1`. A later schema changes that number;
+//! fields may be added within a schema. Times are RFC 3339 strings in UTC
+//! (`"2030-01-01T00:00:07.250Z"`), durations are milliseconds, payloads are
+//! `{"bytes": N, "value": ...}`, or `{"bytes": N, "unavailable": "why"}`
+//! for a payload that is not JSON (written by the first release).
+//!
+//! - `list`: `{"schema": 1, "instances": [{"id", "workflow", "status",
+//!   "created_at", "updated_at", "finished_at", "workflow_registered",
+//!   "at", "error", "rollback_error"}]}`; `at` is the step, sleep, wait or
+//!   compensation it is at (`{"kind", "name"}`), or `null`.
+//! - `show`: `{"schema": 1, "instance": {"id", "workflow", "status",
+//!   "generation", "created_at", "updated_at", "finished_at", "input",
+//!   "output", "error", "rollback_cause", "rollback_error", "slots",
+//!   "compensations", "pending_events"}}`. Each slot has `"kind"`
+//!   (`"step"`, `"sleep"` or `"wait"`), `"name"`, `"occurrence"`,
+//!   `"generation"`, `"started_at"`, `"ended_at"`, `"duration_ms"`; a step
+//!   adds `"key"`, `"state"` (`running`, `completed`, `failed`, `cancelled`),
+//!   `"attempts"`, `"error"`, `"retry_at"`, `"input"`, `"output"`; a sleep
+//!   `"wake_at"`, `"done"`; a wait `"event_type"`, `"deadline"`, `"state"`
+//!   (`waiting`, `received`, `timed_out`), `"payload"`. Compensations, in
+//!   the order they ran: `"step"`, `"occurrence"`, `"key"`, `"state"`
+//!   (`running`, `completed`, `failed`), `"attempts"`, `"error"`,
+//!   `"started_at"`, `"ended_at"`.
+//! - `watch`: per event `{"schema": 1, "instance", "seq", "at", "event",
+//!   "text"}`: `event` is the [`EventKind`](crate::EventKind) variant's name
+//!   (`"StepCompleted"`), `text` the sentence it reads as.
+//! - `check`: `{"schema": 1, "lock", "stale": [{"id", "workflow", "status",
+//!   "missing": [{"kind", "name"}]}]}`; `kind` is `workflow`, `step`,
+//!   `sleep` or `wait`.
+//!
+//! # Exit codes
+//!
+//! 0: done. 1: the command was refused or failed (an unknown instance, a
+//! status that does not allow it), or `check` found stale instances.
+//! 2: wrong usage (an unknown status, bad JSON), or the store cannot be
+//! used from here.
+
+mod args;
+mod check;
+mod control;
+mod json;
+mod list;
+mod output;
+mod show;
+mod watch;
+
+use std::ffi::OsString;
+use std::fmt;
+use std::io::Write;
+
+use clap::Parser;
+
+pub use self::args::Args;
+use self::args::Command;
+pub use self::output::Colors;
+use crate::engine::Engine;
+
+/// Parses `args` (the first one is the program name, as in
+/// `std::env::args_os()`) and runs the command on `engine`, writing to
+/// `out` without colors. `--help` writes the help to `out`.
+pub async fn run<I, T>(engine: &Engine, args: I, out: &mut impl Write) -> Result<(), CliError>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let parsed = match Embedded::try_parse_from(args) {
+        Ok(parsed) => parsed,
+        Err(error) => return parse_failure(error, out),
+    };
+    execute(engine, &parsed.args, out, Colors::Off).await
+}
+
+/// Runs a parsed command on `engine`, for an application that puts
+/// [`Args`] in its own `clap` parser (`#[command(flatten)]`).
+pub async fn execute(
+    engine: &Engine,
+    args: &Args,
+    out: &mut impl Write,
+    colors: Colors,
+) -> Result<(), CliError> {
+    let style = output::Style::new(colors);
+    match &args.command {
+        Command::List(a) => list::run(engine, a, out, &style).await,
+        Command::Show(a) => show::run(engine, a, out, &style).await,
+        Command::SendEvent(a) => control::send_event(engine, a, out).await,
+        Command::Pause(a) => control::pause(engine, a, out).await,
+        Command::Resume(a) => control::resume(engine, a, out).await,
+        Command::Terminate(a) => control::terminate(engine, a, out).await,
+        Command::Restart(a) => control::restart(engine, a, out).await,
+        Command::RetryRollback(a) => control::retry_rollback(engine, a, out).await,
+        Command::Watch(a) => watch::run(engine, a, out).await,
+        Command::Check(a) => check::run(engine, a, out, &style).await,
+    }
+}
+
+/// What to do with an error of `clap`'s `try_parse`: `--help` and
+/// `--version` are written to `out`; anything else becomes a one-line
+/// [`CliError`] (exit code 2).
+pub fn parse_failure(error: clap::Error, out: &mut impl Write) -> Result<(), CliError> {
+    use clap::error::ErrorKind;
+    match error.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+            write!(out, "{}", error.render()).map_err(CliError::output)
+        }
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            write!(out, "{}", error.render()).map_err(CliError::output)?;
+            Err(CliError::usage("a command is missing"))
+        }
+        _ => {
+            let rendered = error.render().to_string();
+            let line = rendered
+                .lines()
+                .map(str::trim)
+                .find(|line| !line.is_empty())
+                .unwrap_or("invalid arguments");
+            let line = line.strip_prefix("error: ").unwrap_or(line);
+            Err(CliError::usage(format!("{line} (see --help)")))
+        }
+    }
+}
+
+/// The commands alone, for [`run`]: the program name, then a command.
+#[derive(Parser)]
+#[command(name = "saga", about = "See, control and watch saga instances")]
+struct Embedded {
+    #[command(flatten)]
+    args: Args,
+}
+
+/// Why a command did not succeed: one line to show, and the process exit
+/// code it stands for (see the module docs).
+#[derive(Debug)]
+pub struct CliError {
+    message: String,
+    exit_code: u8,
+}
+
+impl CliError {
+    /// A command that was refused or failed (exit code 1).
+    pub(crate) fn failed(message: impl Into<String>) -> Self {
+        CliError {
+            message: message.into(),
+            exit_code: 1,
+        }
+    }
+
+    /// Wrong usage, or a store that cannot be used from here (exit code 2).
+    pub fn usage(message: impl Into<String>) -> Self {
+        CliError {
+            message: message.into(),
+            exit_code: 2,
+        }
+    }
+
+    /// The output could not be written (a closed pipe).
+    pub(crate) fn output(error: std::io::Error) -> Self {
+        CliError::failed(format!("cannot write the output: {error}"))
+    }
+
+    /// The process exit code: 1 for a refused or failed command, 2 for
+    /// wrong usage.
+    pub fn exit_code(&self) -> u8 {
+        self.exit_code
+    }
+}
+
+impl fmt::Display for CliError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for CliError {}
+
+impl From<crate::Error> for CliError {
+    fn from(error: crate::Error) -> Self {
+        CliError::failed(error.to_string())
+    }
+}
+
+impl From<std::io::Error> for CliError {
+    fn from(error: std::io::Error) -> Self {
+        CliError::output(error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_commands_parse() {
+        use clap::CommandFactory;
+        Embedded::command().debug_assert();
+    }
+
+    #[tokio::test]
+    async fn wrong_usage_is_one_line_with_exit_code_2() {
+        let engine = Engine::temporary().unwrap();
+        let mut out = Vec::new();
+        for args in [
+            &["saga", "frobnicate"][..],
+            &["saga", "list", "--status", "sleepy"],
+            &["saga", "show"],
+            &["saga", "send-event", "x", "t", "--json", "{nope"],
+            &["saga", "list", "--limit", "-3"],
+        ] {
+            let error = run(&engine, args, &mut out).await.unwrap_err();
+            assert_eq!(error.exit_code(), 2, "{args:?}: {error}");
+            assert!(!error.to_string().contains('\n'), "{args:?}: {error}");
+        }
+    }
+
+    #[tokio::test]
+    async fn help_goes_to_out() {
+        let engine = Engine::temporary().unwrap();
+        let mut out = Vec::new();
+        run(&engine, ["saga", "--help"], &mut out).await.unwrap();
+        let help = String::from_utf8(out).unwrap();
+        assert!(help.contains("send-event"), "{help}");
+    }
+}

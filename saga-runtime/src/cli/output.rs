@@ -1,0 +1,313 @@
+//! How human output looks: colors, times, durations, sizes, tables and
+//! bars. ANSI codes are written by hand: four colors do not need a crate.
+
+use std::io::IsTerminal;
+use std::time::{Duration, SystemTime};
+
+use crate::history::Timestamp;
+use crate::status::Status;
+
+/// Whether human output is colored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Colors {
+    /// ANSI colors.
+    On,
+    /// Plain text.
+    Off,
+}
+
+impl Colors {
+    /// Colors when `stream` is a terminal (`std::io::stdout()`), none
+    /// when it is a pipe or a file.
+    pub fn when_terminal(stream: &impl IsTerminal) -> Colors {
+        if stream.is_terminal() {
+            Colors::On
+        } else {
+            Colors::Off
+        }
+    }
+}
+
+/// Paints text when colors are on.
+pub(crate) struct Style {
+    colors: Colors,
+}
+
+#[derive(Clone, Copy)]
+pub(crate) enum Paint {
+    Red,
+    Green,
+    Yellow,
+    Cyan,
+    Dim,
+    Bold,
+}
+
+impl Style {
+    pub(crate) fn new(colors: Colors) -> Self {
+        Style { colors }
+    }
+
+    pub(crate) fn paint(&self, paint: Paint, text: &str) -> String {
+        if self.colors == Colors::Off {
+            return text.to_owned();
+        }
+        let code = match paint {
+            Paint::Red => "31",
+            Paint::Green => "32",
+            Paint::Yellow => "33",
+            Paint::Cyan => "36",
+            Paint::Dim => "2",
+            Paint::Bold => "1",
+        };
+        format!("\x1b[{code}m{text}\x1b[0m")
+    }
+
+    /// A status in the color of its outcome.
+    pub(crate) fn status(&self, status: Status) -> String {
+        self.paint_status(status, &status.to_string())
+    }
+
+    /// `text` (padded already) in the color of `status`.
+    pub(crate) fn paint_status(&self, status: Status, text: &str) -> String {
+        let paint = match status {
+            Status::Complete => Paint::Green,
+            Status::Errored | Status::Blocked => Paint::Red,
+            Status::RollingBack | Status::Terminated => Paint::Yellow,
+            Status::Running | Status::Waiting => Paint::Cyan,
+            // Queued, Paused, and any status a later release adds.
+            _ => Paint::Bold,
+        };
+        self.paint(paint, text)
+    }
+}
+
+/// `2030-01-01 00:00:07 UTC`: local time would need the time zone
+/// database; UTC reads the same on every machine.
+pub(crate) fn time(at: SystemTime) -> String {
+    let stamp = Timestamp(at).to_string(); // 2030-01-01T00:00:07.250Z
+    let (date, rest) = stamp.split_once('T').unwrap_or((&stamp, ""));
+    let clock = rest.split('.').next().unwrap_or(rest);
+    format!("{date} {clock} UTC")
+}
+
+/// `2030-01-01T00:00:07.250Z`, for JSON.
+pub(crate) fn rfc3339(at: SystemTime) -> String {
+    Timestamp(at).to_string()
+}
+
+/// `850ms`, `1.2s`, `3m 20s`, `2h 5m`, `7d 0h`.
+pub(crate) fn duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    let secs = d.as_secs();
+    match () {
+        () if ms < 1000 => format!("{ms}ms"),
+        () if secs < 60 => format!("{:.1}s", d.as_secs_f64()),
+        () if secs < 3600 => format!("{}m {}s", secs / 60, secs % 60),
+        () if secs < 86_400 => format!("{}h {}m", secs / 3600, secs % 3600 / 60),
+        () => format!("{}d {}h", secs / 86_400, secs % 86_400 / 3600),
+    }
+}
+
+/// The time from `from` to `to`, zero when the clock went back.
+pub(crate) fn between(from: SystemTime, to: SystemTime) -> Duration {
+    to.duration_since(from).unwrap_or_default()
+}
+
+/// `512 B`, `1.5 KiB`, `2.0 MiB`.
+pub(crate) fn size(bytes: usize) -> String {
+    const KIB: f64 = 1024.0;
+    let b = bytes as f64;
+    if bytes < 1024 {
+        format!("{bytes} B")
+    } else if b < KIB * KIB {
+        format!("{:.1} KiB", b / KIB)
+    } else {
+        format!("{:.1} MiB", b / KIB / KIB)
+    }
+}
+
+/// At most `max` characters, with `…` when cut; one line.
+pub(crate) fn short(text: &str, max: usize) -> String {
+    let line = text.replace(['\n', '\r'], " ");
+    if line.chars().count() <= max {
+        return line;
+    }
+    let mut cut: String = line.chars().take(max.saturating_sub(1)).collect();
+    cut.push('…');
+    cut
+}
+
+/// `text` padded with spaces to `width` characters.
+pub(crate) fn pad(text: &str, width: usize) -> String {
+    let len = text.chars().count();
+    format!("{text}{}", " ".repeat(width.saturating_sub(len)))
+}
+
+/// A bar of `width` cells for the span `start..end` of the whole
+/// `from..to`: `···████······`. At least one cell is drawn.
+pub(crate) fn bar(
+    from: SystemTime,
+    to: SystemTime,
+    start: SystemTime,
+    end: SystemTime,
+    width: usize,
+) -> String {
+    let total = between(from, to).as_secs_f64();
+    let cell = |at: SystemTime| -> usize {
+        if total <= 0.0 {
+            return 0;
+        }
+        let share = between(from, at).as_secs_f64() / total;
+        ((share * width as f64).floor() as usize).min(width.saturating_sub(1))
+    };
+    let first = cell(start);
+    let last = cell(end).max(first);
+    (0..width)
+        .map(|i| {
+            if (first..=last).contains(&i) {
+                '█'
+            } else {
+                '·'
+            }
+        })
+        .collect()
+}
+
+/// Rows of cells as columns, each as wide as its widest cell. Widths come
+/// from a cell's plain text, since color codes take no room on screen. A
+/// row may carry lines printed under it.
+pub(crate) struct Table {
+    header: Vec<&'static str>,
+    rows: Vec<Row>,
+}
+
+struct Row {
+    cells: Vec<Cell>,
+    lines: Vec<String>,
+}
+
+/// One cell: its text, and that text as painted.
+pub(crate) struct Cell {
+    plain: String,
+    painted: String,
+}
+
+impl Cell {
+    pub(crate) fn plain(text: impl Into<String>) -> Cell {
+        let plain = text.into();
+        Cell {
+            painted: plain.clone(),
+            plain,
+        }
+    }
+
+    pub(crate) fn painted(text: impl Into<String>, style: &Style, paint: Paint) -> Cell {
+        let plain = text.into();
+        Cell {
+            painted: style.paint(paint, &plain),
+            plain,
+        }
+    }
+
+    /// A status in its color.
+    pub(crate) fn status(status: Status, style: &Style) -> Cell {
+        let plain = status.to_string();
+        Cell {
+            painted: style.paint_status(status, &plain),
+            plain,
+        }
+    }
+}
+
+impl Table {
+    pub(crate) fn new(header: Vec<&'static str>) -> Self {
+        Table {
+            header,
+            rows: Vec::new(),
+        }
+    }
+
+    pub(crate) fn row(&mut self, cells: Vec<Cell>) {
+        self.row_with(cells, Vec::new());
+    }
+
+    /// A row, then `lines` under it (each already indented).
+    pub(crate) fn row_with(&mut self, cells: Vec<Cell>, lines: Vec<String>) {
+        self.rows.push(Row { cells, lines });
+    }
+
+    pub(crate) fn render(&self, style: &Style) -> String {
+        let mut widths: Vec<usize> = self.header.iter().map(|h| h.len()).collect();
+        for row in &self.rows {
+            for (i, cell) in row.cells.iter().enumerate() {
+                widths[i] = widths[i].max(cell.plain.chars().count());
+            }
+        }
+        let mut out = String::new();
+        let header: Vec<String> = self
+            .header
+            .iter()
+            .zip(&widths)
+            .map(|(h, w)| pad(h, *w))
+            .collect();
+        out.push_str(&style.paint(Paint::Bold, header.join("  ").trim_end()));
+        out.push('\n');
+        for row in &self.rows {
+            let mut line = String::new();
+            for (i, cell) in row.cells.iter().enumerate() {
+                if i > 0 {
+                    line.push_str("  ");
+                }
+                line.push_str(&cell.painted);
+                if i + 1 < row.cells.len() {
+                    let used = cell.plain.chars().count();
+                    line.push_str(&" ".repeat(widths[i].saturating_sub(used)));
+                }
+            }
+            out.push_str(line.trim_end());
+            out.push('\n');
+            for line in &row.lines {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn readable_times_durations_and_sizes() {
+        let at = std::time::UNIX_EPOCH + Duration::from_millis(1_893_456_007_250);
+        assert_eq!(time(at), "2030-01-01 00:00:07 UTC");
+        assert_eq!(duration(Duration::from_millis(850)), "850ms");
+        assert_eq!(duration(Duration::from_millis(1250)), "1.2s");
+        assert_eq!(duration(Duration::from_secs(200)), "3m 20s");
+        assert_eq!(duration(Duration::from_secs(7 * 86_400)), "7d 0h");
+        assert_eq!(size(512), "512 B");
+        assert_eq!(size(1536), "1.5 KiB");
+        assert_eq!(short("abcdef", 4), "abc…");
+    }
+
+    #[test]
+    fn a_bar_marks_where_the_time_went() {
+        let t0 = std::time::UNIX_EPOCH;
+        let at = |s| t0 + Duration::from_secs(s);
+        assert_eq!(bar(t0, at(10), at(0), at(1), 10), "██········");
+        assert_eq!(bar(t0, at(10), at(5), at(10), 10), "·····█████");
+        assert_eq!(bar(t0, t0, t0, t0, 4), "█···");
+    }
+
+    #[test]
+    fn colors_only_when_on() {
+        assert_eq!(Style::new(Colors::Off).paint(Paint::Red, "x"), "x");
+        assert_eq!(
+            Style::new(Colors::On).paint(Paint::Red, "x"),
+            "\x1b[31mx\x1b[0m"
+        );
+    }
+}

@@ -1,0 +1,356 @@
+//! `saga show ID`: one instance as a timeline. Its steps, sleeps and
+//! waits in call order, each with a bar of where the time went; the
+//! rollback in the order it ran; the workflow's error and the rollback's
+//! outcome side by side.
+
+use std::io::Write;
+use std::time::SystemTime;
+
+use super::CliError;
+use super::args::ShowArgs;
+use super::json;
+use super::list::place;
+use super::output::{Cell, Paint, Style, Table, bar, between, duration, pad, short, size, time};
+use crate::engine::Engine;
+use crate::inspect::{
+    CompensationOutcome, InspectedSlot, Inspection, PayloadView, StepState, WaitState,
+};
+
+/// The width of a step's bar, in cells.
+const BAR: usize = 24;
+/// Payloads longer than this are cut (`--json` has them whole).
+const PAYLOAD: usize = 160;
+
+pub(crate) async fn run(
+    engine: &Engine,
+    args: &ShowArgs,
+    out: &mut impl Write,
+    style: &Style,
+) -> Result<(), CliError> {
+    let inspection = engine.instance(&args.id).await?.inspect().await?;
+    if args.json {
+        return json::print(out, &json::instance(&inspection));
+    }
+    write!(out, "{}", timeline(&inspection, style))?;
+    Ok(())
+}
+
+fn timeline(i: &Inspection, style: &Style) -> String {
+    let mut text = header(i, style);
+    if !i.slots.is_empty() {
+        text.push_str(&slots(i, style));
+    }
+    if !i.compensations.is_empty() {
+        text.push_str(&rollback(i, style));
+    }
+    if !i.pending_events.is_empty() {
+        text.push_str(&format!(
+            "\n{}\n",
+            style.paint(Paint::Bold, "Events not taken yet")
+        ));
+        for event in &i.pending_events {
+            text.push_str(&format!(
+                "  {:?} sent {}  {}\n",
+                event.event_type,
+                time(event.sent_at),
+                payload(&event.payload)
+            ));
+        }
+    }
+    text.push_str(&outcome(i, style));
+    text
+}
+
+fn header(i: &Inspection, style: &Style) -> String {
+    let mut text = format!(
+        "{}  {}  {}\n",
+        style.paint(Paint::Bold, &i.id),
+        i.workflow,
+        style.status(i.status)
+    );
+    let mut line = |label: &str, value: String| {
+        text.push_str(&format!("  {}{value}\n", pad(label, 11)));
+    };
+    line("started", time(i.created_at));
+    match i.finished_at {
+        Some(end) => line(
+            "finished",
+            format!(
+                "{}  (took {})",
+                time(end),
+                duration(between(i.created_at, end))
+            ),
+        ),
+        None => line("updated", time(i.updated_at)),
+    }
+    if i.generation > 0 {
+        line("generation", format!("{} (restarted)", i.generation));
+    }
+    if let Some((kind, name)) = place(i) {
+        line("at", format!("{kind} {name}"));
+    }
+    line("input", payload(&i.input));
+    if let Some(output) = &i.output {
+        line("output", payload(output));
+    }
+    text
+}
+
+/// The end of the timeline: when the instance finished, or the latest
+/// time anything in it happened.
+fn span_end(i: &Inspection) -> SystemTime {
+    let latest = i
+        .slots
+        .iter()
+        .flat_map(|s| [s.started_at(), s.ended_at()])
+        .flatten()
+        .chain(
+            i.compensations
+                .iter()
+                .flat_map(|c| [c.started_at, c.ended_at])
+                .flatten(),
+        )
+        .max();
+    i.finished_at
+        .unwrap_or(i.updated_at)
+        .max(latest.unwrap_or(i.updated_at))
+}
+
+fn slots(i: &Inspection, style: &Style) -> String {
+    let (from, to) = (i.created_at, span_end(i));
+    let mut table = Table::new(vec![
+        "#", "STEP", "STATUS", "TRIES", "TOOK", "TIME", "DETAIL",
+    ]);
+    for (n, slot) in i.slots.iter().enumerate() {
+        let started = slot.started_at().unwrap_or(from);
+        let ended = slot.ended_at();
+        let took = ended.map_or("-".to_owned(), |end| duration(between(started, end)));
+        let bar = bar(from, to, started, ended.unwrap_or(to), BAR);
+        let row = describe(slot);
+        table.row_with(
+            vec![
+                Cell::plain((n + 1).to_string()),
+                Cell::plain(row.name),
+                Cell::painted(row.state, style, row.paint),
+                Cell::plain(row.tries),
+                Cell::plain(took),
+                Cell::painted(bar, style, Paint::Cyan),
+                Cell::painted(row.detail, style, Paint::Dim),
+            ],
+            row.lines
+                .into_iter()
+                .map(|l| format!("      {l}"))
+                .collect(),
+        );
+    }
+    format!(
+        "\n{}  {} → {}\n{}",
+        style.paint(Paint::Bold, "Timeline"),
+        time(from),
+        duration(between(from, to)),
+        indent(&table.render(style))
+    )
+}
+
+/// The row of one slot in the timeline.
+struct SlotRow {
+    name: String,
+    state: &'static str,
+    paint: Paint,
+    tries: String,
+    detail: String,
+    /// Payloads and errors, under the row.
+    lines: Vec<String>,
+}
+
+fn describe(slot: &InspectedSlot) -> SlotRow {
+    match slot {
+        InspectedSlot::Step(s) => {
+            let mut lines = Vec::new();
+            if let Some(input) = &s.input {
+                lines.push(format!("input   {}", payload(input)));
+            }
+            if let Some(output) = &s.output {
+                lines.push(format!("output  {}", payload(output)));
+            }
+            let (state, paint, attempts) = match &s.state {
+                StepState::Running { attempts, retry_at } => {
+                    if let Some(at) = retry_at {
+                        lines.push(format!("next attempt {}", time(*at)));
+                    }
+                    ("running", Paint::Cyan, *attempts)
+                }
+                StepState::Completed { attempts } => ("completed", Paint::Green, *attempts),
+                StepState::Failed { attempts, error } => {
+                    lines.push(format!("error   {}", error.message()));
+                    ("failed", Paint::Red, *attempts)
+                }
+                StepState::Cancelled => ("cancelled", Paint::Yellow, 0),
+            };
+            let tries = if attempts == 0 {
+                "-".to_owned()
+            } else {
+                attempts.to_string()
+            };
+            let name = match s.occurrence {
+                0 => s.name.clone(),
+                n => format!("{} #{n}", s.name),
+            };
+            SlotRow {
+                name,
+                state,
+                paint,
+                tries,
+                detail: format!("key {}", s.key),
+                lines,
+            }
+        }
+        InspectedSlot::Sleep(s) => {
+            let (state, paint) = if s.done {
+                ("slept", Paint::Green)
+            } else {
+                ("sleeping", Paint::Cyan)
+            };
+            let detail = s
+                .wake_at
+                .map_or(String::new(), |at| format!("wakes {}", time(at)));
+            SlotRow {
+                name: format!("sleep {}", s.name),
+                state,
+                paint,
+                tries: "-".into(),
+                detail,
+                lines: Vec::new(),
+            }
+        }
+        InspectedSlot::Wait(w) => {
+            let mut lines = Vec::new();
+            let (state, paint) = match &w.state {
+                WaitState::Waiting => ("waiting", Paint::Cyan),
+                WaitState::Received { payload: p } => {
+                    lines.push(format!("event   {}", payload(p)));
+                    ("received", Paint::Green)
+                }
+                WaitState::TimedOut => ("timed out", Paint::Yellow),
+            };
+            let deadline = w
+                .deadline
+                .map_or(String::new(), |at| format!(", deadline {}", time(at)));
+            let detail = format!("event {:?}{deadline}", w.event_type);
+            SlotRow {
+                name: format!("wait {}", w.name),
+                state,
+                paint,
+                tries: "-".into(),
+                detail,
+                lines,
+            }
+        }
+    }
+}
+
+fn rollback(i: &Inspection, style: &Style) -> String {
+    let mut table = Table::new(vec!["#", "COMPENSATES", "STATUS", "TOOK", "KEY"]);
+    for (n, c) in i.compensations.iter().enumerate() {
+        let (state, paint, lines) = match &c.state {
+            CompensationOutcome::Running { attempts } => (
+                format!("running ({attempts} failed attempts)"),
+                Paint::Cyan,
+                Vec::new(),
+            ),
+            CompensationOutcome::Completed => ("completed".into(), Paint::Green, Vec::new()),
+            CompensationOutcome::Failed { error } => (
+                "failed".into(),
+                Paint::Red,
+                vec![format!("      error   {error}")],
+            ),
+        };
+        let took = match (c.started_at, c.ended_at) {
+            (Some(from), Some(to)) => duration(between(from, to)),
+            _ => "-".into(),
+        };
+        let name = match c.occurrence {
+            0 => c.step.clone(),
+            n => format!("{} #{n}", c.step),
+        };
+        table.row_with(
+            vec![
+                Cell::plain((n + 1).to_string()),
+                Cell::plain(name),
+                Cell::painted(state, style, paint),
+                Cell::plain(took),
+                Cell::painted(c.key.as_str(), style, Paint::Dim),
+            ],
+            lines,
+        );
+    }
+    format!(
+        "\n{}\n{}",
+        style.paint(Paint::Bold, "Rollback, in the order it ran"),
+        indent(&table.render(style))
+    )
+}
+
+/// The workflow's error and the rollback's outcome, side by side.
+fn outcome(i: &Inspection, style: &Style) -> String {
+    let error = match (&i.failure, &i.rollback_cause) {
+        (Some(failure), _) => failure.message().to_owned(),
+        (None, Some(cause)) => cause.message().to_owned(),
+        (None, None) if i.status.is_terminal() => format!("none ({})", i.status),
+        (None, None) => "none so far".to_owned(),
+    };
+    let with_rollback = i
+        .slots
+        .iter()
+        .filter(|s| matches!(s, InspectedSlot::Step(step) if step.has_rollback))
+        .count();
+    let ran = i.compensations.len();
+    let rollback = match (&i.rollback_cause, &i.rollback_failure) {
+        (None, _) => "none".to_owned(),
+        (Some(_), Some(failure)) => format!(
+            "gave up: {}; {} of {with_rollback} compensations ran",
+            failure.message(),
+            ran
+        ),
+        (Some(_), None) if i.status.is_terminal() => {
+            format!("completed: {ran} of {with_rollback} compensations ran")
+        }
+        (Some(_), None) => format!("running: {ran} of {with_rollback} compensations begun"),
+    };
+    let width = error.chars().count().clamp(5, 96);
+    let error = short(&error, 96);
+    let error_paint = if i.failure.is_some() {
+        Paint::Red
+    } else {
+        Paint::Dim
+    };
+    let rollback_paint = match (&i.rollback_cause, &i.rollback_failure) {
+        (_, Some(_)) => Paint::Red,
+        (Some(_), None) => Paint::Green,
+        (None, None) => Paint::Dim,
+    };
+    format!(
+        "\n{}\n  {}  │ {}\n  {}  │ {}\n",
+        style.paint(Paint::Bold, "Outcome"),
+        pad("error", width),
+        "rollback",
+        style.paint(error_paint, &pad(&error, width)),
+        style.paint(rollback_paint, &rollback),
+    )
+}
+
+/// A payload as one line of JSON with its size.
+fn payload(view: &PayloadView) -> String {
+    match view {
+        PayloadView::Json { value, bytes } => {
+            format!("{}  ({})", short(&value.to_string(), PAYLOAD), size(*bytes))
+        }
+        PayloadView::Unavailable { bytes, reason } => {
+            format!("<unavailable: {reason}>  ({})", size(*bytes))
+        }
+    }
+}
+
+fn indent(text: &str) -> String {
+    text.lines().map(|line| format!("  {line}\n")).collect()
+}

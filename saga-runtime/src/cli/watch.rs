@@ -1,0 +1,55 @@
+//! `saga watch [ID]`: lifecycle events as they become durable, until the
+//! engine closes, `--count` events were printed, or the process is
+//! interrupted.
+
+use std::io::Write;
+
+use super::CliError;
+use super::args::WatchArgs;
+use super::json;
+use super::output::time;
+use crate::engine::Engine;
+use crate::subscription::RecvError;
+
+pub(crate) async fn run(
+    engine: &Engine,
+    args: &WatchArgs,
+    out: &mut impl Write,
+) -> Result<(), CliError> {
+    if let Some(id) = &args.id {
+        // An unknown id is an error, not a silent wait forever.
+        engine.instance(id).await?;
+    }
+    let mut events = engine.subscribe();
+    let mut printed = 0;
+    while args.count.is_none_or(|count| printed < count) {
+        let event = match events.recv().await {
+            Ok(event) => event,
+            Err(RecvError::Lagged(skipped)) => {
+                if !args.json {
+                    writeln!(out, "… {skipped} events skipped (this watcher fell behind)")?;
+                }
+                continue;
+            }
+            Err(RecvError::Closed) => break,
+        };
+        if args.id.as_ref().is_some_and(|id| *id != event.instance) {
+            continue;
+        }
+        if args.json {
+            json::print(out, &json::event(&event))?;
+        } else {
+            writeln!(
+                out,
+                "{}  {}  #{} {}",
+                time(event.at),
+                event.instance,
+                event.seq,
+                event.kind
+            )?;
+        }
+        out.flush()?;
+        printed += 1;
+    }
+    Ok(())
+}
