@@ -49,6 +49,8 @@ pub(crate) struct Shared {
     /// The instance's generation (restarts so far) when this run began.
     pub(crate) generation: u32,
     in_flight: Arc<InFlight>,
+    /// The durable waits of this run that are asleep: slot → wake time.
+    asleep: Asleep,
 }
 
 pub(crate) struct Ctx {
@@ -100,6 +102,7 @@ impl Ctx {
                 mode,
                 generation: state.generation,
                 in_flight: Arc::default(),
+                asleep: Asleep::default(),
             }),
             replay: Mutex::new(Replay {
                 recorded: recorded.into_iter().collect(),
@@ -232,6 +235,34 @@ impl Ctx {
         self.shared.core.track(handle);
     }
 
+    /// Completes when the run may have become idle: a wait went to sleep,
+    /// or the last step task ended. Made before the run is polled, so
+    /// nothing that happens during the poll is missed.
+    pub(crate) fn parked(&self) -> impl std::future::Future<Output = ()> + '_ {
+        let slept = self.shared.asleep.changed.notified();
+        let idle = self.shared.in_flight.idle.notified();
+        async move {
+            tokio::select! {
+                () = slept => {}
+                () = idle => {}
+            }
+        }
+    }
+
+    /// When the run only waits (no step task in flight, every wait asleep
+    /// on the clock or for an event) until at least `after` from now: the
+    /// earliest wake time, for the driver to let go of the instance until
+    /// then. It is rebuilt from its journal when it wakes, so a sleeping
+    /// instance costs no driver, no future and no cached state.
+    pub(crate) fn hibernation(&self, after: std::time::Duration) -> Option<u64> {
+        if *lock(&self.shared.in_flight.count) > 0 {
+            return None;
+        }
+        let wake = lock(&self.shared.asleep.waits).values().min().copied()?;
+        let soon = crate::clock::add_millis(self.shared.core.now_millis(), after);
+        (wake >= soon).then_some(wake)
+    }
+
     /// Waits until every step task of this run finished on its own.
     pub(crate) async fn finish_tasks(&self) {
         lock(&self.replay).tasks.clear();
@@ -282,6 +313,17 @@ impl Shared {
         pending().await
     }
 
+    /// A wait of slot `slot` goes to sleep until `wake_at` (its start is
+    /// durable); it is awake again when the guard drops.
+    pub(crate) fn asleep_until(self: &Arc<Self>, slot: u32, wake_at: u64) -> AsleepGuard {
+        lock(&self.asleep.waits).insert(slot, wake_at);
+        self.asleep.changed.notify_waiters();
+        AsleepGuard {
+            shared: self.clone(),
+            slot,
+        }
+    }
+
     /// Appends `change` to the instance's journal.
     pub(crate) fn append(&self, change: Change) -> Result<()> {
         self.core.journal.append(&self.id, change)
@@ -324,6 +366,26 @@ fn describe(kind: SlotKind, name: &str, occurrence: u32) -> String {
         base
     } else {
         format!("{base} (occurrence {occurrence})")
+    }
+}
+
+/// The waits of a run that sleep, so the driver can tell when the run only
+/// waits.
+#[derive(Default)]
+struct Asleep {
+    waits: Mutex<std::collections::BTreeMap<u32, u64>>,
+    changed: Notify,
+}
+
+/// Held by a wait while it sleeps.
+pub(crate) struct AsleepGuard {
+    shared: Arc<Shared>,
+    slot: u32,
+}
+
+impl Drop for AsleepGuard {
+    fn drop(&mut self) {
+        lock(&self.shared.asleep.waits).remove(&self.slot);
     }
 }
 

@@ -27,23 +27,33 @@ use crate::workflow::ErasedWorkflow;
 /// plenty.
 const REBUILD_POLLS: usize = 16;
 
+/// How long a run must have nothing to do but wait, at least, for its
+/// driver to let go of the instance until the wait ends.
+const HIBERNATE_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Why a driver let go of its instance.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Exit {
     /// Paused: a resume may have raced with it, so look again.
     Suspended,
+    /// It only waits, until the wake time given (an event may wake it
+    /// sooner): it is rebuilt from its journal then.
+    Hibernated(u64),
     /// Ended, stopped for a restart, or stopped by a failure.
     Other,
 }
 
 /// Runs the instance until it ends or is stopped.
+/// `waking`: the instance hibernated in this process and wakes (its timer
+/// or an event), rather than a process beginning to run it.
 pub(crate) async fn drive(
     core: &Arc<Core>,
     workflow: Arc<dyn ErasedWorkflow>,
     id: &Arc<str>,
     live: &Arc<Live>,
+    waking: bool,
 ) -> Exit {
-    match drive_once(core, workflow, id, live).await {
+    match drive_once(core, workflow, id, live, waking).await {
         Ok(exit) => exit,
         // A journal that does not fold cannot be written either: every call
         // on the instance answers `Error::Corrupt` (result() included), so
@@ -67,6 +77,7 @@ async fn drive_once(
     workflow: Arc<dyn ErasedWorkflow>,
     id: &Arc<str>,
     live: &Arc<Live>,
+    waking: bool,
 ) -> Result<Exit> {
     let state = core
         .journal
@@ -86,9 +97,15 @@ async fn drive_once(
             Ok(Exit::Other)
         }
         Status::Queued | Status::Running | Status::Waiting | Status::Blocked => {
-            run_forward(core, id, live, workflow, state)
+            run_forward(core, id, live, workflow, state, waking)
                 .instrument(span)
                 .await
+        }
+        // A paused instance that hibernated wakes to finish the wait it was
+        // in, and stops at the next step boundary, as a live one would.
+        Status::Paused if waking => {
+            live.request_pause(true);
+            run_forward(core, id, live, workflow, state, waking).await
         }
         // Paused before this driver got going: a resume may race with it,
         // so let the runner look again once this driver is gone.
@@ -100,6 +117,7 @@ async fn drive_once(
 enum Outcome {
     Finished(std::result::Result<std::result::Result<crate::codec::Payload, Failure>, String>),
     Interrupted(Interrupt),
+    Hibernate(u64),
 }
 
 async fn run_forward(
@@ -108,6 +126,7 @@ async fn run_forward(
     live: &Arc<Live>,
     workflow: Arc<dyn ErasedWorkflow>,
     state: InstanceState,
+    waking: bool,
 ) -> Result<Exit> {
     let ctx = Ctx::new(
         core.clone(),
@@ -116,17 +135,30 @@ async fn run_forward(
         Mode::Forward,
         &state,
     );
-    core.journal.append(id, Change::DriverStarted)?;
+    // A wake from hibernation is no news: the instance was waiting (or
+    // paused in a wait) and still is, until its replay gets past the wait.
+    if !(waking && matches!(state.status, Status::Waiting | Status::Paused)) {
+        core.journal.append(id, Change::DriverStarted)?;
+    }
     match state.status {
         Status::Queued => tracing::info!("workflow started"),
         _ => tracing::info!("workflow resumed"),
     }
     let outcome = match start_run(&workflow, &ctx, &state) {
-        Ok(run) => {
+        Ok(mut run) => {
             drop(state);
-            tokio::select! {
-                result = run => Outcome::Finished(result),
-                why = live.interrupted() => Outcome::Interrupted(why),
+            loop {
+                let parked = ctx.parked();
+                tokio::select! {
+                    biased;
+                    why = live.interrupted() => break Outcome::Interrupted(why),
+                    result = &mut run => break Outcome::Finished(result),
+                    () = parked => {
+                        if let Some(wake_at) = ctx.hibernation(HIBERNATE_AFTER) {
+                            break Outcome::Hibernate(wake_at);
+                        }
+                    }
+                }
             }
         }
         Err(panic) => Outcome::Finished(Err(panic)),
@@ -145,6 +177,10 @@ async fn run_forward(
         Outcome::Interrupted(Interrupt::Suspend) => {
             tracing::info!("workflow paused");
             return Ok(Exit::Suspended);
+        }
+        Outcome::Hibernate(wake_at) => {
+            tracing::debug!(wake_at = ?crate::clock::from_millis(wake_at), "workflow only waits: letting go until it wakes");
+            return Ok(Exit::Hibernated(wake_at));
         }
         Outcome::Interrupted(Interrupt::Stop) => {}
         Outcome::Finished(Ok(Ok(output))) => {

@@ -340,6 +340,9 @@ impl Instance {
         if rollback {
             // Before any await: a dropped call still compensates.
             self.runner.spawn_driver(&self.id);
+        } else {
+            // Ended: a hibernating instance's timer has nothing to wake.
+            self.runner.forget_timer(&self.id);
         }
         self.journal().flush().await?;
         if let Some(live) = self.runner.live(&self.id) {

@@ -51,6 +51,7 @@ pub(crate) async fn sweep(runner: &Arc<Runner>) -> Result<usize> {
         // instance that ended; it writes nothing more, so that is no reason
         // to keep it.
         if journal.remove_if(&id, |state| expired(state.status, state.finished_at))? {
+            runner.forget_timer(&id);
             removed += 1;
         }
     }

@@ -21,6 +21,8 @@ pub(crate) struct Runner {
     registry: RwLock<HashMap<&'static str, Arc<dyn ErasedWorkflow>>>,
     /// The instances a driver runs here.
     live: Mutex<HashMap<String, Arc<Live>>>,
+    /// The instances that hibernate here: the timer that wakes each.
+    timers: Mutex<HashMap<String, tokio::task::AbortHandle>>,
     /// How long finished instances are kept.
     pub(crate) retention: Duration,
     /// The store's directory (`None` for a temporary store).
@@ -33,6 +35,7 @@ impl Runner {
             core,
             registry: RwLock::new(HashMap::new()),
             live: Mutex::new(HashMap::new()),
+            timers: Mutex::new(HashMap::new()),
             retention,
             path,
         }
@@ -110,9 +113,23 @@ impl Runner {
     /// Runs the instance unless a driver already does (or its workflow is
     /// not registered here).
     pub(crate) fn spawn_driver(self: &Arc<Self>, id: &str) {
+        self.start_driver(id, false);
+    }
+
+    /// Like [`Runner::spawn_driver`]; `waking` when the instance
+    /// hibernated here and its timer or an event wakes it.
+    fn start_driver(self: &Arc<Self>, id: &str, waking: bool) {
         if self.core.is_closed() {
             return;
         }
+        // A hibernating instance is woken by whatever comes first.
+        let waking = match lock(&self.timers).remove(id) {
+            Some(timer) => {
+                timer.abort();
+                true
+            }
+            None => waking,
+        };
         let live = {
             let mut running = lock(&self.live);
             if running.contains_key(id) {
@@ -144,10 +161,12 @@ impl Runner {
         let task = self.core.runtime.spawn(async move {
             // Lets go of the instance however the driver ends: done, a
             // panic, or aborted by shutdown (then `Drop` runs it).
-            let exit = CatchUnwind::new(driver::drive(&runner.core, workflow, &id, &live)).await;
+            let exit =
+                CatchUnwind::new(driver::drive(&runner.core, workflow, &id, &live, waking)).await;
             drop(release);
             match exit {
                 Ok(Exit::Suspended) => runner.after_suspend(&id),
+                Ok(Exit::Hibernated(wake_at)) => runner.hibernate(&id, wake_at),
                 Ok(Exit::Other) => {}
                 Err(panic) => {
                     let error = crate::Error::Store(format!(
@@ -167,6 +186,43 @@ impl Runner {
         let status = self.core.journal.read(id, |s| s.status);
         if status.is_ok_and(Status::resumes_on_open) {
             self.spawn_driver(id);
+        }
+    }
+
+    /// The driver let go of an instance that only waits: a timer wakes it
+    /// at `wake_at`, an event or a control call sooner. An event that came
+    /// while the driver let go finds no driver to tell, so it is looked for
+    /// here.
+    fn hibernate(self: &Arc<Self>, id: &str, wake_at: u64) {
+        let awaited_event_came = self.core.journal.read(id, |state| {
+            state.slots.values().any(|slot| match &slot.state {
+                crate::journal::SlotState::Waiting { event_type, .. } => {
+                    state.pending.values().any(|e| e.event_type == *event_type)
+                }
+                _ => false,
+            })
+        });
+        if awaited_event_came.unwrap_or(true) {
+            self.start_driver(id, true);
+            return;
+        }
+        let runner = Arc::downgrade(self);
+        let clock = self.core.clock.clone();
+        let owned = id.to_owned();
+        let task = self.core.runtime.spawn(async move {
+            clock.sleep_until(crate::clock::from_millis(wake_at)).await;
+            if let Some(runner) = runner.upgrade() {
+                runner.start_driver(&owned, true);
+            }
+        });
+        lock(&self.timers).insert(id.to_owned(), task.abort_handle());
+        self.core.track(task);
+    }
+
+    /// Stops the timer of an instance that hibernates here (it was removed).
+    pub(crate) fn forget_timer(&self, id: &str) {
+        if let Some(timer) = lock(&self.timers).remove(id) {
+            timer.abort();
         }
     }
 

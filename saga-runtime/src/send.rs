@@ -165,8 +165,12 @@ impl<'a> EventSender<'a> {
     async fn delivered(&self, sent: Sent) -> Result<Sent> {
         // Woken before the await: a dropped call still delivers the event
         // now (the wait that takes it flushes before it returns).
-        if let (Sent::Delivered, Some(live)) = (sent, self.runner.live(&self.instance)) {
-            live.event_sent.notify_waiters();
+        if sent == Sent::Delivered {
+            match self.runner.live(&self.instance) {
+                Some(live) => live.event_sent.notify_waiters(),
+                // Hibernating (or not run here): its driver takes it.
+                None => self.runner.spawn_driver_if_runnable(&self.instance),
+            }
         }
         self.runner.core.journal.flush().await?;
         Ok(sent)

@@ -196,7 +196,9 @@ async fn sleep_in_span(
         _ => return pending().await,
     };
     tracing::debug!(wake_at = ?from_millis(wake_at), "sleeping");
+    let asleep = shared.asleep_until(slot.index, wake_at);
     shared.core.clock.sleep_until(from_millis(wake_at)).await;
+    drop(asleep);
     tracing::debug!("woke up");
     // Not waited for: the next durable call's flush covers it, and a crash
     // before then sleeps again until the same wake time, which has passed.
@@ -262,10 +264,12 @@ impl EventWait {
                 tracing::warn!("event wait timed out");
                 return Err(self.timeout_error());
             }
+            let asleep = shared.asleep_until(self.slot.index, deadline);
             tokio::select! {
                 () = sent => {}
                 () = shared.core.clock.sleep_until(from_millis(deadline)) => {}
             }
+            drop(asleep);
         }
     }
 
