@@ -24,18 +24,29 @@ fn big_output() -> impl Workflow<Input = u64, Output = usize> + Copy {
     })
 }
 
-fn mount_tmpfs(dir: &Path, size: &str) {
+/// Mounts a tmpfs of `size` at `dir`; `false` when this is not allowed here
+/// (not root) and the run is not CI's, where the test must run.
+fn mount_tmpfs(dir: &Path, size: &str) -> bool {
     std::fs::create_dir_all(dir).expect("the mount point");
     let status = Command::new("mount")
         .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
         .arg(dir)
+        .stderr(std::process::Stdio::null())
         .status()
         .expect("run mount");
+    if status.success() {
+        return true;
+    }
     assert!(
-        status.success(),
+        std::env::var_os("CI").is_none(),
         "could not mount a tmpfs at {} (this test needs root, as CI has)",
         dir.display()
     );
+    eprintln!(
+        "NOT RUN: the full-disk test needs root to mount a tmpfs; run `sudo -E cargo test --test full_disk` (CI runs it)"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+    false
 }
 
 fn remount(dir: &Path, size: &str) {
@@ -75,7 +86,10 @@ fn watchdog(limit: Duration) -> std::sync::Arc<std::sync::atomic::AtomicBool> {
 async fn a_full_disk_gives_typed_errors_in_bounded_time_and_loses_nothing() {
     let done = watchdog(Duration::from_secs(240));
     let dir = std::env::temp_dir().join(format!("saga-full-disk-{}", std::process::id()));
-    mount_tmpfs(&dir, "24m");
+    if !mount_tmpfs(&dir, "24m") {
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        return;
+    }
     let _unmount = Unmount(dir.clone());
     let store = dir.join("store");
 
