@@ -110,7 +110,8 @@ impl Runner {
     /// Runs the instance unless a driver already does (or its workflow is
     /// not registered here).
     pub(crate) fn spawn_driver(self: &Arc<Self>, id: &str) {
-        if self.core.is_closed() {
+        // A draining engine starts nothing: the instance runs on the next open.
+        if self.core.is_closed() || self.core.is_draining() {
             return;
         }
         let live = {
