@@ -32,7 +32,11 @@ const REBUILD_POLLS: usize = 16;
 pub(crate) enum Exit {
     /// Paused: a resume may have raced with it, so look again.
     Suspended,
-    /// Ended, stopped for a restart, or stopped by a failure.
+    /// Recorded an end: a control call that runs the instance again
+    /// (`retry_rollback`, `restart`) may have come while this driver still
+    /// held it, so look again.
+    Ended,
+    /// Stopped for a restart, or by a failure.
     Other,
 }
 
@@ -83,7 +87,7 @@ async fn drive_once(
             Box::pin(rebuild_and_compensate(core, id, live, workflow, state))
                 .instrument(span)
                 .await?;
-            Ok(Exit::Other)
+            Ok(Exit::Ended)
         }
         Status::Queued | Status::Running | Status::Waiting | Status::Blocked => {
             run_forward(core, id, live, workflow, state)
@@ -146,7 +150,7 @@ async fn run_forward(
             tracing::info!("workflow paused");
             return Ok(Exit::Suspended);
         }
-        Outcome::Interrupted(Interrupt::Stop) => {}
+        Outcome::Interrupted(Interrupt::Stop) => return Ok(Exit::Other),
         Outcome::Finished(Ok(Ok(output))) => {
             end(
                 &shared,
@@ -191,9 +195,10 @@ async fn run_forward(
         Outcome::Interrupted(Interrupt::Fail(failure)) => {
             shared.append(Change::Blocked { failure })?;
             shared.core.journal.flush().await?;
+            return Ok(Exit::Other);
         }
     }
-    Ok(Exit::Other)
+    Ok(Exit::Ended)
 }
 
 /// The workflow function's future, made so that a panic of user code that

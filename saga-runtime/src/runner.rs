@@ -149,6 +149,7 @@ impl Runner {
             drop(release);
             match exit {
                 Ok(Exit::Suspended) => runner.after_suspend(&id),
+                Ok(Exit::Ended) => runner.spawn_driver_if_runnable(&id),
                 Ok(Exit::Other) => {}
                 Err(panic) => {
                     let error = crate::Error::Store(format!(
