@@ -408,10 +408,17 @@ async fn restart_of_a_waiting_instance_lets_go_of_its_sleep() {
     within("the nap", clock.wait_for_sleepers(1)).await;
     clock.advance(Duration::from_secs(12 * HOUR));
     run.restart().await.unwrap();
-    // The new run sleeps a full day from now, and the old sleep is gone
-    // (history keeps the old run's start of it).
+    // The new run sleeps a full day from now, and the old sleep is gone.
+    // (History keeps the earlier generation's events before the restart.)
     until("the new nap", || async {
-        count(&run, |k| matches!(k, EventKind::SleepStarted { .. })).await == 2
+        let kinds = kinds(&run).await;
+        let restarted = kinds
+            .iter()
+            .rposition(|k| matches!(k, EventKind::InstanceRestarted { .. }))
+            .expect("the restart is in the history");
+        kinds[restarted..]
+            .iter()
+            .any(|k| matches!(k, EventKind::SleepStarted { .. }))
     })
     .await;
     within("the new nap", clock.wait_for_sleepers(1)).await;

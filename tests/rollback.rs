@@ -1299,3 +1299,68 @@ async fn retry_rollback_runs_the_compensations_that_gave_up_with_the_same_keys()
         "{again:?}"
     );
 }
+
+/// A control call that starts a driver right after `result()` saw the end
+/// (its driver may not have let go yet) still gets the instance driven.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_rollback_right_after_the_end_is_driven() {
+    let engine = engine();
+    let down = Arc::new(Mutex::new(true));
+    let refund_down = down.clone();
+    let wf = workflow_fn("retry-at-once", move |ctx: WorkflowContext, (): ()| {
+        let down = refund_down.clone();
+        async move {
+            let refund = RollbackRegistration::new(
+                StepConfig::default().retries(0),
+                move |_input: RollbackInput<u64>| {
+                    let down = down.clone();
+                    Box::pin(async move {
+                        if *down.lock().unwrap() {
+                            return Err(StepError::fatal("the refund API is down"));
+                        }
+                        Ok(())
+                    }) as BoxFuture<Result<(), StepError>>
+                },
+            );
+            ctx.step_with_rollback(
+                "charge",
+                StepConfig::default(),
+                |_| async { Ok(5u64) },
+                refund,
+            )
+            .await?;
+            Err::<(), _>(WorkflowError::new("out of stock"))
+        }
+    });
+    for i in 0..20 {
+        *down.lock().unwrap() = true;
+        let run = engine
+            .start(wf.clone(), &format!("at-once-{i}"), ())
+            .await
+            .unwrap();
+        let failed = bounded("the failure", run.result()).await;
+        assert!(
+            matches!(
+                &failed,
+                Err(Error::WorkflowFailed {
+                    rollback_failure: Some(_),
+                    ..
+                })
+            ),
+            "{failed:?}"
+        );
+        *down.lock().unwrap() = false;
+        bounded("the retry", run.retry_rollback()).await.unwrap();
+        let ended = bounded("the retried rollback", run.result()).await;
+        assert!(
+            matches!(
+                &ended,
+                Err(Error::WorkflowFailed {
+                    rollback_failure: None,
+                    ..
+                })
+            ),
+            "at-once-{i}: {ended:?}"
+        );
+    }
+}

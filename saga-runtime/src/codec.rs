@@ -50,8 +50,11 @@ pub(crate) enum Payload {
 
 impl Payload {
     /// Encodes a user value as JSON.
+    /// Encodes a user value. A panic in its `Serialize` is an error like
+    /// any other: the caller's call, step or workflow fails, not the engine.
     pub(crate) fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Payload, String> {
-        serde_json::to_vec(value)
+        crate::panic::catch(|| serde_json::to_vec(value))
+            .map_err(|panic| format!("its Serialize panicked: {panic}"))?
             .map(Payload::Json)
             .map_err(|e| e.to_string())
     }

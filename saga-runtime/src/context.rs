@@ -6,7 +6,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::future::pending;
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 use tracing::Instrument;
 
@@ -14,6 +13,7 @@ use crate::compensation::Registered;
 use crate::core::Core;
 use crate::error::Result;
 use crate::failure::{Failure, FailureKind};
+use crate::in_flight::InFlight;
 use crate::journal::{Change, InstanceState, SlotKind, SlotRecord};
 use crate::live::{Interrupt, Live};
 use crate::lock::lock;
@@ -218,12 +218,14 @@ impl Ctx {
         F: std::future::Future<Output = ()> + Send + 'static,
     {
         let guard = self.shared.in_flight.enter();
+        // Counted engine-wide too, for a drain to wait on.
+        let engine_guard = self.shared.core.steps_in_flight.enter();
         // The task's spans (`saga.step`) nest under the caller's
         // (`saga.workflow`), as the call does.
         let span = tracing::Span::current();
         let handle = self.shared.core.runtime.spawn(
             async move {
-                let _guard = guard;
+                let _guards = (guard, engine_guard);
                 task.await;
             }
             .instrument(span),
@@ -240,7 +242,7 @@ impl Ctx {
     /// nothing that happens during the poll is missed.
     pub(crate) fn parked(&self) -> impl std::future::Future<Output = ()> + '_ {
         let slept = self.shared.asleep.changed.notified();
-        let idle = self.shared.in_flight.idle.notified();
+        let idle = self.shared.in_flight.idle_notified();
         async move {
             tokio::select! {
                 () = slept => {}
@@ -255,7 +257,7 @@ impl Ctx {
     /// then. It is rebuilt from its journal when it wakes, so a sleeping
     /// instance costs no driver, no future and no cached state.
     pub(crate) fn hibernation(&self, after: std::time::Duration) -> Option<u64> {
-        if *lock(&self.shared.in_flight.count) > 0 {
+        if !self.shared.in_flight.is_idle() {
             return None;
         }
         let wake = lock(&self.shared.asleep.waits).values().min().copied()?;
@@ -349,9 +351,11 @@ impl Shared {
         }
     }
 
-    /// At a step boundary: if a pause was asked for, stop here.
+    /// At a step boundary: if a pause was asked for, or the engine drains
+    /// before closing, stop here. (A drain records nothing: the instance
+    /// goes on from here on the next open.)
     pub(crate) fn pause_here(&self) -> bool {
-        if self.live.pause_requested() {
+        if self.live.pause_requested() || self.core.is_draining() {
             self.live.interrupt(Interrupt::Suspend);
             true
         } else {
@@ -374,7 +378,7 @@ fn describe(kind: SlotKind, name: &str, occurrence: u32) -> String {
 #[derive(Default)]
 struct Asleep {
     waits: Mutex<std::collections::BTreeMap<u32, u64>>,
-    changed: Notify,
+    changed: tokio::sync::Notify,
 }
 
 /// Held by a wait while it sleeps.
@@ -386,46 +390,5 @@ pub(crate) struct AsleepGuard {
 impl Drop for AsleepGuard {
     fn drop(&mut self) {
         lock(&self.shared.asleep.waits).remove(&self.slot);
-    }
-}
-
-/// Counts running step tasks so the driver can wait for them to stop.
-#[derive(Default)]
-struct InFlight {
-    count: Mutex<usize>,
-    idle: Notify,
-}
-
-/// Held by a step task while it exists; dropped when it ends or is aborted.
-struct TaskGuard {
-    in_flight: Arc<InFlight>,
-}
-
-impl InFlight {
-    fn enter(self: &Arc<Self>) -> TaskGuard {
-        *lock(&self.count) += 1;
-        TaskGuard {
-            in_flight: self.clone(),
-        }
-    }
-
-    async fn wait_idle(&self) {
-        loop {
-            let idle = self.idle.notified();
-            if *lock(&self.count) == 0 {
-                return;
-            }
-            idle.await;
-        }
-    }
-}
-
-impl Drop for TaskGuard {
-    fn drop(&mut self) {
-        let mut count = lock(&self.in_flight.count);
-        *count -= 1;
-        if *count == 0 {
-            self.in_flight.idle.notify_waiters();
-        }
     }
 }

@@ -14,6 +14,7 @@ use tokio::runtime::Handle;
 use crate::clock::Clock;
 use crate::codec::Payload;
 use crate::error::{Error, Result};
+use crate::in_flight::InFlight;
 use crate::journal::Journal;
 use crate::lock::lock;
 use crate::service::Services;
@@ -26,6 +27,10 @@ pub(crate) struct Core {
     /// What `EngineBuilder::provide` gave, handed to steps by type.
     pub(crate) services: Arc<Services>,
     closed: AtomicBool,
+    /// Set by `Engine::close_within`: no step starts any more.
+    draining: AtomicBool,
+    /// Every step task of every instance, for a drain to wait on.
+    pub(crate) steps_in_flight: Arc<InFlight>,
     /// Drivers, step tasks and the retention sweeper.
     tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     /// Instances stopped by a store failure in this process, with the
@@ -48,6 +53,8 @@ impl Core {
             max_payload,
             services: Arc::new(services),
             closed: AtomicBool::new(false),
+            draining: AtomicBool::new(false),
+            steps_in_flight: Arc::default(),
             tasks: Mutex::new(Vec::new()),
             store_failures: Mutex::new(HashMap::new()),
         }
@@ -102,6 +109,16 @@ impl Core {
             task.abort();
         }
         tasks
+    }
+
+    /// Stops starting steps (and drivers) ahead of a close: each driver
+    /// parks at its next step boundary, as a pause does.
+    pub(crate) fn start_draining(&self) {
+        self.draining.store(true, Ordering::SeqCst);
+    }
+
+    pub(crate) fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::SeqCst)
     }
 
     pub(crate) fn is_closed(&self) -> bool {

@@ -39,7 +39,11 @@ pub(crate) enum Exit {
     /// It only waits, until the wake time given (an event may wake it
     /// sooner): it is rebuilt from its journal then.
     Hibernated(u64),
-    /// Ended, stopped for a restart, or stopped by a failure.
+    /// Recorded an end: a control call that runs the instance again
+    /// (`retry_rollback`, `restart`) may have come while this driver still
+    /// held it, so look again.
+    Ended,
+    /// Stopped for a restart, or by a failure.
     Other,
 }
 
@@ -94,7 +98,7 @@ async fn drive_once(
             Box::pin(rebuild_and_compensate(core, id, live, workflow, state))
                 .instrument(span)
                 .await?;
-            Ok(Exit::Other)
+            Ok(Exit::Ended)
         }
         Status::Queued | Status::Running | Status::Waiting | Status::Blocked => {
             run_forward(core, id, live, workflow, state, waking)
@@ -182,7 +186,7 @@ async fn run_forward(
             tracing::debug!(wake_at = ?crate::clock::from_millis(wake_at), "workflow only waits: letting go until it wakes");
             return Ok(Exit::Hibernated(wake_at));
         }
-        Outcome::Interrupted(Interrupt::Stop) => {}
+        Outcome::Interrupted(Interrupt::Stop) => return Ok(Exit::Other),
         Outcome::Finished(Ok(Ok(output))) => {
             end(
                 &shared,
@@ -227,9 +231,10 @@ async fn run_forward(
         Outcome::Interrupted(Interrupt::Fail(failure)) => {
             shared.append(Change::Blocked { failure })?;
             shared.core.journal.flush().await?;
+            return Ok(Exit::Other);
         }
     }
-    Ok(Exit::Other)
+    Ok(Exit::Ended)
 }
 
 /// The workflow function's future, made so that a panic of user code that

@@ -361,6 +361,61 @@ impl Engine {
     /// directory can be opened again (unless other clones of the engine or
     /// instance handles still hold it open).
     pub async fn close(self) {
+        self.stop_and_release().await;
+    }
+
+    /// Drains, then closes: for a service stopping on SIGTERM.
+    ///
+    /// From the call on no step starts: an instance that reaches its next
+    /// step (or sleep, or event wait) parks there, as a pause would, but
+    /// nothing is recorded and its status does not change; no new driver
+    /// starts (a `start()` or `resume()` now stores its change and runs on
+    /// the next open). Step attempts already in flight go on until they
+    /// record their outcome, for at most `deadline` (real time). Then the
+    /// engine closes as [`Engine::close`] does: what is still running (a
+    /// step past the deadline, a compensation, a sleep) is stopped, and
+    /// every unfinished instance resumes on the next open, where a stopped
+    /// step runs again with the same idempotency key.
+    ///
+    /// Returns whether every step in flight recorded its outcome before
+    /// the deadline.
+    ///
+    /// # Cancel safety
+    ///
+    /// the drain begins at the first poll; dropping the future after that
+    /// leaves the engine draining (it starts no step) until it is closed or
+    /// dropped.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), saga_runtime::Error> {
+    /// let engine = saga_runtime::Engine::temporary()?;
+    /// // On SIGTERM:
+    /// let drained = engine.close_within(Duration::from_secs(10)).await;
+    /// assert!(drained);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn close_within(self, deadline: Duration) -> bool {
+        let core = &self.runner().core;
+        core.start_draining();
+        let drained = core.steps_in_flight.wait_idle_within(deadline).await;
+        if !drained {
+            tracing::warn!(
+                ?deadline,
+                "steps still in flight at the drain deadline are stopped; they run again on the next open"
+            );
+        }
+        self.stop_and_release().await;
+        drained
+    }
+
+    /// Stops every driver, waits for them, and, when this was the last
+    /// user of the store, waits for it to be released.
+    async fn stop_and_release(self) {
         let runner = self.runner().clone();
         for task in shut_down(&runner) {
             // Aborted tasks end with a cancellation error; that is the point.

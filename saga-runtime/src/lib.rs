@@ -77,6 +77,7 @@ mod error;
 mod failpoint;
 mod failure;
 mod history;
+mod in_flight;
 mod inspect;
 mod instance;
 mod journal;

@@ -119,7 +119,8 @@ impl Runner {
     /// Like [`Runner::spawn_driver`]; `waking` when the instance
     /// hibernated here and its timer or an event wakes it.
     fn start_driver(self: &Arc<Self>, id: &str, waking: bool) {
-        if self.core.is_closed() {
+        // A draining engine starts nothing: the instance runs on the next open.
+        if self.core.is_closed() || self.core.is_draining() {
             return;
         }
         // A hibernating instance is woken by whatever comes first.
@@ -167,6 +168,7 @@ impl Runner {
             match exit {
                 Ok(Exit::Suspended) => runner.after_suspend(&id),
                 Ok(Exit::Hibernated(wake_at)) => runner.hibernate(&id, wake_at),
+                Ok(Exit::Ended) => runner.spawn_driver_if_runnable(&id),
                 Ok(Exit::Other) => {}
                 Err(panic) => {
                     let error = crate::Error::Store(format!(
