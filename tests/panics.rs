@@ -54,8 +54,8 @@ impl Clone for BadClone {
     }
 }
 
-/// Whether `Fragile`'s `Deserialize` panics (never set yet: the replay case
-/// is still to write).
+/// Whether `Fragile`'s `Deserialize` panics on the value 13 (the replay
+/// test's; other tests' values never panic, so they may run alongside).
 static FRAGILE: AtomicBool = AtomicBool::new(false);
 
 #[derive(Debug, Serialize)]
@@ -64,7 +64,10 @@ struct Fragile(u64);
 impl<'de> Deserialize<'de> for Fragile {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let n = u64::deserialize(d)?;
-        assert!(!FRAGILE.load(Ordering::SeqCst), "boom in Deserialize");
+        assert!(
+            !(n == 13 && FRAGILE.load(Ordering::SeqCst)),
+            "boom in Deserialize"
+        );
         Ok(Fragile(n))
     }
 }
@@ -173,6 +176,18 @@ async fn boom_input(_ctx: WorkflowContext, input: Boom) -> Result<u64, WorkflowE
 #[workflow(name = "fragile")]
 async fn fragile_then_wait(ctx: WorkflowContext, (): ()) -> Result<u64, WorkflowError> {
     let value = fragile(&ctx).await?;
+    let more: u64 = ctx.wait_for_event("more", "more", "1 day").await?;
+    Ok(value.0 + more)
+}
+
+#[step(name = "fragile-13", read_only)]
+async fn fragile_13() -> Result<Fragile, StepError> {
+    Ok(Fragile(13))
+}
+
+#[workflow(name = "fragile-replay")]
+async fn fragile_replay(ctx: WorkflowContext, (): ()) -> Result<u64, WorkflowError> {
+    let value = fragile_13(&ctx).await?;
     let more: u64 = ctx.wait_for_event("more", "more", "1 day").await?;
     Ok(value.0 + more)
 }
@@ -388,4 +403,41 @@ async fn a_panic_in_a_payloads_serialize_is_an_error_not_a_dead_engine() {
     w.engine.send_event("ev-1", "more", &1u64).await.unwrap();
     assert_eq!(within("the result", waiting.result()).await.unwrap(), 8);
     engine_goes_on(&w.engine, "serialize").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panic_in_a_stored_values_deserialize_on_replay_blocks_the_instance() {
+    let w = world_on(TestClock::new());
+    let run = w
+        .engine
+        .start(fragile_replay, "replay-1", ())
+        .await
+        .unwrap();
+    within("the wait", async {
+        while run.status().await.unwrap() != Status::Waiting {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await;
+    // Its driver lets go while it waits; the event wakes it and replays the
+    // stored output of "fragile-13", whose Deserialize now panics.
+    FRAGILE.store(true, Ordering::SeqCst);
+    w.engine
+        .send_event("replay-1", "more", &1u64)
+        .await
+        .unwrap();
+    match within("the block", run.result()).await {
+        Err(Error::Blocked { failure, .. }) => {
+            assert_eq!(
+                failure.kind(),
+                &saga_runtime::FailureKind::Decode,
+                "{failure}"
+            );
+            assert!(failure.message().contains("fragile-13"), "{failure}");
+            assert!(failure.message().contains("panicked"), "{failure}");
+        }
+        other => panic!("expected Blocked(Decode), got {other:?}"),
+    }
+    FRAGILE.store(false, Ordering::SeqCst);
+    engine_goes_on(&w.engine, "replay").await;
 }

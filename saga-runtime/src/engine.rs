@@ -284,6 +284,10 @@ impl Engine {
     /// index entry is corrupt is left out (with a warning in the log)
     /// rather than hiding the others; `engine.instance(id)` answers
     /// [`Error::Corrupt`] for it.
+    ///
+    /// # Cancel safety
+    ///
+    /// A read; dropping the future changes nothing.
     pub async fn list(&self, filter: &ListFilter) -> Result<Vec<InstanceInfo>> {
         let runner = self.runner();
         let mut out = Vec::new();

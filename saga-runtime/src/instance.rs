@@ -127,6 +127,10 @@ impl Instance {
     }
 
     /// Status, timestamps, failure and rollback failure.
+    ///
+    /// # Cancel safety
+    ///
+    /// A read; dropping the future changes nothing.
     pub async fn info(&self) -> Result<InstanceInfo> {
         let summary = self
             .journal()
@@ -136,6 +140,10 @@ impl Instance {
     }
 
     /// Every event of the instance, in order.
+    ///
+    /// # Cancel safety
+    ///
+    /// A read; dropping the future changes nothing.
     pub async fn history(&self) -> Result<Vec<Event>> {
         self.journal().history(&self.id).await
     }
@@ -356,7 +364,9 @@ impl Instance {
     /// downstream is fixed, the compensations that did not complete run, in
     /// reverse start order, with the same keys. Returns once they ran.
     ///
-    /// Cancel safety: the retry is recorded and its driver started before
+    /// # Cancel safety
+    ///
+    /// The retry is recorded and its driver started before
     /// the first await; dropping the future leaves them running.
     pub async fn retry_rollback(&self) -> Result<()> {
         self.journal().write(&self.id, |state| {
@@ -394,6 +404,10 @@ impl Instance {
     /// steps before it are kept (they are not run again), the rest run
     /// again as a new generation, with new idempotency keys. Events its
     /// discarded waits took are delivered again.
+    ///
+    /// # Cancel safety
+    ///
+    /// The work runs in a task of the engine's, started at the first poll; dropping the future leaves it to finish.
     pub async fn restart_from(&self, step: &str) -> Result<()> {
         let (this, step) = (self.clone(), step.to_owned());
         self.in_engine_task(async move { this.restart_at(Some(&step)).await })
