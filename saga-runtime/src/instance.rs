@@ -304,6 +304,7 @@ impl Instance {
     }
 
     async fn end(&self, rollback: bool) -> Result<()> {
+        let _control = self.runner.control(&self.id).await;
         let operation = if rollback {
             "terminate it with rollback"
         } else {
@@ -320,8 +321,15 @@ impl Instance {
             self.wait_stopped(&live).await?;
             // The driver may have stopped for a pause it saw first; then
             // ours was not acted on and the end is written below.
-            if self.journal().read(&self.id, |s| s.status)?.is_terminal() {
-                return self.journal().durable_so_far().await;
+            let status = self.journal().read(&self.id, |s| s.status)?;
+            if status.is_terminal() {
+                // It may have finished on its own before the interrupt
+                // landed (an event came first): then it was not terminated.
+                self.journal().durable_so_far().await?;
+                return match status {
+                    Status::Terminated => Ok(()),
+                    status => Err(self.invalid(status, operation)),
+                };
             }
         }
         // No driver runs it: write the end (or the start of the rollback)
@@ -415,6 +423,7 @@ impl Instance {
     }
 
     async fn restart_at(&self, step: Option<&str>) -> Result<()> {
+        let _control = self.runner.control(&self.id).await;
         // Checked before the driver is stopped, so a refused restart leaves
         // the instance as it was; checked again when the restart is written.
         self.journal()

@@ -21,6 +21,10 @@ pub(crate) struct Runner {
     registry: RwLock<HashMap<&'static str, Arc<dyn ErasedWorkflow>>>,
     /// The instances a driver runs here.
     live: Mutex<HashMap<String, Arc<Live>>>,
+    /// Per instance: serializes the control calls that stop its driver and
+    /// write what replaces it (restart, terminate), so two of them never
+    /// interleave.
+    control: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// The instances that hibernate here: the timer that wakes each.
     timers: Mutex<HashMap<String, tokio::task::AbortHandle>>,
     /// How long finished instances are kept.
@@ -35,6 +39,7 @@ impl Runner {
             core,
             registry: RwLock::new(HashMap::new()),
             live: Mutex::new(HashMap::new()),
+            control: Mutex::new(HashMap::new()),
             timers: Mutex::new(HashMap::new()),
             retention,
             path,
@@ -221,6 +226,21 @@ impl Runner {
         self.core.track(task);
     }
 
+    /// Waits for the control calls of instance `id` before this one to
+    /// finish; holds off those after it until the guard drops.
+    pub(crate) async fn control(self: &Arc<Self>, id: &str) -> ControlGuard {
+        let lock = lock(&self.control)
+            .entry(id.to_owned())
+            .or_default()
+            .clone();
+        let held = lock.clone().lock_owned().await;
+        ControlGuard {
+            runner: self.clone(),
+            id: id.to_owned(),
+            held: Some(held),
+        }
+    }
+
     /// Stops the timer of an instance that hibernates here (it was removed).
     pub(crate) fn forget_timer(&self, id: &str) {
         if let Some(timer) = lock(&self.timers).remove(id) {
@@ -250,5 +270,26 @@ impl Drop for Release {
         lock(&self.runner.live).remove(&*self.id);
         self.runner.core.journal.keep(&self.id, false);
         self.live.mark_stopped();
+    }
+}
+
+/// Held by a control call of one instance; see [`Runner::control`].
+pub(crate) struct ControlGuard {
+    runner: Arc<Runner>,
+    id: String,
+    held: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl Drop for ControlGuard {
+    fn drop(&mut self) {
+        drop(self.held.take());
+        // The map keeps no entry for an instance nobody controls.
+        let mut control = lock(&self.runner.control);
+        if control
+            .get(&self.id)
+            .is_some_and(|l| Arc::strong_count(l) == 1)
+        {
+            control.remove(&self.id);
+        }
     }
 }
