@@ -67,6 +67,8 @@ struct State {
     stopping: bool,
     /// The flusher thread is done.
     exited: bool,
+    /// When the flush under way began.
+    flushing_since: Option<std::time::Instant>,
     /// The flusher thread waits on the condvar (so a request must wake it).
     idle: bool,
 }
@@ -138,6 +140,14 @@ impl Flusher {
             if state.stopping {
                 return Err(Error::Closed);
             }
+            // A store that has not finished a flush for the whole timeout
+            // does not answer: say so now, rather than make every caller
+            // wait out the timeout again.
+            if let Some(since) = state.flushing_since
+                && since.elapsed() >= self.timeout
+            {
+                return Err(self.not_answering());
+            }
             let (done, flushed) = oneshot::channel();
             state.waiters.push((ticket, done));
             let wake = state.idle;
@@ -152,12 +162,16 @@ impl Flusher {
             Ok(Ok(Err(failure))) => Err(Error::Store(failure)),
             Ok(Err(_)) => Err(Error::Closed),
             // Real time, not the engine's clock: it is the disk that hangs.
-            Err(_) => Err(Error::Store(format!(
-                "the store did not finish a flush within {:?} (a full or unresponsive disk?); \
-                 nothing stored is lost, and unfinished instances resume when the store is opened again",
-                self.timeout
-            ))),
+            Err(_) => Err(self.not_answering()),
         }
+    }
+
+    fn not_answering(&self) -> Error {
+        Error::Store(format!(
+            "the store did not finish a flush within {:?} (a full or unresponsive disk?); \
+             nothing stored is lost, and unfinished instances resume when the store is opened again",
+            self.timeout
+        ))
     }
 
     /// The latest ticket handed out: every write whose ticket was taken
@@ -235,6 +249,7 @@ impl Shared {
             state.failure = Some(e.to_string());
         }
         state.completed = state.completed.max(target);
+        state.flushing_since = None;
         let outcome = state.outcome();
         let covered = state.waiters.partition_point(|(t, _)| *t <= target);
         for (_, done) in state.waiters.drain(..covered) {
@@ -268,6 +283,7 @@ impl Shared {
                     state.idle = false;
                 }
                 let target = state.requested;
+                state.flushing_since = Some(std::time::Instant::now());
                 drop(state);
                 let result = store.flush();
                 self.finish(target, result);
