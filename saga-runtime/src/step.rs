@@ -222,7 +222,8 @@ impl EncodedInput {
 ///
 /// The start record is appended, not flushed: the flush of the step's
 /// outcome covers it. A crash before then loses the start of a step in
-/// flight, which replay starts again (see the README on deploys).
+/// flight, which replay starts again (the README, "Storage", says what
+/// that leaves out).
 pub(crate) fn start_step<T, F, Fut>(
     workflow: &WorkflowContext,
     name: &'static str,
