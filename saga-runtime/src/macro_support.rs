@@ -187,6 +187,8 @@ pub fn step_inputs<const N: usize>(inputs: [EncodedInput; N]) -> StepInputs {
 /// `renamed_from` answers `name` (the step is not run again and its rollback
 /// still runs), and idempotency keys come from the name stored in history,
 /// so a step in flight across the deploy retries with its old key.
+// Called by generated code only: one argument per thing `#[step]` knows.
+#[allow(clippy::too_many_arguments)]
 pub fn start_step_renamed<T, F, Fut>(
     ctx: &WorkflowContext,
     name: &'static str,
