@@ -1,6 +1,6 @@
 //! `Instance::inspect`: the read model tools show. Steps, sleeps and waits
-//! in call order with keys, states, payloads as JSON and times from
-//! history; compensations in the order they ran; both errors.
+//! in call order with keys, states, inputs and payloads as JSON and times
+//! from history; compensations in the order they ran; both errors.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -114,6 +114,11 @@ async fn a_failed_instance_shows_its_steps_compensations_and_both_errors() {
         Some(&json!("debited 100 (t-failed:debit)"))
     );
     assert!(debit.started_at.is_some() && debit.ended_at.is_some());
+    assert_eq!(
+        debit.input.as_ref().and_then(|i| i.json()),
+        Some(&json!([{"to": "mallory", "amount": 100}])),
+        "its inputs, from its start record"
+    );
 
     let credit = step(&inspection, 1);
     assert_eq!(credit.key.as_str(), "t-failed:credit");
@@ -272,4 +277,65 @@ async fn a_restart_shows_the_new_generation_and_its_keys() {
     );
     assert!(sleep.started_at.is_some() && !sleep.done);
     engine.close().await;
+}
+
+#[step(name = "reserve-seats")]
+async fn reserve_seats(
+    key: IdempotencyKey,
+    show: String,
+    seats: Vec<u32>,
+) -> Result<usize, StepError> {
+    let _ = (key, show);
+    Ok(seats.len())
+}
+
+#[step(name = "ping")]
+async fn ping(key: IdempotencyKey) -> Result<(), StepError> {
+    let _ = key;
+    Ok(())
+}
+
+#[workflow(name = "booking")]
+async fn booking(ctx: WorkflowContext, show: String) -> Result<usize, WorkflowError> {
+    let seats = reserve_seats(&ctx, show, vec![4, 5]).await?;
+    ping(&ctx).await?;
+    let counted: usize = ctx
+        .step("count", StepConfig::default(), move |key| async move {
+            let _ = key;
+            Ok(seats)
+        })
+        .await?;
+    ctx.sleep("hold", "1 day").await?;
+    Ok(counted)
+}
+
+#[tokio::test]
+async fn step_inputs_are_recorded_in_their_start_records_and_survive_a_restart() {
+    let dir = std::env::temp_dir().join(format!("saga-inspect-inputs-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let clock = TestClock::starting_at(at(0));
+    let engine = Engine::builder().clock(clock.clone()).open(&dir).unwrap();
+    let run = engine
+        .start(booking, "b-1", "hamlet".to_owned())
+        .await
+        .unwrap();
+    within("the hold", clock.wait_for_sleepers(1)).await;
+    drop(run);
+    engine.close().await;
+
+    let engine = Engine::open(&dir).unwrap();
+    let inspection = engine
+        .instance("b-1")
+        .await
+        .unwrap()
+        .inspect()
+        .await
+        .unwrap();
+    let input = |i: usize| step(&inspection, i).input.as_ref().and_then(|v| v.json());
+    // The tuple of the caller's inputs, without the injected key.
+    assert_eq!(input(0), Some(&json!(["hamlet", [4, 5]])));
+    assert_eq!(input(1), Some(&json!(null)), "a step without inputs");
+    assert_eq!(input(2), None, "a ctx.step closure records none");
+    engine.close().await;
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,14 +1,16 @@
-//! Bad input: oversized payloads, invalid and duplicate ids, unknown
+//! Bad input: oversized payloads and step inputs, step inputs JSON cannot
+//! hold, invalid and duplicate ids, unknown
 //! instances, zero and enormous durations, events for finished instances.
 //! Each is refused with a typed error before anything is stored, or runs
 //! without a panic or an overflow.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use saga_runtime::prelude::*;
-use saga_runtime::{Error, EventKind, FailureKind, ListFilter, TestClock};
+use saga_runtime::{Error, EventKind, FailureKind, InspectedSlot, Instance, ListFilter, TestClock};
 
 const LIMIT: usize = 1024;
 
@@ -106,6 +108,111 @@ async fn an_oversized_step_output_fails_the_step_for_good_naming_it() {
         &e.kind,
         EventKind::StepFailed { step, attempts: 1, .. } if step == "produce"
     )));
+}
+
+/// How often `store_blob` ran, and its compensation.
+static BLOB_RUNS: AtomicU32 = AtomicU32::new(0);
+static BLOB_UNDONE: AtomicU32 = AtomicU32::new(0);
+
+#[step(name = "store-blob", rollback = delete_blob, retries = 5)]
+async fn store_blob(key: IdempotencyKey, blob: Vec<u8>) -> Result<usize, StepError> {
+    let _ = key;
+    BLOB_RUNS.fetch_add(1, Ordering::SeqCst);
+    Ok(blob.len())
+}
+
+#[rollback]
+async fn delete_blob(ctx: RollbackContext<'_, usize>, _blob: Vec<u8>) -> Result<(), StepError> {
+    let _ = ctx.key();
+    BLOB_UNDONE.fetch_add(1, Ordering::SeqCst);
+    Ok(())
+}
+
+#[step(name = "index")]
+async fn index(
+    key: IdempotencyKey,
+    name: String,
+    cells: HashMap<(u8, u8), u8>,
+) -> Result<usize, StepError> {
+    let _ = (key, name);
+    Ok(cells.len())
+}
+
+#[workflow(name = "blobs")]
+async fn blobs(ctx: WorkflowContext, size: usize) -> Result<usize, WorkflowError> {
+    if size == 0 {
+        // JSON maps need string keys: this input cannot be recorded.
+        let cells = HashMap::from([((1, 2), 3)]);
+        return Ok(index(&ctx, "grid".into(), cells).await?);
+    }
+    Ok(store_blob(&ctx, vec![1; size]).await?)
+}
+
+/// The failure of a step that `run` ended with.
+async fn step_failure(run: &Instance) -> saga_runtime::Failure {
+    match within(run.result::<usize>()).await {
+        Err(Error::WorkflowFailed { failure, .. }) => *failure,
+        other => panic!("expected WorkflowFailed, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn oversized_step_inputs_fail_the_step_before_it_runs_naming_it() {
+    let engine = engine();
+    let run = engine.start(blobs, "blob-1", LIMIT * 2).await.unwrap();
+    let failure = step_failure(&run).await;
+    assert_eq!(
+        failure.kind(),
+        &FailureKind::Step {
+            step: "store-blob".into()
+        }
+    );
+    assert!(
+        failure.message().contains("inputs of step \"store-blob\""),
+        "{failure:?}"
+    );
+    assert!(failure.message().contains("over the limit"), "{failure:?}");
+    assert_eq!(BLOB_RUNS.load(Ordering::SeqCst), 0, "no attempt, no retry");
+    assert_eq!(
+        BLOB_UNDONE.load(Ordering::SeqCst),
+        0,
+        "nothing ran, nothing to undo"
+    );
+    let history = run.history().await.unwrap();
+    assert!(history.iter().any(|e| matches!(
+        &e.kind,
+        EventKind::StepFailed { step, attempts: 0, .. } if step == "store-blob"
+    )));
+    let inspection = run.inspect().await.unwrap();
+    let InspectedSlot::Step(step) = &inspection.slots[0] else {
+        panic!("{:?}", inspection.slots)
+    };
+    assert_eq!(step.input, None, "not recorded");
+
+    // Under the limit, the step runs and its inputs are recorded.
+    let run = engine.start(blobs, "blob-2", 10).await.unwrap();
+    assert_eq!(within(run.result()).await.unwrap(), 10);
+    assert_eq!(BLOB_RUNS.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn step_inputs_that_do_not_encode_fail_the_step_naming_it_and_the_input() {
+    let engine = engine();
+    let run = engine.start(blobs, "grid-1", 0).await.unwrap();
+    let failure = step_failure(&run).await;
+    assert_eq!(
+        failure.kind(),
+        &FailureKind::Step {
+            step: "index".into()
+        }
+    );
+    let message = failure.message();
+    assert!(message.contains("inputs of step \"index\""), "{message}");
+    assert!(
+        message.contains("input 2 (`std::collections::hash"),
+        "{message}"
+    );
+    assert!(message.contains("key must be a string"), "{message}");
 }
 
 fn waiter() -> impl Workflow<Input = (), Output = String> + Copy {

@@ -1,6 +1,6 @@
 //! The read commands of the real binary, on stores the examples wrote:
-//! `list`, `show` (the timeline, the rollback order, both errors),
-//! `check --lock`, and their `--json`.
+//! `list`, `show` (the timeline, step inputs, the rollback order, both
+//! errors), `check --lock`, and their `--json`.
 
 mod support;
 
@@ -72,6 +72,10 @@ fn show_holds_the_steps_the_rollback_order_and_both_errors() {
     at("key transfer-43:debit-bank-a");
     at("key transfer-43:credit-bank-b");
     at(r#"output  "bank-a:transfer-43:debit-bank-a""#);
+    // Each step's inputs from its start record, without its service.
+    let input = r#"input   [{"amount":100,"from":"alice","to":"mallory"}]"#;
+    assert_eq!(timeline.matches(input).count(), 2, "{timeline}");
+    assert!(at("debit-bank-a   completed") < at(input), "{timeline}");
     at("error   bank-b closed account mallory");
     // The rollback in the order it ran: credit first, then debit.
     let rollback = at("Rollback, in the order it ran");
@@ -108,6 +112,8 @@ fn show_json_parses_and_holds_the_same() {
         steps,
         [("debit-bank-a", "completed"), ("credit-bank-b", "failed")]
     );
+    let credit = &i["slots"][1];
+    assert_eq!(credit["input"]["value"][0]["to"], "mallory");
     let order: Vec<_> = i["compensations"]
         .as_array()
         .unwrap()

@@ -101,7 +101,8 @@ fn run(
 }
 
 /// The step function: takes `&WorkflowContext` and the caller's inputs,
-/// starts the step, returns its future.
+/// encodes the inputs for the step's start record, starts the step,
+/// returns its future.
 /// When the step has errors (`checked` is false), the user's body does not
 /// add warnings that contradict them ("prefix `key` with `_`").
 fn step_tokens(args: &StepArgs, step: &StepFn, checked: bool) -> TokenStream {
@@ -127,6 +128,17 @@ fn step_tokens(args: &StepArgs, step: &StepFn, checked: bool) -> TokenStream {
         .iter()
         .zip(&input_types)
         .map(|(var, ty)| quote_spanned!(ty.span()=> ::saga_runtime::__private::clone_input(&#var)))
+        .collect();
+    // Spanned on the type too: a type that is not `Serialize` gets one error
+    // there. Positions count from 1, for the message of one that fails.
+    let encodes: Vec<TokenStream> = input_vars
+        .iter()
+        .zip(&input_types)
+        .enumerate()
+        .map(|(index, (var, ty))| {
+            let position = index + 1;
+            quote_spanned!(ty.span()=> ::saga_runtime::__private::encode_input(#position, &#var))
+        })
         .collect();
     let service_types: Vec<&syn::Type> = step.services().map(|param| &param.ty).collect();
     let service_vars: Vec<Ident> = (0..service_types.len())
@@ -185,6 +197,8 @@ fn step_tokens(args: &StepArgs, step: &StepFn, checked: bool) -> TokenStream {
             #quiet
             #body
             let __saga_rollback = #rollback;
+            // Recorded in the step's start record, as the tuple of the inputs.
+            let __saga_inputs = ::saga_runtime::__private::step_inputs([#(#encodes),*]);
             // The explicit output type puts its bound errors on the user's type.
             ::saga_runtime::__private::#start::<#output, _, _>(
                 __saga_ctx,
@@ -192,6 +206,7 @@ fn step_tokens(args: &StepArgs, step: &StepFn, checked: bool) -> TokenStream {
                 #old_name
                 #config,
                 #read_only,
+                __saga_inputs,
                 move |__saga_step: ::saga_runtime::__private::StepContext| {
                     #(let #input_vars = #clones;)*
                     #take_key

@@ -105,9 +105,11 @@ pub fn workflow(args: TokenStream, item: TokenStream) -> TokenStream {
 /// The engine supplies an `IdempotencyKey` parameter, a `StepContext`
 /// parameter (attempt number, instance id, ...) and `Service<T>`
 /// parameters (shared services given to `Engine::builder().provide(..)`)
-/// wherever they appear; the other parameters are the step's inputs, owned
-/// and `Clone` (they are cloned for every attempt and for the rollback
-/// handler). A step that is not `read_only` must take the key and use it.
+/// wherever they appear; the other parameters are the step's inputs, owned,
+/// `Clone` (they are cloned for every attempt and for the rollback handler)
+/// and `Serialize` (they are recorded as JSON in the step's start record
+/// when it is called). A step that is not `read_only` must take the key
+/// and use it.
 ///
 /// The error type may be `StepError`, any `std::error::Error + Send + Sync
 /// + 'static`, `anyhow::Error` (feature `anyhow`), `String` or `&str`: the

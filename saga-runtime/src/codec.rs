@@ -7,8 +7,8 @@
 //!   a format-version byte. bincode's fixint and varint encodings cannot
 //!   read each other's bytes, so the golden-byte tests below catch any change
 //!   before it reaches a user's store.
-//! - User values (workflow inputs and outputs, step outputs, event payloads)
-//!   are JSON: every serde shape round-trips (`skip_serializing_if`,
+//! - User values (workflow inputs and outputs, step inputs and outputs,
+//!   event payloads) are JSON: every serde shape round-trips (`skip_serializing_if`,
 //!   `flatten`, untagged enums, `serde_json::Value`), types can gain
 //!   `#[serde(default)]` fields under running instances, and tools can show
 //!   payloads without the user's types. A [`Payload`] carries its encoding,
@@ -57,6 +57,28 @@ impl Payload {
             .map_err(|panic| format!("its Serialize panicked: {panic}"))?
             .map(Payload::Json)
             .map_err(|e| e.to_string())
+    }
+
+    /// The JSON of a tuple whose elements were each encoded with
+    /// [`Payload::encode`]: the same bytes as encoding the tuple at once
+    /// (`[a,b]`, `[a]`, and `null` for `()`), so it decodes as the tuple.
+    /// A step's inputs are encoded one by one, so that each input's type
+    /// gets its own compile error and the tuple's arity has no limit.
+    pub(crate) fn tuple(elements: &[Payload]) -> Payload {
+        if elements.is_empty() {
+            return Payload::Json(b"null".to_vec());
+        }
+        let mut out = vec![b'['];
+        for (i, element) in elements.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            match element {
+                Payload::Json(bytes) | Payload::Bincode(bytes) => out.extend_from_slice(bytes),
+            }
+        }
+        out.push(b']');
+        Payload::Json(out)
     }
 
     /// Decodes a user value; every byte must be used.
@@ -183,6 +205,23 @@ mod tests {
         // A string claiming u64::MAX bytes must fail, not allocate.
         let huge = [2u8, 255, 255, 255, 255, 255, 255, 255, 255, 255];
         assert!(decode_record::<Sample>(&huge).is_err());
+    }
+
+    #[test]
+    fn a_tuple_of_encoded_elements_is_the_encoded_tuple() {
+        let (a, b) = (sample(), "x".to_owned());
+        let parts = [Payload::encode(&a).unwrap(), Payload::encode(&b).unwrap()];
+        assert_eq!(Payload::tuple(&parts), Payload::encode(&(&a, &b)).unwrap());
+        assert_eq!(
+            Payload::tuple(&parts[1..]),
+            Payload::encode(&(&b,)).unwrap()
+        );
+        assert_eq!(Payload::tuple(&[]), Payload::encode(&()).unwrap());
+        assert_eq!(
+            Payload::tuple(&parts).decode::<(Sample, String)>(),
+            Ok((a, b))
+        );
+        assert_eq!(Payload::tuple(&[]).decode::<()>(), Ok(()));
     }
 
     #[test]

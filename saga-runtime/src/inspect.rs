@@ -117,8 +117,11 @@ pub struct InspectedStep {
     pub has_rollback: bool,
     /// Where it is.
     pub state: StepState,
-    /// Its inputs, when they were stored with its start (this release
-    /// does not store them yet, so this is `None`).
+    /// Its inputs, from its start record: the JSON array of a `#[step]`
+    /// function's caller-visible inputs (`null` when it takes none).
+    /// `None` for a `ctx.step` closure, whose captures are not recorded,
+    /// for a step whose inputs could not be recorded (its error says why),
+    /// and for steps stored by releases before inputs were recorded.
     pub input: Option<PayloadView>,
     /// Its output, once it completed.
     pub output: Option<PayloadView>,

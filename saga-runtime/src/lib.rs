@@ -153,13 +153,15 @@ pub mod __private {
     pub use ::serde;
     pub use ::std;
 
-    /// Starts a step now (its start order is the call order) and returns
+    /// Starts a step now (its start order is the call order), recording
+    /// its `inputs` (from [`step_inputs`]) in its start record, and returns
     /// the future of its result.
     pub fn start_step<T, F, Fut>(
         ctx: &crate::WorkflowContext,
         name: &'static str,
         config: crate::StepConfig,
         read_only: bool,
+        inputs: StepInputs,
         body: F,
         rollback: Option<crate::RollbackRegistration<T>>,
     ) -> crate::StepFuture<T>
@@ -169,7 +171,7 @@ pub mod __private {
         Fut: ::std::future::Future<Output = Result<T, crate::StepError>> + Send + 'static,
     {
         let _ = read_only;
-        crate::step::start_step(ctx, name, None, config, body, rollback)
+        crate::step::start_step(ctx, name, None, config, inputs, body, rollback)
     }
 }
 

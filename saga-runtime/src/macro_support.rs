@@ -22,7 +22,7 @@ pub use crate::convert::*;
 pub use crate::failure::{StepError, WorkflowError};
 pub use crate::key::{IdempotencyKey, StepContext};
 pub use crate::service::{Service, ServiceNeed};
-pub use crate::step::StepFuture;
+pub use crate::step::{EncodedInput, StepFuture, StepInputs};
 pub use crate::workflow::{Workflow, WorkflowFuture};
 
 /// Implemented by the hidden type `#[rollback]` generates beside a handler.
@@ -156,6 +156,29 @@ pub fn clone_input<T: StepInput>(input: &T) -> T {
     input.clone()
 }
 
+/// What a step's caller-visible inputs must also be: the engine records
+/// them as JSON in the step's start record.
+#[diagnostic::on_unimplemented(
+    message = "the step input type `{Self}` must be `Serialize`",
+    label = "this input is recorded as JSON when the step is called",
+    note = "derive `serde::Serialize` for it: a step's inputs are kept in its history, where `Instance::inspect` and `saga show` show them; for a shared client or pool, take `Service<T>` and give it to `Engine::builder().provide(..)`"
+)]
+pub trait SerializeInput: serde::Serialize {}
+
+impl<T: serde::Serialize + ?Sized> SerializeInput for T {}
+
+/// One input of a step, encoded for its start record. The only place that
+/// needs `Serialize`, so a missing `Serialize` gets one error, on the
+/// input's type. `position` counts the caller's inputs from 1.
+pub fn encode_input<T: SerializeInput>(position: usize, input: &T) -> EncodedInput {
+    EncodedInput::encode(position, input)
+}
+
+/// A step's inputs, from [`encode_input`] of each in order.
+pub fn step_inputs<const N: usize>(inputs: [EncodedInput; N]) -> StepInputs {
+    StepInputs::encoded(inputs)
+}
+
 /// Starts the step `name`, which earlier releases called `renamed_from`.
 /// Generated instead of `start_step` when `#[step(.., renamed_from = "..")]`
 /// is given; same bounds and start-order guarantee as `start_step`.
@@ -164,12 +187,15 @@ pub fn clone_input<T: StepInput>(input: &T) -> T {
 /// `renamed_from` answers `name` (the step is not run again and its rollback
 /// still runs), and idempotency keys come from the name stored in history,
 /// so a step in flight across the deploy retries with its old key.
+// Called by generated code only: one argument per thing `#[step]` knows.
+#[allow(clippy::too_many_arguments)]
 pub fn start_step_renamed<T, F, Fut>(
     ctx: &WorkflowContext,
     name: &'static str,
     renamed_from: &'static str,
     config: StepConfig,
     read_only: bool,
+    inputs: StepInputs,
     body: F,
     rollback: Option<RollbackRegistration<T>>,
 ) -> StepFuture<T>
@@ -179,7 +205,15 @@ where
     Fut: std::future::Future<Output = Result<T, StepError>> + Send + 'static,
 {
     let _ = read_only;
-    crate::step::start_step(ctx, name, Some(renamed_from), config, body, rollback)
+    crate::step::start_step(
+        ctx,
+        name,
+        Some(renamed_from),
+        config,
+        inputs,
+        body,
+        rollback,
+    )
 }
 
 /// What `#[step]` declares about a step function, carried by the hidden

@@ -77,6 +77,9 @@ impl WorkflowContext {
     /// never changes: it is the step's cache key). The body gets the step's
     /// idempotency key; it is retried as `config` says.
     ///
+    /// The closure's captures are not recorded: its start record has no
+    /// inputs (a `#[step]` function records its inputs as JSON).
+    ///
     /// ```
     /// # use saga_runtime::prelude::*;
     /// # async fn demo(ctx: WorkflowContext) -> Result<(), WorkflowError> {
@@ -104,6 +107,7 @@ impl WorkflowContext {
             name,
             None,
             config,
+            StepInputs::unrecorded(),
             move |step: StepContext| body(step.key),
             None,
         )
@@ -122,7 +126,15 @@ impl WorkflowContext {
         F: FnMut(StepContext) -> Fut + Send + 'static,
         Fut: Future<Output = Result<T, StepError>> + Send + 'static,
     {
-        start_step(self, name, None, config, body, None)
+        start_step(
+            self,
+            name,
+            None,
+            config,
+            StepInputs::unrecorded(),
+            body,
+            None,
+        )
     }
 
     /// Like [`step`](WorkflowContext::step), with a compensation that runs
@@ -144,19 +156,80 @@ impl WorkflowContext {
             name,
             None,
             config,
+            StepInputs::unrecorded(),
             move |step: StepContext| body(step.key),
             Some(rollback),
         )
     }
 }
 
-/// Starts a step: takes its slot now, records its start, registers its
-/// compensation, and either answers from history or spawns its task.
+/// A step's caller-visible inputs, encoded as JSON when it is called, for
+/// its start record. Built by `#[step]` code; a `ctx.step` closure has
+/// none to record.
+pub struct StepInputs(Option<Result<Payload, String>>);
+
+impl StepInputs {
+    /// No inputs recorded (a hand-written `ctx.step`).
+    pub(crate) fn unrecorded() -> Self {
+        StepInputs(None)
+    }
+
+    /// The inputs, each encoded on its own, as the tuple of them.
+    pub(crate) fn encoded(inputs: impl IntoIterator<Item = EncodedInput>) -> Self {
+        let inputs: Result<Vec<Payload>, String> =
+            inputs.into_iter().map(|input| input.0).collect();
+        StepInputs(Some(inputs.map(|inputs| Payload::tuple(&inputs))))
+    }
+
+    /// What the start record of step `name` stores, or why the step
+    /// cannot start: inputs that do not encode, or are over `limit` bytes.
+    /// No attempt changes either, so the refusal is fatal.
+    fn checked(self, name: &str, limit: usize) -> Result<Option<Payload>, StepError> {
+        match self.0 {
+            None => Ok(None),
+            Some(Err(detail)) => Err(StepError::fatal(format!(
+                "could not record the inputs of step {name:?}: {detail}"
+            ))),
+            Some(Ok(payload)) if payload.len() > limit => Err(StepError::fatal(format!(
+                "the inputs of step {name:?} are {} bytes as JSON, over the limit of {limit}; \
+                 pass a reference (a key, a URL) instead, or raise EngineBuilder::max_payload_bytes",
+                payload.len()
+            ))),
+            Some(Ok(payload)) => Ok(Some(payload)),
+        }
+    }
+}
+
+/// One input of a step, encoded as JSON, or why it did not encode.
+pub struct EncodedInput(Result<Payload, String>);
+
+impl EncodedInput {
+    /// Encodes the caller's input number `position` (from 1). A panic in
+    /// its `Serialize` is an input that does not encode.
+    pub(crate) fn encode<T: Serialize>(position: usize, input: &T) -> Self {
+        let type_name = std::any::type_name::<T>();
+        let encoded = crate::panic::catch(|| Payload::encode(input))
+            .unwrap_or_else(|panic| Err(format!("its Serialize panicked: {panic}")));
+        EncodedInput(encoded.map_err(|detail| {
+            format!("input {position} (`{type_name}`) does not encode as JSON: {detail}")
+        }))
+    }
+}
+
+/// Starts a step: takes its slot now, records its start with its inputs,
+/// registers its compensation, and either answers from history or spawns
+/// its task.
+///
+/// The start record is appended, not flushed: the flush of the step's
+/// outcome covers it. A crash before then loses the start of a step in
+/// flight, which replay starts again (the README, "Storage", says what
+/// that leaves out).
 pub(crate) fn start_step<T, F, Fut>(
     workflow: &WorkflowContext,
     name: &'static str,
     renamed_from: Option<&'static str>,
     config: StepConfig,
+    inputs: StepInputs,
     body: F,
     rollback: Option<RollbackRegistration<T>>,
 ) -> StepFuture<T>
@@ -179,6 +252,17 @@ where
     if to_run && forward && shared.pause_here() {
         return StepFuture::never();
     }
+    // Checked whenever the body is to run, so a step resumed after a crash
+    // refuses its inputs as its first call did. A refused step never ran:
+    // there is nothing for a compensation to undo.
+    let (input, refused) = match to_run && forward {
+        true => match inputs.checked(name, shared.core.max_payload) {
+            Ok(input) => (input, None),
+            Err(error) => (None, Some(error)),
+        },
+        false => (None, None),
+    };
+    let rollback = rollback.filter(|_| refused.is_none());
     // In rebuild mode only steps that history says started get their
     // handler back; a call past that point never happened.
     let started = slot.recorded.is_some();
@@ -193,7 +277,7 @@ where
             name: slot.name.to_string(),
             occurrence: slot.occurrence,
             has_rollback: rollback.is_some(),
-            input: None,
+            input,
         });
         if let Err(e) = recorded {
             shared.store_failed(e);
@@ -248,7 +332,11 @@ where
                 config,
             };
             ctx.spawn(async move {
-                if let Some(outcome) = task.run(body).await {
+                let outcome = match refused {
+                    Some(error) => task.refuse(error).await,
+                    None => task.run(body).await,
+                };
+                if let Some(outcome) = outcome {
                     // The workflow may have dropped the call; the step ran anyway.
                     let _ = done.send(outcome);
                 }
@@ -355,8 +443,33 @@ impl StepTask {
                 )
             }
         };
-        // The outcome is durable before the workflow sees it, so a replay
-        // gives the same.
+        self.settle(change, result).await
+    }
+
+    /// Fails the step without an attempt: its inputs could not be recorded.
+    async fn refuse<T>(self, error: StepError) -> Option<Result<T, StepFailed>> {
+        tracing::warn!(instance = %self.shared.id, step = self.name, occurrence = self.slot.occurrence, error = %error, "step refused");
+        let change = Change::StepFailed {
+            slot: self.slot.index,
+            error: error.clone(),
+            attempts: 0,
+        };
+        let failed = StepFailed {
+            step: self.name.to_owned(),
+            attempts: 0,
+            error,
+        };
+        self.settle(change, Err(failed)).await
+    }
+
+    /// Stores the step's outcome and hands `result` over. The outcome is
+    /// durable before the workflow sees it, so a replay gives the same.
+    async fn settle<T>(
+        &self,
+        change: Change,
+        result: Result<T, StepFailed>,
+    ) -> Option<Result<T, StepFailed>> {
+        let shared = &self.shared;
         let written = match shared.append(change) {
             Ok(()) => shared.core.journal.flush().await,
             Err(e) => Err(e),

@@ -1,5 +1,6 @@
 use saga_runtime::prelude::*;
 
+#[derive(Serialize, Deserialize)]
 struct Card {
     number: String,
 }
