@@ -407,26 +407,33 @@ async fn a_panic_in_a_payloads_serialize_is_an_error_not_a_dead_engine() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panic_in_a_stored_values_deserialize_on_replay_blocks_the_instance() {
-    let w = world_on(TestClock::new());
-    let run = w
-        .engine
-        .start(fragile_replay, "replay-1", ())
-        .await
-        .unwrap();
+    let dir = std::env::temp_dir().join(format!("saga-panics-replay-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let open = || {
+        Engine::builder()
+            .clock(TestClock::new())
+            .open(&dir)
+            .unwrap()
+    };
+    let engine = open();
+    let run = engine.start(fragile_replay, "replay-1", ()).await.unwrap();
     within("the wait", async {
         while run.status().await.unwrap() != Status::Waiting {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
     })
     .await;
-    // Its driver lets go while it waits; the event wakes it and replays the
-    // stored output of "fragile-13", whose Deserialize now panics.
+    drop(run);
+    engine.close().await;
+
+    // The next process replays the stored output of "fragile-13", whose
+    // Deserialize now panics.
     FRAGILE.store(true, Ordering::SeqCst);
-    w.engine
-        .send_event("replay-1", "more", &1u64)
-        .await
-        .unwrap();
-    match within("the block", run.result()).await {
+    let engine = open();
+    engine.register(fragile_replay).unwrap();
+    engine.send_event("replay-1", "more", &1u64).await.unwrap();
+    let run = engine.instance("replay-1").await.unwrap();
+    match within("the block", run.result::<u64>()).await {
         Err(Error::Blocked { failure, .. }) => {
             assert_eq!(
                 failure.kind(),
@@ -439,5 +446,7 @@ async fn a_panic_in_a_stored_values_deserialize_on_replay_blocks_the_instance() 
         other => panic!("expected Blocked(Decode), got {other:?}"),
     }
     FRAGILE.store(false, Ordering::SeqCst);
-    engine_goes_on(&w.engine, "replay").await;
+    drop(run);
+    engine.close().await;
+    let _ = std::fs::remove_dir_all(&dir);
 }
