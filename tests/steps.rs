@@ -263,3 +263,52 @@ async fn a_caught_step_error_does_not_fail_the_workflow() {
             .unwrap()
     );
 }
+
+mod joined {
+    use super::*;
+
+    #[step(name = "slow", read_only)]
+    pub(super) async fn slow() -> Result<u64, StepError> {
+        tokio::task::yield_now().await;
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        Ok(1)
+    }
+
+    #[step(name = "fast", read_only)]
+    pub(super) async fn fast() -> Result<u64, StepError> {
+        Ok(2)
+    }
+
+    #[workflow(name = "joined")]
+    pub(super) async fn joined(ctx: WorkflowContext, (): ()) -> Result<u64, WorkflowError> {
+        let (a, b) = tokio::join!(slow(&ctx), fast(&ctx));
+        Ok(a? + b?)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_records_steps_started_together_in_call_order() {
+    let engine = Engine::temporary().unwrap();
+    for i in 0..20 {
+        let run = engine
+            .start(joined::joined, &format!("joined-{i}"), ())
+            .await
+            .unwrap();
+        assert_eq!(run.result().await.unwrap(), 3);
+        let started: Vec<String> = run
+            .history()
+            .await
+            .unwrap()
+            .into_iter()
+            .filter_map(|e| match e.kind {
+                saga_runtime::EventKind::StepStarted { step, .. } => Some(step),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            started,
+            ["slow", "fast"],
+            "run {i}: in call order, not completion order"
+        );
+    }
+}
