@@ -8,9 +8,8 @@
 mod helpers;
 
 use std::sync::Mutex;
-use std::time::Duration;
 
-use helpers::within;
+use helpers::{until_status, within};
 use saga_runtime::FailureKind;
 use saga_runtime::prelude::*;
 
@@ -65,12 +64,7 @@ async fn a_declared_rename_replays_the_old_history_without_running_the_step_agai
         .start(release_1::publish, "article-1", 4)
         .await
         .unwrap();
-    within("the wait", async {
-        while run.status().await.unwrap() != Status::Waiting {
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-    })
-    .await;
+    until_status(&run, Status::Waiting).await;
     drop(run);
     engine.close().await;
 
@@ -198,12 +192,7 @@ async fn an_undeclared_reorder_blocks_the_instance_and_terminate_with_rollback_c
 
     let engine = Engine::open(&dir).unwrap();
     let run = engine.start(reorder_a::order, "order-1", 4).await.unwrap();
-    within("the wait", async {
-        while run.status().await.unwrap() != Status::Waiting {
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-    })
-    .await;
+    until_status(&run, Status::Waiting).await;
     drop(run);
     engine.close().await;
 
@@ -319,12 +308,7 @@ async fn payload_shapes_bincode_cannot_hold_survive_a_restart() {
     let _ = std::fs::remove_dir_all(&dir);
     let engine = Engine::open(&dir).unwrap();
     let run = engine.start(shapes_workflow, "shapes-1", ()).await.unwrap();
-    within("the wait", async {
-        while run.status().await.unwrap() != Status::Waiting {
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-    })
-    .await;
+    until_status(&run, Status::Waiting).await;
     drop(run);
     engine.close().await;
 

@@ -15,7 +15,7 @@ use std::time::Duration;
 use saga_runtime::prelude::*;
 use saga_runtime::{BoxFuture, Error, TestClock};
 
-use helpers::{engine_on, within};
+use helpers::{engine_on, until_status, within};
 
 /// Polls `future` `polls` times, then drops it: a caller cancelled at its
 /// `polls`-th await.
@@ -70,12 +70,7 @@ async fn dropped_resume_terminate_and_send_event_still_act() {
 
     let run = engine.start(waits, "paused-1", ()).await.unwrap();
     run.pause().await.unwrap();
-    within("the pause", async {
-        while run.status().await.unwrap() != Status::Paused {
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-    })
-    .await;
+    until_status(&run, Status::Paused).await;
     let _ = poll_then_drop(run.resume(), 1);
     engine.send_event("paused-1", "go", &8u64).await.unwrap();
     assert_eq!(within("the resumed result", run.result()).await.unwrap(), 8);
@@ -383,12 +378,7 @@ async fn reads_show_only_durable_state() {
         Ok::<_, WorkflowError>(n)
     });
     let run = engine.start(waits, "durable-1", ()).await.unwrap();
-    within("the wait", async {
-        while run.status().await.unwrap() != Status::Waiting {
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-    })
-    .await;
+    until_status(&run, Status::Waiting).await;
 
     // No flush finishes from here on: the event is written, and taken by
     // the wait, but not durable. (Reopened however the test ends.)

@@ -14,7 +14,7 @@ use saga_runtime::prelude::*;
 use saga_runtime::{BoxFuture, Error, Instance, TestClock};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use helpers::within;
+use helpers::{until_status, within};
 
 /// Serializes as its number, or panics when told to.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -417,12 +417,7 @@ async fn a_panic_in_a_stored_values_deserialize_on_replay_blocks_the_instance() 
     };
     let engine = open();
     let run = engine.start(fragile_replay, "replay-1", ()).await.unwrap();
-    within("the wait", async {
-        while run.status().await.unwrap() != Status::Waiting {
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-    })
-    .await;
+    until_status(&run, Status::Waiting).await;
     drop(run);
     engine.close().await;
 

@@ -14,7 +14,7 @@ use std::time::Duration;
 use saga_runtime::prelude::*;
 use saga_runtime::{EventKind, TestClock};
 
-use helpers::within;
+use helpers::{until_status, within};
 
 const ROUNDS: usize = 50;
 
@@ -61,12 +61,7 @@ fn world() -> World {
 impl World {
     async fn waiting(&self, id: &str) -> Instance {
         let run = self.engine.start(waits(&self.steps), id, 1).await.unwrap();
-        within("the wait", async {
-            while run.status().await.unwrap() != Status::Waiting {
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
-        })
-        .await;
+        until_status(&run, Status::Waiting).await;
         run.instance().clone()
     }
 }

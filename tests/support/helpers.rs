@@ -5,7 +5,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use saga_runtime::{Engine, EventKind, Instance, TestClock};
+use saga_runtime::{Engine, EventKind, Instance, Status, TestClock};
 
 /// Fails the test instead of hanging when something never happens.
 pub(crate) async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
@@ -33,4 +33,14 @@ pub(crate) async fn kinds(run: &Instance) -> Vec<EventKind> {
         .into_iter()
         .map(|e| e.kind)
         .collect()
+}
+
+/// Waits until the instance is in `status`.
+pub(crate) async fn until_status(run: &Instance, status: Status) {
+    within(&format!("status {status}"), async {
+        while run.status().await.unwrap() != status {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await;
 }
