@@ -87,6 +87,10 @@ pub struct EngineBuilder {
     store_timeout: Duration,
     workflows: Vec<Arc<dyn ErasedWorkflow>>,
     services: Services,
+    #[cfg(feature = "postgres")]
+    postgres_schema: String,
+    #[cfg(feature = "postgres")]
+    lease: Duration,
 }
 
 impl EngineBuilder {
@@ -166,6 +170,49 @@ impl EngineBuilder {
         self.build(journal, runtime, path)
     }
 
+    /// Connects to the PostgreSQL database at `url`
+    /// (`postgres://user:password@host:port/db`), creating or migrating its
+    /// schema, and returns once this engine drives its instances.
+    ///
+    /// One engine (worker) drives a schema's instances at a time, under a
+    /// lease it renews. Another engine connected to the same schema waits
+    /// here as a hot standby, and takes over (resuming the instances by
+    /// replay) once the driving worker closes or stops renewing for the
+    /// lease time. A worker that was stopped past its lease is fenced: it
+    /// writes nothing more ([`Error::Fenced`]). An unreachable database is
+    /// [`Error::DatabaseUnreachable`].
+    #[cfg(feature = "postgres")]
+    pub async fn connect(self, url: &str) -> Result<Engine> {
+        let runtime = Handle::try_current().map_err(|_| Error::NoRuntime)?;
+        let options = crate::store::PgOptions {
+            url: url.to_owned(),
+            schema: self.postgres_schema.clone(),
+            lease: self.lease,
+            timeout: self.store_timeout,
+        };
+        let store: Arc<dyn Store> = Arc::new(crate::store::PgStore::connect(options).await?);
+        let journal = Journal::new(store, self.clock.clone(), self.store_timeout)?;
+        self.build(journal, runtime, None)
+    }
+
+    /// The PostgreSQL schema that holds the engine's tables (default
+    /// `saga`): several applications, or tests, share a database in
+    /// schemas of their own. 1-63 characters of `[a-z0-9_]`.
+    #[cfg(feature = "postgres")]
+    pub fn postgres_schema(mut self, schema: &str) -> Self {
+        schema.clone_into(&mut self.postgres_schema);
+        self
+    }
+
+    /// How long a PostgreSQL worker's lease lasts without renewal (default
+    /// 10 s, on the database's clock): after a worker dies, its instances
+    /// wait this long before a standby resumes them. At least 300 ms.
+    #[cfg(feature = "postgres")]
+    pub fn lease_time(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
     /// An engine on a temporary store, removed when the engine is dropped.
     pub fn temporary(self) -> Result<Engine> {
         let runtime = Handle::try_current().map_err(|_| Error::NoRuntime)?;
@@ -217,6 +264,13 @@ impl Engine {
         Engine::builder().open(path)
     }
 
+    /// Connects to the PostgreSQL database at `url` with the default
+    /// options; see [`EngineBuilder::connect`].
+    #[cfg(feature = "postgres")]
+    pub async fn connect(url: &str) -> Result<Engine> {
+        Engine::builder().connect(url).await
+    }
+
     /// An engine on a temporary store, for tests and examples.
     pub fn temporary() -> Result<Engine> {
         Engine::builder().temporary()
@@ -231,6 +285,10 @@ impl Engine {
             store_timeout: DEFAULT_STORE_TIMEOUT,
             workflows: Vec::new(),
             services: Services::default(),
+            #[cfg(feature = "postgres")]
+            postgres_schema: crate::store::DEFAULT_SCHEMA.to_owned(),
+            #[cfg(feature = "postgres")]
+            lease: crate::store::DEFAULT_LEASE,
         }
     }
 

@@ -264,4 +264,27 @@ pub enum Error {
     /// The engine was closed.
     #[error("the engine was closed")]
     Closed,
+
+    /// The PostgreSQL database could not be reached (feature `postgres`).
+    /// Check that it runs and that the URL (host, port, user, database)
+    /// is right.
+    #[error("could not connect to PostgreSQL at {url}: {detail}; check that it runs and the URL")]
+    DatabaseUnreachable {
+        /// The database, without its password.
+        url: String,
+        /// What the driver said.
+        detail: String,
+    },
+
+    /// Another worker took over this worker's lease on the database while
+    /// this one did not renew it (it was stopped or cut off for longer than
+    /// the lease). This worker may no longer write: what it did not flush is
+    /// resumed by the other worker. Restart the process.
+    #[error(
+        "this worker lost its lease on the database: {detail}; it writes nothing more: restart it"
+    )]
+    Fenced {
+        /// Whose lease, and how it was lost.
+        detail: String,
+    },
 }

@@ -305,6 +305,7 @@ impl Journal {
     /// Stops the flusher (after a last flush).
     pub(crate) fn stop(&self) {
         self.flusher.stop();
+        self.store.close();
     }
 
     /// A copy of the state of `id`, or `None` when there is no such instance.

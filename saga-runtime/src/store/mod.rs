@@ -20,11 +20,17 @@
 
 mod conformance;
 mod flusher;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod sled_store;
 
 #[doc(hidden)]
 pub use conformance::run_conformance_suite;
 pub(crate) use flusher::Flusher;
+#[cfg(feature = "postgres")]
+pub(crate) use postgres::{DEFAULT_LEASE, DEFAULT_SCHEMA};
+#[cfg(feature = "postgres")]
+pub use postgres::{PgOptions, PgStore};
 pub use sled_store::SledStore;
 pub(crate) use sled_store::{LegacyInstance, wait_until_released};
 
@@ -56,4 +62,7 @@ pub trait Store: Send + Sync + 'static {
     fn remove(&self, id: &str) -> Result<()>;
     /// Blocks until every write made before the call is durable.
     fn flush(&self) -> Result<()>;
+    /// The engine is done with the store (its last flush ran): a store
+    /// shared by workers lets another take over now. Later calls fail.
+    fn close(&self) {}
 }

@@ -1,0 +1,323 @@
+//! The PostgreSQL store as users meet it: workflows written with the
+//! macros run and roll back on it; a standby takes over a closed or dead
+//! worker's instances; a worker that lost its lease writes nothing; lost
+//! connections are reconnected without ending an instance; an unreachable
+//! database is a typed error.
+
+#[path = "support/child.rs"]
+mod child;
+#[path = "support/helpers.rs"]
+mod helpers;
+#[path = "support/postgres.rs"]
+mod postgres;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use saga_runtime::prelude::*;
+use saga_runtime::{Error, EventKind};
+
+use helpers::within;
+
+/// How often each step body ran, per process.
+#[derive(Default)]
+struct Calls {
+    reserve: AtomicU32,
+    charge: AtomicU32,
+    release: AtomicU32,
+}
+
+#[step(name = "reserve", rollback = release)]
+async fn reserve(
+    key: IdempotencyKey,
+    calls: Service<Calls>,
+    item: String,
+) -> Result<String, StepError> {
+    calls.reserve.fetch_add(1, Ordering::SeqCst);
+    Ok(format!("hold-{item}-{}", key.as_str()))
+}
+
+#[rollback]
+async fn release(
+    ctx: RollbackContext<'_, String>,
+    calls: Service<Calls>,
+    _item: String,
+) -> Result<(), StepError> {
+    assert!(!ctx.key().as_str().is_empty());
+    calls.release.fetch_add(1, Ordering::SeqCst);
+    Ok(())
+}
+
+#[step(name = "charge")]
+async fn charge(
+    key: IdempotencyKey,
+    calls: Service<Calls>,
+    item: String,
+) -> Result<u64, StepError> {
+    calls.charge.fetch_add(1, Ordering::SeqCst);
+    if item == "declined" {
+        return Err(StepError::fatal(format!(
+            "card declined ({})",
+            key.as_str()
+        )));
+    }
+    Ok(item.len() as u64)
+}
+
+/// Reserves, waits for a go-ahead, then charges.
+#[workflow(name = "order")]
+async fn order(ctx: WorkflowContext, item: String) -> Result<u64, WorkflowError> {
+    reserve(&ctx, item.clone()).await?;
+    let go: bool = ctx.wait_for_event("wait-go", "go", "1 day").await?;
+    if !go {
+        return Err(WorkflowError::new("not approved"));
+    }
+    Ok(charge(&ctx, item).await?)
+}
+
+async fn worker(schema: &str, calls: &Arc<Calls>) -> Engine {
+    Engine::builder()
+        .postgres_schema(schema)
+        .lease_time(Duration::from_millis(500))
+        .provide_arc(calls.clone())
+        .register(order)
+        .connect(&postgres::database_url())
+        .await
+        .unwrap_or_else(|e| postgres::missing(e))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workflows_run_and_roll_back_on_postgres() {
+    let schema = postgres::fresh_schema("runs").await;
+    let calls = Arc::new(Calls::default());
+    let engine = worker(&schema, &calls).await;
+
+    let ok = engine
+        .start(order, "order-ok", "book".to_owned())
+        .await
+        .unwrap();
+    engine.send_event("order-ok", "go", &true).await.unwrap();
+    assert_eq!(within("the result", ok.result()).await.unwrap(), 4);
+    assert_eq!(ok.status().await.unwrap(), Status::Complete);
+
+    let bad = engine
+        .start(order, "order-bad", "declined".to_owned())
+        .await
+        .unwrap();
+    engine.send_event("order-bad", "go", &true).await.unwrap();
+    let err = within("the failure", bad.result()).await.unwrap_err();
+    assert!(matches!(err, Error::WorkflowFailed { .. }), "{err}");
+    assert_eq!(calls.release.load(Ordering::SeqCst), 1);
+    let kinds: Vec<EventKind> = bad
+        .history()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.kind)
+        .collect();
+    assert!(
+        kinds.iter().any(
+            |k| matches!(k, EventKind::RollbackStepCompleted { step, .. } if step == "reserve")
+        ),
+        "{kinds:?}"
+    );
+
+    let listed = engine.list(&ListFilter::default()).await.unwrap();
+    assert_eq!(listed.len(), 2);
+    engine.close().await;
+
+    // A new worker reads what the first stored, and runs nothing again.
+    let again = worker(&schema, &calls).await;
+    let ok = again.instance("order-ok").await.unwrap();
+    assert_eq!(ok.status().await.unwrap(), Status::Complete);
+    assert_eq!(calls.reserve.load(Ordering::SeqCst), 2);
+    assert_eq!(calls.charge.load(Ordering::SeqCst), 2);
+    again.close().await;
+    postgres::drop_schema(&schema).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_takes_over_when_the_worker_closes() {
+    let schema = postgres::fresh_schema("standby").await;
+    let calls = Arc::new(Calls::default());
+    let first = worker(&schema, &calls).await;
+    first.start(order, "waits", "pen".to_owned()).await.unwrap();
+
+    // The second worker waits while the first holds the lease.
+    let standby = tokio::spawn({
+        let schema = schema.clone();
+        let calls = calls.clone();
+        async move { worker(&schema, &calls).await }
+    });
+    helpers::settle().await;
+    assert!(
+        !standby.is_finished(),
+        "a second worker drove the schema beside the first"
+    );
+
+    first.close().await;
+    let second = within("the take-over", standby).await.unwrap();
+    second.send_event("waits", "go", &true).await.unwrap();
+    let run = second.instance("waits").await.unwrap();
+    assert_eq!(within("the result", run.result::<u64>()).await.unwrap(), 3);
+    assert_eq!(
+        calls.reserve.load(Ordering::SeqCst),
+        1,
+        "the reserve step ran again"
+    );
+    second.close().await;
+    postgres::drop_schema(&schema).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_whose_lease_was_taken_over_writes_nothing() {
+    let schema = postgres::fresh_schema("fenced").await;
+    let calls = Arc::new(Calls::default());
+    let stalled = worker(&schema, &calls).await;
+    stalled
+        .start(order, "contested", "cup".to_owned())
+        .await
+        .unwrap();
+
+    // As if the worker had stopped renewing (SIGSTOP, a long pause): its
+    // lease expired and another worker took it (here the test, so the
+    // stalled worker cannot renew first), then the new worker takes over.
+    let admin = postgres::admin().await;
+    admin
+        .batch_execute(&format!(
+            "UPDATE {schema}.lease
+             SET owner = 'test', epoch = epoch + 1, expires_at = now() - interval '1 second'"
+        ))
+        .await
+        .unwrap();
+    let current = worker(&schema, &calls).await;
+
+    // The stalled worker's next write is refused, and stores nothing.
+    let err = stalled
+        .send_event("contested", "go", &true)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Fenced { .. }), "{err}");
+    let rows: i64 = admin
+        .query_one(
+            &format!("SELECT count(*) FROM {schema}.journal WHERE id = 'contested'"),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let current_run = current.instance("contested").await.unwrap();
+    let before = current_run.history().await.unwrap().len();
+    assert!(rows > 0 && before > 0);
+
+    current.send_event("contested", "go", &false).await.unwrap();
+    let err = within("the result", current_run.result::<u64>())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::WorkflowFailed { .. }), "{err}");
+    assert_eq!(calls.charge.load(Ordering::SeqCst), 0);
+    stalled.close().await;
+    current.close().await;
+    postgres::drop_schema(&schema).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_connections_are_reconnected_without_ending_an_instance() {
+    let schema = postgres::fresh_schema("blink").await;
+    let calls = Arc::new(Calls::default());
+    let engine = worker(&schema, &calls).await;
+    let admin = postgres::admin().await;
+    let kill = format!(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+         WHERE application_name = 'saga:{schema}'"
+    );
+    for i in 0..5 {
+        let id = format!("blink-{i}");
+        let run = engine.start(order, &id, "mug".to_owned()).await.unwrap();
+        let run = engine.instance(run.id()).await.unwrap();
+        let killed: i64 = admin.query_one(&kill, &[]).await.unwrap().get(0);
+        assert!(killed >= 1, "no connection of the engine to kill");
+        engine.send_event(&id, "go", &true).await.unwrap();
+        admin.query_one(&kill, &[]).await.unwrap();
+        assert_eq!(
+            within("the result", run.result::<u64>()).await.unwrap(),
+            3,
+            "{id}"
+        );
+        assert_eq!(run.status().await.unwrap(), Status::Complete);
+    }
+    assert_eq!(calls.reserve.load(Ordering::SeqCst), 5);
+    assert_eq!(calls.charge.load(Ordering::SeqCst), 5);
+    engine.close().await;
+    postgres::drop_schema(&schema).await;
+}
+
+#[tokio::test]
+async fn an_unreachable_database_is_a_typed_error() {
+    let err = Engine::builder()
+        .store_timeout(Duration::from_secs(2))
+        .connect("postgres://nobody@127.0.0.1:1/none")
+        .await
+        .map(drop)
+        .unwrap_err();
+    assert!(matches!(err, Error::DatabaseUnreachable { .. }), "{err}");
+    let message = err.to_string();
+    assert!(message.contains("127.0.0.1:1"), "{message}");
+
+    let err = Engine::builder()
+        .postgres_schema("Not-A-Schema")
+        .connect(&postgres::database_url())
+        .await
+        .map(drop)
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+}
+
+/// The child of the take-over test: a worker that starts an instance, says
+/// so, and waits to be killed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn child_worker_that_gets_killed() {
+    let Some(dir) = child::child_dir() else {
+        return;
+    };
+    let schema = dir.file_name().unwrap().to_str().unwrap().to_owned();
+    let calls = Arc::new(Calls::default());
+    let engine = worker(&schema, &calls).await;
+    let run = engine
+        .start(order, "orphan", "lamp".to_owned())
+        .await
+        .unwrap();
+    // The reserve step is durable once the instance waits for its event.
+    helpers::until_status(&run, Status::Waiting).await;
+    child::report("started");
+    std::future::pending::<()>().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_workers_instances_resume_once_its_lease_expires() {
+    if child::child_dir().is_some() {
+        return;
+    }
+    let schema = postgres::fresh_schema("dead").await;
+    let mut dead = child::spawn(
+        "child_worker_that_gets_killed",
+        &std::env::temp_dir().join(&schema),
+    );
+    dead.wait_for("started");
+    dead.kill();
+
+    // No handing back: the lease (500 ms) must run out first.
+    let calls = Arc::new(Calls::default());
+    let engine = within("the take-over", worker(&schema, &calls)).await;
+    engine.send_event("orphan", "go", &true).await.unwrap();
+    let run = engine.instance("orphan").await.unwrap();
+    assert_eq!(within("the result", run.result::<u64>()).await.unwrap(), 4);
+    assert_eq!(
+        calls.reserve.load(Ordering::SeqCst),
+        0,
+        "the dead worker's step ran again"
+    );
+    engine.close().await;
+    postgres::drop_schema(&schema).await;
+}

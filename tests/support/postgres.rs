@@ -1,0 +1,55 @@
+//! The test database: `SAGA_TEST_DATABASE_URL`, default the local
+//! PostgreSQL of the test machines. Each test works in a schema of its own,
+//! so tests run side by side; a test drops its schema before it starts.
+
+#![allow(dead_code)]
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// The database the PostgreSQL tests use.
+pub(crate) fn database_url() -> String {
+    std::env::var("SAGA_TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
+}
+
+/// What a test says when the database is not there: never a silent skip.
+pub(crate) fn missing(error: impl std::fmt::Display) -> ! {
+    panic!(
+        "the PostgreSQL tests need a database at {} ({error}). Start one \
+         (on the test machines: pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start), \
+         or point SAGA_TEST_DATABASE_URL at another",
+        database_url()
+    )
+}
+
+/// A schema name of this test's own, empty: `tag`, the process and a
+/// counter, so parallel tests and test binaries never share one.
+pub(crate) async fn fresh_schema(tag: &str) -> String {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let schema = format!(
+        "saga_t_{tag}_{}_{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    );
+    drop_schema(&schema).await;
+    schema
+}
+
+/// Removes `schema` and everything in it.
+pub(crate) async fn drop_schema(schema: &str) {
+    let client = admin().await;
+    client
+        .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+        .await
+        .unwrap_or_else(|e| missing(e));
+}
+
+/// A plain connection to the test database, for what a test does to it
+/// behind the engine's back (killing its connections, reading its rows).
+pub(crate) async fn admin() -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(&database_url(), tokio_postgres::NoTls)
+        .await
+        .unwrap_or_else(|e| missing(e));
+    tokio::spawn(connection);
+    client
+}
