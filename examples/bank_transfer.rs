@@ -15,6 +15,12 @@
 //!
 //! `cargo run --example bank_transfer`, or with the engine's story:
 //! `RUST_LOG=saga_runtime=info cargo run --example bank_transfer`
+//!
+//! On PostgreSQL (schema `saga_examples`; the URL defaults to
+//! `$SAGA_DATABASE_URL`, then the local test database):
+//! `cargo run --example bank_transfer -- --postgres [URL]`. Run it in two
+//! terminals at once: the second waits as a standby worker until the first
+//! hands its lease back, then runs its own transfers.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -289,14 +295,26 @@ async fn run() -> Result<(), saga_runtime::Error> {
         a: Bank::new("bank-a"),
         b: Bank::new("bank-b"),
     });
-    let engine = Engine::builder()
+    let builder = Engine::builder()
         .clock(TestClock::auto_advancing())
-        .provide_arc(banks.clone())
-        .open(&dir.path)?;
+        .provide_arc(banks.clone());
+    let (engine, suffix) = match saga_examples::postgres_url() {
+        None => (builder.open(&dir.path)?, String::new()),
+        Some(url) => {
+            println!("connecting to PostgreSQL (schema saga_examples) ...");
+            let engine = builder
+                .postgres_schema("saga_examples")
+                .connect(&url)
+                .await?;
+            // The schema keeps earlier runs' transfers: this run's ids are new.
+            let earlier = engine.list(&ListFilter::default()).await?.len();
+            (engine, format!("-run{}", earlier / 2 + 1))
+        }
+    };
     engine.register(bank_transfer)?;
 
-    transfer(&engine, "transfer-42", "bob").await?;
-    transfer(&engine, "transfer-43", "mallory").await?;
+    transfer(&engine, &format!("transfer-42{suffix}"), "bob").await?;
+    transfer(&engine, &format!("transfer-43{suffix}"), "mallory").await?;
 
     println!(
         "balances: alice {} (bank A), bob {} (bank B)",

@@ -6,7 +6,8 @@
 //!   with a durable sleep and an approval event.
 //!
 //! Set `SAGA_DATA=<dir>` to keep an example's store in `<dir>` (for the
-//! `saga` command to inspect) instead of a temporary directory.
+//! `saga` command to inspect) instead of a temporary directory. The bank
+//! transfer runs on PostgreSQL with `-- --postgres [URL]`.
 
 use std::path::PathBuf;
 
@@ -40,4 +41,17 @@ impl Drop for StoreDir {
             let _ = std::fs::remove_dir_all(&self.path);
         }
     }
+}
+
+/// The PostgreSQL URL when the example was run with `--postgres [URL]`:
+/// the URL given, else `$SAGA_DATABASE_URL`, else the local test database.
+pub fn postgres_url() -> Option<String> {
+    let mut args = std::env::args().skip(1);
+    if args.next().as_deref() != Some("--postgres") {
+        return None;
+    }
+    Some(args.next().unwrap_or_else(|| {
+        std::env::var("SAGA_DATABASE_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
+    }))
 }

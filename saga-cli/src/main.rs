@@ -38,7 +38,8 @@ struct SagaArgs {
     /// The directory of a sled store [default: ./saga-data].
     #[arg(long, global = true, value_name = "DIR")]
     db: Option<PathBuf>,
-    /// A PostgreSQL store (not built in this release); --db wins over
+    /// A PostgreSQL store, read while its workers run (schema:
+    /// $SAGA_DATABASE_SCHEMA, default saga); --db wins over
     /// $SAGA_DATABASE_URL.
     #[arg(
         long,
@@ -82,7 +83,7 @@ fn run(args: SagaArgs, out: &mut std::io::Stdout) -> Result<(), CliError> {
         .build()
         .map_err(|e| CliError::usage(format!("cannot start the async runtime: {e}")))?;
     runtime.block_on(async {
-        let engine = backend.open()?;
+        let engine = backend.open().await?;
         let colors = Colors::when_terminal(&std::io::stdout());
         let result = cli::execute(&engine, &args.commands, out, colors).await;
         // Flushes, and releases the store before the process exits.

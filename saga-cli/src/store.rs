@@ -12,8 +12,8 @@ use saga_runtime::{Engine, Error};
 pub(crate) enum Backend {
     /// A sled store in a directory, held by one process at a time.
     Sled(PathBuf),
-    /// A PostgreSQL store; not built in this release.
-    Postgres,
+    /// A PostgreSQL store, read beside its running workers.
+    Postgres(String),
 }
 
 impl Backend {
@@ -22,7 +22,7 @@ impl Backend {
     pub(crate) fn choose(db: Option<PathBuf>, database_url: Option<String>) -> Backend {
         match (db, database_url) {
             (Some(dir), _) => Backend::Sled(dir),
-            (None, Some(_url)) => Backend::Postgres,
+            (None, Some(url)) => Backend::Postgres(url),
             (None, None) => Backend::Sled(PathBuf::from("./saga-data")),
         }
     }
@@ -30,19 +30,18 @@ impl Backend {
     /// Whether `watch` sees the events of instances another process runs.
     pub(crate) fn watches_from_another_process(&self) -> bool {
         match self {
-            // Only the process that holds the store sees its events.
-            Backend::Sled(_) => false,
-            Backend::Postgres => true,
+            // Only the process that holds the store sees its events; on
+            // PostgreSQL, only the worker that drives the instances (events
+            // do not cross processes yet).
+            Backend::Sled(_) | Backend::Postgres(_) => false,
         }
     }
 
     /// Opens the store with no workflow registered.
-    pub(crate) fn open(&self) -> Result<Engine, CliError> {
+    pub(crate) async fn open(&self) -> Result<Engine, CliError> {
         match self {
             Backend::Sled(dir) => open_sled(dir),
-            Backend::Postgres => Err(CliError::usage(
-                "the PostgreSQL store is not built in this release; use a sled store with --db DIR",
-            )),
+            Backend::Postgres(url) => open_postgres(url).await,
         }
     }
 }
@@ -68,11 +67,25 @@ fn open_sled(dir: &std::path::Path) -> Result<Engine, CliError> {
     })
 }
 
+/// A read-only connection: it takes no lease, so it works while workers
+/// run. Control commands would need the lease; they are refused with
+/// what to do instead.
+async fn open_postgres(url: &str) -> Result<Engine, CliError> {
+    let schema = std::env::var("SAGA_DATABASE_SCHEMA").unwrap_or_else(|_| "saga".to_owned());
+    Engine::builder()
+        .retention(Duration::MAX)
+        .store_timeout(Duration::from_secs(10))
+        .postgres_schema(&schema)
+        .connect_read_only(url)
+        .await
+        .map_err(|error| CliError::usage(format!("cannot open the PostgreSQL store: {error}")))
+}
+
 impl fmt::Display for Backend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Backend::Sled(dir) => write!(f, "sled store in {}", dir.display()),
-            Backend::Postgres => f.write_str("PostgreSQL store"),
+            Backend::Postgres(_) => f.write_str("PostgreSQL store"),
         }
     }
 }

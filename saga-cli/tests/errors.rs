@@ -109,14 +109,14 @@ fn watch_on_sled_points_at_the_embedded_command() {
 }
 
 #[test]
-fn a_database_url_says_postgres_is_not_built() {
+fn watch_on_a_database_url_says_where_to_run_it() {
     let output = Command::new(env!("CARGO_BIN_EXE_saga"))
-        .args(["list"])
+        .args(["watch"])
         .env("SAGA_DATABASE_URL", "postgres://localhost/saga")
         .output()
         .unwrap();
     let stderr = String::from_utf8(output.stderr).unwrap();
     assert_eq!(output.status.code(), Some(2));
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    assert!(stderr.contains("PostgreSQL store is not built"), "{stderr}");
+    assert!(stderr.contains("saga_runtime::cli::run"), "{stderr}");
 }

@@ -183,12 +183,28 @@ impl EngineBuilder {
     /// [`Error::DatabaseUnreachable`].
     #[cfg(feature = "postgres")]
     pub async fn connect(self, url: &str) -> Result<Engine> {
+        self.connect_postgres(url, false).await
+    }
+
+    /// Connects to the PostgreSQL database at `url` to read only: it takes
+    /// no lease, so it works beside running workers (the `saga` command, a
+    /// dashboard). `list`, `instance`, `status`, `info`, `history` and
+    /// `result` work; what would write (start, events, control calls)
+    /// answers [`Error::ReadOnly`]. Register no workflow on it.
+    #[cfg(feature = "postgres")]
+    pub async fn connect_read_only(self, url: &str) -> Result<Engine> {
+        self.connect_postgres(url, true).await
+    }
+
+    #[cfg(feature = "postgres")]
+    async fn connect_postgres(self, url: &str, read_only: bool) -> Result<Engine> {
         let runtime = Handle::try_current().map_err(|_| Error::NoRuntime)?;
         let options = crate::store::PgOptions {
             url: url.to_owned(),
             schema: self.postgres_schema.clone(),
             lease: self.lease,
             timeout: self.store_timeout,
+            read_only,
         };
         let store: Arc<dyn Store> = Arc::new(crate::store::PgStore::connect(options).await?);
         let journal = Journal::new(store, self.clock.clone(), self.store_timeout)?;
@@ -231,7 +247,11 @@ impl EngineBuilder {
     }
 
     fn build(self, journal: Journal, runtime: Handle, path: Option<PathBuf>) -> Result<Engine> {
-        let repaired = journal.repair_index()?;
+        let repaired = if journal.read_only() {
+            0
+        } else {
+            journal.repair_index()?
+        };
         if repaired > 0 {
             tracing::info!(instances = repaired, "rebuilt index entries from journals");
         }

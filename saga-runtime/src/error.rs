@@ -276,6 +276,17 @@ pub enum Error {
         detail: String,
     },
 
+    /// The engine only reads (it connected with
+    /// `EngineBuilder::connect_read_only`): it cannot start, change or
+    /// control instances. Do that from a worker (`EngineBuilder::connect`).
+    #[error(
+        "{what}: this engine only reads (connect_read_only); do it from a worker connected with Engine::connect"
+    )]
+    ReadOnly {
+        /// What was refused.
+        what: String,
+    },
+
     /// Another worker took over this worker's lease on the database while
     /// this one did not renew it (it was stopped or cut off for longer than
     /// the lease). This worker may no longer write: what it did not flush is

@@ -83,6 +83,21 @@ impl Child {
         }
     }
 
+    /// The child's process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.process.id()
+    }
+
+    /// Sends `signal` (`"STOP"`, `"CONT"`, ...) to the child.
+    pub(crate) fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.pid().to_string())
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{signal} {} failed", self.pid());
+    }
+
     /// SIGKILLs the child and reaps it.
     pub(crate) fn kill(mut self) {
         self.process.kill().expect("SIGKILL the child");

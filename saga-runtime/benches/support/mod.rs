@@ -2,6 +2,9 @@
 //! directories, and the table they print into. Every line names its
 //! workload, so the output of both binaries reads as one table.
 
+// Each bench binary uses a part of it.
+#![allow(dead_code)]
+
 use std::path::{Path, PathBuf};
 
 /// Whether `cargo bench [FILTER]` asked for the bench `name`. Cargo passes

@@ -303,6 +303,11 @@ impl Journal {
     }
 
     /// Stops the flusher (after a last flush).
+    /// Whether the store refuses writes (a reader's).
+    pub(crate) fn read_only(&self) -> bool {
+        self.store.read_only()
+    }
+
     pub(crate) fn stop(&self) {
         self.flusher.stop();
         self.store.close();

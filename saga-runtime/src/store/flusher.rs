@@ -51,7 +51,40 @@ struct Shared {
 }
 
 /// What a flush tells the writer waiting on it.
-type Outcome = std::result::Result<(), String>;
+type Outcome = std::result::Result<(), Failed>;
+
+/// A failed flush, as every waiter gets it: a worker fenced off its
+/// store stays [`Error::Fenced`], anything else is [`Error::Store`].
+#[derive(Clone, Debug)]
+struct Failed {
+    fenced: bool,
+    message: String,
+}
+
+impl Failed {
+    fn of(error: &Error) -> Failed {
+        match error {
+            Error::Fenced { detail } => Failed {
+                fenced: true,
+                message: detail.clone(),
+            },
+            other => Failed {
+                fenced: false,
+                message: other.to_string(),
+            },
+        }
+    }
+
+    fn error(self) -> Error {
+        if self.fenced {
+            Error::Fenced {
+                detail: self.message,
+            }
+        } else {
+            Error::Store(self.message)
+        }
+    }
+}
 
 #[derive(Default)]
 struct State {
@@ -63,7 +96,7 @@ struct State {
     waiters: Vec<(u64, oneshot::Sender<Outcome>)>,
     /// Lifecycle events waiting for the flush that makes them durable.
     unpublished: Vec<(u64, Event)>,
-    failure: Option<String>,
+    failure: Option<Failed>,
     stopping: bool,
     /// The flusher thread is done.
     exited: bool,
@@ -135,7 +168,7 @@ impl Flusher {
         let waiting = {
             let mut state = self.shared.lock();
             if state.completed >= ticket {
-                return state.outcome().map_err(Error::Store);
+                return state.outcome().map_err(Failed::error);
             }
             if state.stopping {
                 return Err(Error::Closed);
@@ -159,7 +192,7 @@ impl Flusher {
         };
         match tokio::time::timeout(self.timeout, waiting).await {
             Ok(Ok(Ok(()))) => Ok(()),
-            Ok(Ok(Err(failure))) => Err(Error::Store(failure)),
+            Ok(Ok(Err(failure))) => Err(failure.error()),
             Ok(Err(_)) => Err(Error::Closed),
             // Real time, not the engine's clock: it is the disk that hangs.
             Err(_) => Err(self.not_answering()),
@@ -246,7 +279,7 @@ impl Shared {
         let mut state = self.lock();
         if let Err(e) = result {
             tracing::error!(error = %e, "saga store flush failed");
-            state.failure = Some(e.to_string());
+            state.failure = Some(Failed::of(&e));
         }
         state.completed = state.completed.max(target);
         state.flushing_since = None;

@@ -65,4 +65,9 @@ pub trait Store: Send + Sync + 'static {
     /// The engine is done with the store (its last flush ran): a store
     /// shared by workers lets another take over now. Later calls fail.
     fn close(&self) {}
+    /// A store that only reads (it refuses writes): the engine repairs
+    /// nothing on open and drives nothing.
+    fn read_only(&self) -> bool {
+        false
+    }
 }

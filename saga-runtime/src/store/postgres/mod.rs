@@ -18,6 +18,8 @@
 //!   `synchronous_commit = on`; PostgreSQL writes its WAL in order, so
 //!   that commit makes every earlier write durable with one disk flush
 //!   (group commit).
+//! - **Readers.** A read-only connection ([`PgOptions::read_only`]) takes
+//!   no lease: the `saga` command and dashboards read while workers run.
 //! - **Faults.** A lost connection is reconnected, with backoff, until the
 //!   call's deadline. The writes made since the last flush that succeeded
 //!   are kept in memory and applied again on the new connection: a write
@@ -62,6 +64,8 @@ pub struct PgOptions {
     pub lease: Duration,
     /// How long a call waits through a lost connection before it fails.
     pub timeout: Duration,
+    /// Only read: take no lease, refuse writes ([`Error::ReadOnly`]).
+    pub read_only: bool,
 }
 
 impl PgOptions {
@@ -72,6 +76,7 @@ impl PgOptions {
             schema: DEFAULT_SCHEMA.to_owned(),
             lease: DEFAULT_LEASE,
             timeout: Duration::from_secs(30),
+            read_only: false,
         }
     }
 }
@@ -80,6 +85,7 @@ impl PgOptions {
 #[doc(hidden)]
 pub struct PgStore {
     jobs: UnboundedSender<Job>,
+    read_only: bool,
     thread: Mutex<Option<JoinHandle<()>>>,
     /// How long a caller waits for the store's thread to answer.
     patience: Duration,
@@ -100,12 +106,14 @@ impl PgStore {
         let (jobs, receiver) = tokio::sync::mpsc::unbounded_channel();
         let (ready, started) = tokio::sync::oneshot::channel();
         let patience = options.timeout + options.lease + Duration::from_secs(5);
+        let read_only = options.read_only;
         let thread = std::thread::Builder::new()
             .name("saga-postgres".into())
             .spawn(move || server::run(options, receiver, ready))
             .map_err(|e| Error::Store(format!("could not start the PostgreSQL thread: {e}")))?;
         let store = PgStore {
             jobs,
+            read_only,
             thread: Mutex::new(Some(thread)),
             patience,
         };
@@ -134,6 +142,11 @@ impl PgStore {
     }
 
     fn write(&self, op: Op) -> Result<bool> {
+        if self.read_only {
+            return Err(Error::ReadOnly {
+                what: "a write to the journal".into(),
+            });
+        }
         self.call(|reply| Job::Write { op, reply })
     }
 
@@ -201,7 +214,15 @@ impl Store for PgStore {
     }
 
     fn flush(&self) -> Result<()> {
+        if self.read_only {
+            // It wrote nothing.
+            return Ok(());
+        }
         self.call(|reply| Job::Flush { reply })
+    }
+
+    fn read_only(&self) -> bool {
+        self.read_only
     }
 
     /// Flushes and hands the lease back, so a standby takes over at once

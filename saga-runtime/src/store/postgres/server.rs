@@ -250,6 +250,8 @@ struct Server {
     /// The writes since the last flush that succeeded, in order.
     unflushed: Vec<Op>,
     fenced: bool,
+    /// Takes no lease and writes nothing (the caller refuses writes).
+    read_only: bool,
 }
 
 impl Server {
@@ -285,7 +287,13 @@ impl Server {
         });
         schema::migrate(&mut client, &target.schema).await?;
         let owner = owner_name();
-        let epoch = lease::take(&client, &target.schema, &owner, options.lease).await?;
+        // A reader takes no lease; epoch 0 is no worker's (they start at 1).
+        let epoch = if options.read_only {
+            0
+        } else {
+            lease::take(&client, &target.schema, &owner, options.lease).await?
+        };
+        let read_only = options.read_only;
         drop(client);
         let writer = target.connect_writer().await.map_err(unreachable)?;
         Ok(Server {
@@ -298,10 +306,38 @@ impl Server {
             reader: Arc::new(tokio::sync::Mutex::new(None)),
             unflushed: Vec::new(),
             fenced: false,
+            read_only,
         })
     }
 
     async fn serve(mut self, mut jobs: UnboundedReceiver<Job>) {
+        if self.read_only {
+            // Nothing to renew: only reads and the release come.
+            while let Some(job) = jobs.recv().await {
+                match job {
+                    Job::Read { read, reply } => {
+                        let deadline = Instant::now() + self.timeout;
+                        let reply_to = reply;
+                        let answer =
+                            read_with_retry(&self.target, &self.reader, &read, deadline).await;
+                        let _ = reply_to.send(answer);
+                    }
+                    Job::Write { reply, .. } => {
+                        let _ = reply.send(Err(Error::ReadOnly {
+                            what: "a write".into(),
+                        }));
+                    }
+                    Job::Flush { reply } => {
+                        let _ = reply.send(Ok(()));
+                    }
+                    Job::Release { reply } => {
+                        let _ = reply.send(Ok(()));
+                        return;
+                    }
+                }
+            }
+            return;
+        }
         tracing::info!(owner = %self.owner, epoch = self.epoch, "driving the PostgreSQL schema {:?}", self.target.schema);
         // Renewals keep the lease while no flush does.
         let mut heartbeat = tokio::time::interval(self.lease / 3);

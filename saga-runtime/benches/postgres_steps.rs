@@ -1,0 +1,169 @@
+//! Durable steps on PostgreSQL: workflows/s of 3-step workflows on one
+//! worker, beside a raw loop of synchronously committed single-row
+//! inserts on the same database, and DBOS 3.4's figures for the same
+//! workload on this machine class (from issue 12: 66 workflows/s one at a
+//! time, 62 at 32 at once).
+//!
+//! `cargo bench -p saga-runtime --features postgres --bench postgres_steps`
+//! (database: `SAGA_TEST_DATABASE_URL`, default the local test database).
+
+mod support;
+
+use std::time::Instant;
+
+use saga_runtime::prelude::*;
+use saga_runtime::{step, workflow};
+use support::{header, row, thousands};
+
+/// DBOS 3.4 (Python) on PostgreSQL 15, this machine class, the same
+/// workload: one at a time, and 32 at once.
+const DBOS_SEQUENTIAL: f64 = 66.0;
+const DBOS_AT_32: f64 = 62.0;
+const RAW_COMMITS: usize = 2_000;
+/// (concurrency, workflows)
+const ROUNDS: [(usize, usize); 3] = [(1, 500), (32, 3_000), (64, 4_000)];
+
+#[step(name = "reserve")]
+async fn reserve(key: IdempotencyKey, n: u64) -> Result<u64, StepError> {
+    Ok(n + key.as_str().len() as u64)
+}
+
+#[step(name = "charge", read_only)]
+async fn charge(reserved: u64) -> Result<u64, StepError> {
+    Ok(reserved * 2)
+}
+
+#[step(name = "confirm")]
+async fn confirm(key: IdempotencyKey, charged: u64) -> Result<u64, StepError> {
+    Ok(charged + key.as_str().len() as u64)
+}
+
+#[workflow(name = "bench-pg")]
+async fn three_steps(ctx: WorkflowContext, n: u64) -> Result<u64, WorkflowError> {
+    let reserved = reserve(&ctx, n).await?;
+    let charged = charge(&ctx, reserved).await?;
+    Ok(confirm(&ctx, charged).await?)
+}
+
+fn url() -> String {
+    std::env::var("SAGA_TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
+}
+
+async fn admin() -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(&url(), tokio_postgres::NoTls)
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "no PostgreSQL at {} ({e}); set SAGA_TEST_DATABASE_URL",
+                url()
+            )
+        });
+    tokio::spawn(connection);
+    client
+}
+
+/// The least a durable write costs here: one single-row insert, committed
+/// synchronously, per round trip.
+async fn raw_commits(client: &tokio_postgres::Client, schema: &str) -> f64 {
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE {schema}.raw (n bigint PRIMARY KEY, v bytea)"
+        ))
+        .await
+        .unwrap();
+    let insert = client
+        .prepare(&format!("INSERT INTO {schema}.raw VALUES ($1, $2)"))
+        .await
+        .unwrap();
+    let started = Instant::now();
+    for n in 0..RAW_COMMITS as i64 {
+        client
+            .execute(&insert, &[&n, &vec![7u8; 64]])
+            .await
+            .unwrap();
+    }
+    RAW_COMMITS as f64 / started.elapsed().as_secs_f64()
+}
+
+async fn workflows_per_second(
+    engine: &Engine,
+    concurrency: usize,
+    total: usize,
+    round: usize,
+) -> f64 {
+    let started = Instant::now();
+    let mut callers = tokio::task::JoinSet::new();
+    for caller in 0..concurrency {
+        let engine = engine.clone();
+        callers.spawn(async move {
+            for n in (caller..total).step_by(concurrency) {
+                let run = engine
+                    .start(three_steps, &format!("r{round}-{n}"), n as u64)
+                    .await
+                    .expect("start");
+                run.result().await.expect("a workflow completes");
+            }
+        });
+    }
+    while let Some(done) = callers.join_next().await {
+        done.expect("a caller");
+    }
+    total as f64 / started.elapsed().as_secs_f64()
+}
+
+fn main() {
+    if !support::wanted("postgres_steps") {
+        return;
+    }
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let schema = format!("saga_bench_{}", std::process::id());
+        let client = admin().await;
+        client
+            .batch_execute(&format!(
+                "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"
+            ))
+            .await
+            .unwrap();
+        let raw = raw_commits(&client, &schema).await;
+        let engine = Engine::builder()
+            .postgres_schema(&schema)
+            .register(three_steps)
+            .connect(&url())
+            .await
+            .expect("connect");
+        // Warm-up: connections, prepared statements, the runtime.
+        workflows_per_second(&engine, 32, 320, 0).await;
+
+        header("PostgreSQL: 3-step workflows on one worker (workflows/s)");
+        row(
+            "raw: 1-row insert, synchronous commit",
+            "commits/s",
+            &thousands(raw),
+            "1 durable write per round trip",
+        );
+        for (i, (concurrency, total)) in ROUNDS.into_iter().enumerate() {
+            let figure = workflows_per_second(&engine, concurrency, total, i + 1).await;
+            let dbos = match concurrency {
+                1 => format!("{:.1}x DBOS ({DBOS_SEQUENTIAL})", figure / DBOS_SEQUENTIAL),
+                32 => format!(
+                    "{:.1}x DBOS ({DBOS_AT_32}); goal >= 10x",
+                    figure / DBOS_AT_32
+                ),
+                _ => format!("{:.2} commits per workflow at raw speed", raw / figure),
+            };
+            row(
+                &format!("saga, 1 worker, {concurrency} at once"),
+                "workflows/s",
+                &thousands(figure),
+                &dbos,
+            );
+        }
+        engine.close().await;
+        client
+            .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+            .await
+            .unwrap();
+    });
+}
