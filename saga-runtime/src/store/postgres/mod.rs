@@ -12,12 +12,17 @@
 //!   over: it is *fenced*, and its calls answer [`Error::Fenced`]. Other
 //!   workers wait in [`PgStore::connect`] as hot standbys and take over
 //!   when the lease expires, resuming the instances by replay.
-//! - **Durability.** A write is one statement, committed without waiting
-//!   for the disk (`synchronous_commit = off`): it is visible at once, as a
-//!   sled insert is. A flush is one small transaction committed with
-//!   `synchronous_commit = on`; PostgreSQL writes its WAL in order, so
-//!   that commit makes every earlier write durable with one disk flush
-//!   (group commit).
+//! - **Durability.** Appends, index updates and removals are queued: the
+//!   caller goes on at once, and the store's thread applies what queued
+//!   meanwhile in call order, the appends of many instances as one
+//!   statement, committed without waiting for the disk
+//!   (`synchronous_commit = off`). A read or a flush is served after every
+//!   write queued before it, so it sees them. A flush is one small
+//!   transaction committed with `synchronous_commit = on`; PostgreSQL
+//!   writes its WAL in order, so that commit makes every earlier write
+//!   durable with one disk flush (group commit). A queued write that fails
+//!   fails the next flush, and every one after it: the engine stops what it
+//!   could not make durable, as on a failed disk.
 //! - **Readers.** A read-only connection ([`PgOptions::read_only`]) takes
 //!   no lease: the `saga` command and dashboards read while workers run.
 //! - **Faults.** A lost connection is reconnected, with backoff, until the
@@ -141,13 +146,32 @@ impl PgStore {
         }
     }
 
-    fn write(&self, op: Op) -> Result<bool> {
+    fn refuse_if_read_only(&self) -> Result<()> {
         if self.read_only {
             return Err(Error::ReadOnly {
                 what: "a write to the journal".into(),
             });
         }
-        self.call(|reply| Job::Write { op, reply })
+        Ok(())
+    }
+
+    /// A write whose answer the caller needs.
+    fn write(&self, op: Op) -> Result<bool> {
+        self.refuse_if_read_only()?;
+        self.call(|reply| Job::Write {
+            op,
+            reply: Some(reply),
+        })
+    }
+
+    /// A write the caller does not wait for: it is applied in call order
+    /// before any later read or flush, and a failure fails the next flush
+    /// (a write is durable only once a flush returns anyway).
+    fn queue(&self, op: Op) -> Result<()> {
+        self.refuse_if_read_only()?;
+        self.jobs
+            .send(Job::Write { op, reply: None })
+            .map_err(|_| Error::Closed)
     }
 
     fn read(&self, read: Read) -> Result<ReadAnswer> {
@@ -165,12 +189,11 @@ impl Store for PgStore {
     }
 
     fn append(&self, id: &str, seq: u64, record: &[u8]) -> Result<()> {
-        self.write(Op::Append {
+        self.queue(Op::Append {
             id: id.to_owned(),
             seq: to_db_seq(seq)?,
             record: record.to_vec(),
         })
-        .map(drop)
     }
 
     fn journal(&self, id: &str) -> Result<Vec<(u64, Vec<u8>)>> {
@@ -188,11 +211,10 @@ impl Store for PgStore {
     }
 
     fn put_index(&self, id: &str, summary: &[u8]) -> Result<()> {
-        self.write(Op::PutIndex {
+        self.queue(Op::PutIndex {
             id: id.to_owned(),
             summary: summary.to_vec(),
         })
-        .map(drop)
     }
 
     fn index(&self, id: &str) -> Result<Option<Vec<u8>>> {
@@ -210,7 +232,7 @@ impl Store for PgStore {
     }
 
     fn remove(&self, id: &str) -> Result<()> {
-        self.write(Op::Remove { id: id.to_owned() }).map(drop)
+        self.queue(Op::Remove { id: id.to_owned() })
     }
 
     fn flush(&self) -> Result<()> {

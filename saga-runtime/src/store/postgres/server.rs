@@ -11,6 +11,9 @@ use tokio::sync::oneshot;
 use tokio_postgres::{Client, Config, NoTls, SimpleQueryMessage, Statement};
 
 use super::{PgOptions, db_error, is_connection_error, lease, schema};
+
+/// The most jobs taken from the queue at once.
+const MAX_BATCH: usize = 1024;
 use crate::error::{Error, Result};
 
 /// A write, kept until a flush made it durable (to apply again on a new
@@ -57,9 +60,11 @@ impl ReadAnswer {
 }
 
 pub(super) enum Job {
+    /// A write; with no `reply`, the caller did not wait for it, and a
+    /// failure is told by the next flush.
     Write {
         op: Op,
-        reply: SyncSender<Result<bool>>,
+        reply: Option<SyncSender<Result<bool>>>,
     },
     Read {
         read: Read,
@@ -130,6 +135,8 @@ struct Conn {
     client: Client,
     create: Statement,
     append: Statement,
+    append_many: Statement,
+    same_rows: Statement,
     put_index: Statement,
     remove: Statement,
     journal: Statement,
@@ -181,6 +188,28 @@ impl Target {
                 fence(4)
             ))
             .await?;
+        // Many appends in one statement.
+        let append_many = client
+            .prepare(&format!(
+                "WITH {},
+                 j AS (INSERT INTO {s}.journal (id, seq, record)
+                       SELECT r.id, r.seq, r.record
+                       FROM unnest($1::text[], $2::bigint[], $3::bytea[]) AS r(id, seq, record), fence
+                       ON CONFLICT DO NOTHING RETURNING 1)
+                 SELECT (SELECT count(*) FROM fence), (SELECT count(*) FROM j)",
+                fence(4)
+            ))
+            .await?;
+        // After a batch that was not all new: how many of its rows are
+        // there with the same bytes (a write applied again counts as
+        // written). One index lookup per row.
+        let same_rows = client
+            .prepare(&format!(
+                "SELECT count(*) FROM unnest($1::text[], $2::bigint[], $3::bytea[]) AS r(id, seq, record)
+                 WHERE EXISTS (SELECT 1 FROM {s}.journal x
+                               WHERE x.id = r.id AND x.seq = r.seq AND x.record = r.record)"
+            ))
+            .await?;
         let put_index = client
             .prepare(&format!(
                 "WITH {},
@@ -219,6 +248,8 @@ impl Target {
             client,
             create,
             append,
+            append_many,
+            same_rows,
             put_index,
             remove,
             journal,
@@ -250,6 +281,9 @@ struct Server {
     /// The writes since the last flush that succeeded, in order.
     unflushed: Vec<Op>,
     fenced: bool,
+    /// A write nobody waited for failed: every later flush says so (the
+    /// engine stops the instances it could not make durable).
+    failed: Option<String>,
     /// Takes no lease and writes nothing (the caller refuses writes).
     read_only: bool,
 }
@@ -306,6 +340,7 @@ impl Server {
             reader: Arc::new(tokio::sync::Mutex::new(None)),
             unflushed: Vec::new(),
             fenced: false,
+            failed: None,
             read_only,
         })
     }
@@ -323,9 +358,11 @@ impl Server {
                         let _ = reply_to.send(answer);
                     }
                     Job::Write { reply, .. } => {
-                        let _ = reply.send(Err(Error::ReadOnly {
-                            what: "a write".into(),
-                        }));
+                        if let Some(reply) = reply {
+                            let _ = reply.send(Err(Error::ReadOnly {
+                                what: "a write".into(),
+                            }));
+                        }
                     }
                     Job::Flush { reply } => {
                         let _ = reply.send(Ok(()));
@@ -355,32 +392,93 @@ impl Server {
                 }
             };
             let Some(job) = job else { return };
-            match job {
-                Job::Write { op, reply } => {
-                    let _ = reply.send(self.write(op).await);
-                }
-                Job::Flush { reply } => {
-                    let _ = reply.send(self.flush().await);
-                    heartbeat.reset();
-                }
-                Job::Read { read, reply } => {
-                    let reader = self.reader.clone();
-                    let target = self.target.clone();
-                    let deadline = Instant::now() + self.timeout;
-                    tokio::spawn(async move {
-                        let _ =
-                            reply.send(read_with_retry(&target, &reader, &read, deadline).await);
-                    });
-                }
-                Job::Release { reply } => {
-                    let _ = reply.send(self.release().await);
-                    return;
+            // Whatever queued meanwhile goes with it: appends nobody waits
+            // for become one statement.
+            let mut batch = vec![job];
+            while batch.len() < MAX_BATCH
+                && let Ok(job) = jobs.try_recv()
+            {
+                batch.push(job);
+            }
+            let mut appends = Vec::new();
+            for job in batch {
+                let job = match job {
+                    Job::Write {
+                        op: op @ Op::Append { .. },
+                        reply: None,
+                    } => {
+                        appends.push(op);
+                        continue;
+                    }
+                    job => job,
+                };
+                self.append_unwaited(std::mem::take(&mut appends)).await;
+                match job {
+                    Job::Write { op, reply } => {
+                        let result = self.write(op).await;
+                        match reply {
+                            Some(reply) => {
+                                let _ = reply.send(result);
+                            }
+                            None => self.note_unwaited(result.map(drop)),
+                        }
+                    }
+                    Job::Flush { reply } => {
+                        let _ = reply.send(self.flush().await);
+                        heartbeat.reset();
+                    }
+                    Job::Read { read, reply } => {
+                        // Every write queued before it is applied: it sees them.
+                        let reader = self.reader.clone();
+                        let target = self.target.clone();
+                        let deadline = Instant::now() + self.timeout;
+                        tokio::spawn(async move {
+                            let _ = reply
+                                .send(read_with_retry(&target, &reader, &read, deadline).await);
+                        });
+                    }
+                    Job::Release { reply } => {
+                        let _ = reply.send(self.release().await);
+                        return;
+                    }
                 }
             }
+            self.append_unwaited(appends).await;
+        }
+    }
+
+    /// Applies appends nobody waits for, in one statement.
+    async fn append_unwaited(&mut self, ops: Vec<Op>) {
+        if ops.is_empty() {
+            return;
+        }
+        if self.failed.is_some() || self.fenced {
+            return;
+        }
+        let deadline = Instant::now() + self.timeout;
+        let result = self
+            .with_writer(deadline, |conn, epoch| apply_many(conn, epoch, ops.clone()))
+            .await;
+        if result.is_ok() {
+            self.unflushed.extend(ops);
+        }
+        self.note_unwaited(result);
+    }
+
+    fn note_unwaited(&mut self, result: Result<()>) {
+        if let Err(e) = result
+            && self.failed.is_none()
+            && !self.fenced
+        {
+            tracing::error!(error = %e, "a PostgreSQL write failed; the next flush reports it");
+            self.failed = Some(e.to_string());
         }
     }
 
     async fn write(&mut self, op: Op) -> Result<bool> {
+        if let Some(failed) = &self.failed {
+            return Err(Error::Store(failed.clone()));
+        }
         let deadline = Instant::now() + self.timeout;
         let created = self
             .with_writer(deadline, |conn, epoch| apply(conn, epoch, op.clone()))
@@ -390,6 +488,9 @@ impl Server {
     }
 
     async fn flush(&mut self) -> Result<()> {
+        if let Some(failed) = &self.failed {
+            return Err(Error::Store(failed.clone()));
+        }
         let deadline = Instant::now() + self.timeout;
         let sql = lease::renew_sql(&self.target.schema, self.epoch, self.lease);
         self.with_writer(deadline, |conn, _| renew(conn, sql.clone()))
@@ -512,6 +613,45 @@ async fn apply(conn: Arc<Conn>, epoch: i64, op: Op) -> std::result::Result<bool,
             }
         }
         Op::PutIndex { .. } | Op::Remove { .. } => Ok(true),
+    }
+}
+
+/// Appends, in one statement with one fencing check.
+async fn apply_many(conn: Arc<Conn>, epoch: i64, ops: Vec<Op>) -> std::result::Result<(), Failure> {
+    let mut ids = Vec::with_capacity(ops.len());
+    let mut seqs = Vec::with_capacity(ops.len());
+    let mut records = Vec::with_capacity(ops.len());
+    for op in ops {
+        if let Op::Append { id, seq, record } = op {
+            ids.push(id);
+            seqs.push(seq);
+            records.push(record);
+        }
+    }
+    let row = conn
+        .client
+        .query_one(&conn.append_many, &[&ids, &seqs, &records, &epoch])
+        .await?;
+    let fence: i64 = row.get(0);
+    if fence == 0 {
+        return Err(Failure::Fenced);
+    }
+    let inserted: i64 = row.get(1);
+    if inserted == ids.len() as i64 {
+        return Ok(());
+    }
+    let same: i64 = conn
+        .client
+        .query_one(&conn.same_rows, &[&ids, &seqs, &records])
+        .await?
+        .get(0);
+    if same == ids.len() as i64 {
+        Ok(())
+    } else {
+        Err(Failure::Other(Error::Corrupt {
+            what: format!("journal records of instances {ids:?}"),
+            detail: "the database holds other records under their sequence numbers".into(),
+        }))
     }
 }
 
