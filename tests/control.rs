@@ -136,7 +136,7 @@ fn nap_between_steps(
 #[tokio::test]
 async fn pause_stops_at_the_next_step_boundary_and_resume_goes_on() {
     let clock = TestClock::new();
-    let engine = engine_on(&clock);
+    let engine = engine_on(&clock).await;
     let probe = Arc::new(Probe::default());
     let run = engine
         .start(three_steps(&probe), "pause-1", 4)
@@ -171,7 +171,7 @@ async fn pause_stops_at_the_next_step_boundary_and_resume_goes_on() {
 #[tokio::test]
 async fn a_pause_during_a_sleep_holds_the_instance_after_it() {
     let clock = TestClock::new();
-    let engine = engine_on(&clock);
+    let engine = engine_on(&clock).await;
     let twos = Arc::new(AtomicU32::new(0));
     let run = engine
         .start(nap_between_steps(&twos), "pause-nap-1", ())
@@ -198,7 +198,7 @@ async fn a_pause_during_a_sleep_holds_the_instance_after_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pause_and_resume_right_after_start_never_lose_the_instance() {
     let clock = TestClock::new();
-    let engine = engine_on(&clock);
+    let engine = engine_on(&clock).await;
     let probe = Arc::new(Probe::default());
     probe.gate.add_permits(100);
     for i in 0..100 {
@@ -230,7 +230,7 @@ async fn pause_and_resume_right_after_start_never_lose_the_instance() {
 #[tokio::test]
 async fn terminate_ends_a_waiting_instance_and_no_further_step_runs() {
     let clock = TestClock::new();
-    let engine = engine_on(&clock);
+    let engine = engine_on(&clock).await;
     let twos = Arc::new(AtomicU32::new(0));
     let run = engine
         .start(nap_between_steps(&twos), "term-1", ())
@@ -261,7 +261,7 @@ async fn terminate_ends_a_waiting_instance_and_no_further_step_runs() {
 #[tokio::test]
 async fn terminate_stops_a_step_in_flight_and_a_paused_instance() {
     let clock = TestClock::new();
-    let engine = engine_on(&clock);
+    let engine = engine_on(&clock).await;
     let probe = Arc::new(Probe::default());
     let run = engine
         .start(three_steps(&probe), "term-2", 1)
@@ -282,7 +282,7 @@ async fn terminate_stops_a_step_in_flight_and_a_paused_instance() {
     // A paused instance has no driver: terminate writes the end itself.
     // (A new engine: the first registration of a workflow name is the one
     // that runs, with its own probe.)
-    let engine = engine_on(&clock);
+    let engine = engine_on(&clock).await;
     let probe = Arc::new(Probe::default());
     let run = engine
         .start(three_steps(&probe), "term-3", 1)
@@ -313,7 +313,7 @@ async fn terminate_stops_a_step_in_flight_and_a_paused_instance() {
 #[tokio::test]
 async fn restart_runs_again_from_the_beginning_with_the_same_input_and_new_history() {
     let clock = TestClock::new();
-    let engine = engine_on(&clock);
+    let engine = engine_on(&clock).await;
     let probe = Arc::new(Probe::default());
     probe.gate.add_permits(2);
     let run = engine
@@ -353,7 +353,7 @@ async fn restart_runs_again_from_the_beginning_with_the_same_input_and_new_histo
 #[tokio::test]
 async fn restart_from_a_step_keeps_the_steps_before_it() {
     let clock = TestClock::new();
-    let engine = engine_on(&clock);
+    let engine = engine_on(&clock).await;
     let probe = Arc::new(Probe::default());
     probe.gate.add_permits(2);
     let run = engine
@@ -399,7 +399,7 @@ async fn restart_from_a_step_keeps_the_steps_before_it() {
 #[tokio::test]
 async fn restart_of_a_waiting_instance_lets_go_of_its_sleep() {
     let clock = TestClock::new();
-    let engine = engine_on(&clock);
+    let engine = engine_on(&clock).await;
     let twos = Arc::new(AtomicU32::new(0));
     let run = engine
         .start(nap_between_steps(&twos), "restart-3", ())
@@ -435,7 +435,7 @@ async fn restart_of_a_waiting_instance_lets_go_of_its_sleep() {
 #[tokio::test]
 async fn control_of_a_finished_or_unknown_instance_is_a_typed_error() {
     let clock = TestClock::new();
-    let engine = engine_on(&clock);
+    let engine = engine_on(&clock).await;
     let probe = Arc::new(Probe::default());
     probe.gate.add_permits(1);
     let run = engine
@@ -475,7 +475,7 @@ async fn control_of_a_finished_or_unknown_instance_is_a_typed_error() {
 #[tokio::test]
 async fn restart_from_delivers_again_the_events_its_discarded_waits_took() {
     let clock = TestClock::new();
-    let engine = engine_on(&clock);
+    let engine = engine_on(&clock).await;
     let wf = workflow_fn("approve", |ctx: WorkflowContext, (): ()| async move {
         ctx.step("draft", StepConfig::default(), |_| async { Ok(1u32) })
             .await?;

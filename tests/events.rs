@@ -65,7 +65,7 @@ fn approval_after_a_nap() -> impl Workflow<Input = (), Output = String> + Copy {
 #[tokio::test]
 async fn an_event_sent_before_the_wait_is_kept_and_delivered() {
     let clock = TestClock::new();
-    let engine = engine_on(&clock);
+    let engine = engine_on(&clock).await;
     let run = engine
         .start(approval_after_a_nap(), "early-1", ())
         .await
@@ -99,7 +99,7 @@ async fn an_event_sent_before_the_wait_is_kept_and_delivered() {
 #[tokio::test]
 async fn an_event_sent_during_the_wait_is_delivered_and_the_status_is_waiting() {
     let clock = TestClock::new();
-    let engine = engine_on(&clock);
+    let engine = engine_on(&clock).await;
     let run = engine.start(approval(), "late-1", ()).await.unwrap();
     until_history(&run, wait_started).await;
     settle().await;
@@ -122,7 +122,7 @@ async fn an_event_sent_during_the_wait_is_delivered_and_the_status_is_waiting() 
 #[tokio::test]
 async fn a_timeout_is_an_error_the_workflow_may_catch_and_go_on() {
     let clock = TestClock::new();
-    let engine = engine_on(&clock);
+    let engine = engine_on(&clock).await;
     let wf = workflow_fn("patient", |ctx: WorkflowContext, (): ()| async move {
         let decision = match ctx
             .wait_for_event::<String>("wait-approval", "approval", "1 hour")
@@ -164,7 +164,7 @@ async fn a_timeout_is_an_error_the_workflow_may_catch_and_go_on() {
 #[tokio::test]
 async fn an_uncaught_timeout_fails_the_workflow() {
     let clock = TestClock::new();
-    let engine = engine_on(&clock);
+    let engine = engine_on(&clock).await;
     let run = engine.start(approval(), "impatient-1", ()).await.unwrap();
     within("the wait's deadline", clock.wait_for_sleepers(1)).await;
     clock.advance(Duration::from_secs(7 * 24 * HOUR));
@@ -179,7 +179,7 @@ async fn an_uncaught_timeout_fails_the_workflow() {
 #[tokio::test]
 async fn two_events_of_one_type_go_to_two_waits_in_order() {
     let clock = TestClock::new();
-    let engine = engine_on(&clock);
+    let engine = engine_on(&clock).await;
     let wf = workflow_fn("two-votes", |ctx: WorkflowContext, (): ()| async move {
         ctx.sleep("nap", "1 hour").await?;
         let first: u32 = ctx.wait_for_event("first-vote", "vote", "1 day").await?;
@@ -208,7 +208,7 @@ async fn two_events_of_one_type_go_to_two_waits_in_order() {
 #[tokio::test]
 async fn events_for_unknown_or_finished_instances_are_typed_errors() {
     let clock = TestClock::new();
-    let engine = engine_on(&clock);
+    let engine = engine_on(&clock).await;
     match engine.send_event("nobody", "approval", "hello").await {
         Err(Error::UnknownInstance { id }) => assert_eq!(id, "nobody"),
         other => panic!("expected UnknownInstance, got {other:?}"),
@@ -235,11 +235,7 @@ async fn events_for_unknown_or_finished_instances_are_typed_errors() {
 #[tokio::test]
 async fn a_payload_over_the_limit_is_refused_before_anything_is_stored() {
     let clock = TestClock::new();
-    let engine = Engine::builder()
-        .clock(clock.clone())
-        .max_payload_bytes(64)
-        .temporary()
-        .unwrap();
+    let engine = helpers::fresh(Engine::builder().clock(clock.clone()).max_payload_bytes(64)).await;
     let run = engine.start(approval(), "big-1", ()).await.unwrap();
     until_history(&run, wait_started).await;
     let huge = "x".repeat(1000);
@@ -340,7 +336,7 @@ struct BA {
 #[tokio::test]
 async fn an_event_id_sent_twice_is_stored_once_and_reported_a_duplicate() {
     let clock = TestClock::new();
-    let engine = engine_on(&clock);
+    let engine = engine_on(&clock).await;
     let wf = workflow_fn("two-hooks", |ctx: WorkflowContext, (): ()| async move {
         let first: serde_json::Value = ctx.wait_for_event("first", "hook", "1 day").await?;
         let second: serde_json::Value = ctx.wait_for_event("second", "hook", "1 day").await?;
@@ -425,7 +421,7 @@ async fn event_ids_are_remembered_across_a_reopen() {
 #[tokio::test]
 async fn start_with_event_creates_the_instance_and_its_wait_sees_the_event() {
     let clock = TestClock::new();
-    let engine = engine_on(&clock);
+    let engine = engine_on(&clock).await;
     // No instance yet: a plain send is refused, start-with-event is the answer.
     assert!(matches!(
         engine.send_event("webhook-1", "approval", "early").await,
@@ -476,7 +472,7 @@ async fn start_with_event_creates_the_instance_and_its_wait_sees_the_event() {
 #[tokio::test]
 async fn start_with_an_existing_id_and_another_input_is_a_typed_error() {
     let clock = TestClock::new();
-    let engine = engine_on(&clock);
+    let engine = engine_on(&clock).await;
     let wf = workflow_fn(
         "echo-map",
         |ctx: WorkflowContext, input: serde_json::Value| async move {

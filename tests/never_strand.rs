@@ -57,7 +57,7 @@ async fn a_start_dropped_at_any_poll_still_runs_its_instance() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_resume_terminate_and_send_event_still_act() {
     let clock = TestClock::new();
-    let engine = engine_on(&clock);
+    let engine = engine_on(&clock).await;
     let waits = workflow_fn("waits", |ctx: WorkflowContext, (): ()| async move {
         let n: u64 = ctx.wait_for_event("wait-go", "go", "1 day").await?;
         Ok::<_, WorkflowError>(n)
@@ -150,7 +150,7 @@ async fn a_panic_before_the_first_await_fails_the_workflow_with_its_compensation
 #[tokio::test]
 async fn close_makes_pending_result_calls_return_closed() {
     let clock = TestClock::new();
-    let engine = engine_on(&clock);
+    let engine = engine_on(&clock).await;
     let sleeps = workflow_fn("sleeps", |ctx: WorkflowContext, (): ()| async move {
         ctx.sleep("nap", "1 day").await?;
         Ok::<_, WorkflowError>(())

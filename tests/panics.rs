@@ -252,8 +252,10 @@ async fn a_panic_in_user_code_of_a_step_fails_it_and_compensates() {
     ];
     for (what, message) in cases {
         let id = format!("p-{what}");
-        let run = w.engine.start(panics, &id, what.to_owned()).await.unwrap();
+        // Read before the start: the instance may compensate before
+        // `start` returns.
         let refunds = w.refunds.0.load(Ordering::SeqCst);
+        let run = w.engine.start(panics, &id, what.to_owned()).await.unwrap();
         errored_and_compensated(run.instance(), message).await;
         assert_eq!(
             w.refunds.0.load(Ordering::SeqCst),

@@ -8,8 +8,6 @@
 mod child;
 #[path = "support/helpers.rs"]
 mod helpers;
-#[path = "support/postgres.rs"]
-mod postgres;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -18,7 +16,7 @@ use std::time::Duration;
 use saga_runtime::prelude::*;
 use saga_runtime::{Error, EventKind};
 
-use helpers::within;
+use helpers::{postgres, within};
 
 /// How often each step body ran, per process.
 #[derive(Default)]

@@ -26,14 +26,13 @@
 mod child;
 #[path = "support/helpers.rs"]
 mod helpers;
-#[path = "support/postgres.rs"]
-mod postgres;
 #[path = "support/rng.rs"]
 mod rng;
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use helpers::postgres;
 use saga_runtime::prelude::*;
 use saga_runtime::{Error, EventKind};
 

@@ -16,12 +16,8 @@ use helpers::within;
 const HOUR: u64 = 60 * 60;
 const DAY: u64 = 24 * HOUR;
 
-fn engine_keeping(clock: &TestClock, retention: Duration) -> Engine {
-    Engine::builder()
-        .clock(clock.clone())
-        .retention(retention)
-        .temporary()
-        .unwrap()
+async fn engine_keeping(clock: &TestClock, retention: Duration) -> Engine {
+    helpers::fresh(Engine::builder().clock(clock.clone()).retention(retention)).await
 }
 
 async fn is_gone(engine: &Engine, id: &str) -> bool {
@@ -115,7 +111,7 @@ async fn until_started(run: &Instance) {
 #[tokio::test]
 async fn sweep_removes_instances_finished_longer_ago_than_the_retention() {
     let clock = TestClock::new();
-    let engine = engine_keeping(&clock, Duration::from_secs(DAY));
+    let engine = engine_keeping(&clock, Duration::from_secs(DAY)).await;
     one_of_each(&engine, &clock).await;
     let done = engine.instance("done").await.unwrap();
 
@@ -166,7 +162,7 @@ async fn sweep_removes_instances_finished_longer_ago_than_the_retention() {
 #[tokio::test]
 async fn a_removed_id_starts_afresh_with_an_empty_history() {
     let clock = TestClock::new();
-    let engine = engine_keeping(&clock, Duration::from_secs(DAY));
+    let engine = engine_keeping(&clock, Duration::from_secs(DAY)).await;
     let run = engine.start(echo(), "again", 1).await.unwrap();
     assert_eq!(within("the result", run.result()).await.unwrap(), 1);
     clock.advance(Duration::from_secs(2 * DAY));
@@ -190,7 +186,7 @@ async fn a_removed_id_starts_afresh_with_an_empty_history() {
 #[tokio::test]
 async fn the_engine_sweeps_on_its_own_every_hour_of_its_clock() {
     let clock = TestClock::new();
-    let engine = engine_keeping(&clock, Duration::from_secs(DAY));
+    let engine = engine_keeping(&clock, Duration::from_secs(DAY)).await;
     one_of_each(&engine, &clock).await;
 
     clock.advance(Duration::from_secs(DAY + HOUR));
@@ -225,7 +221,7 @@ async fn the_engine_sweeps_on_its_own_every_hour_of_its_clock() {
 async fn the_default_retention_is_seven_days() {
     assert_eq!(DEFAULT_RETENTION, Duration::from_secs(7 * DAY));
     let clock = TestClock::new();
-    let engine = Engine::builder().clock(clock.clone()).temporary().unwrap();
+    let engine = helpers::fresh(Engine::builder().clock(clock.clone())).await;
     let run = engine.start(echo(), "week", 1).await.unwrap();
     within("the result", run.result()).await.unwrap();
     clock.advance(Duration::from_secs(7 * DAY - 1));

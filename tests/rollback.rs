@@ -4,6 +4,9 @@
 //! cause, key, attempt) in a log outside the engine, and checks the
 //! lifecycle events the engine stored.
 
+#[path = "support/helpers.rs"]
+mod helpers;
+
 use std::fmt::Debug;
 use std::future::{Future, pending};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -37,11 +40,8 @@ fn steps_compensated(log: &Calls) -> Vec<&'static str> {
     calls(log).into_iter().map(|c| c.step).collect()
 }
 
-fn engine() -> Engine {
-    Engine::builder()
-        .clock(TestClock::auto_advancing())
-        .temporary()
-        .expect("temporary engine")
+async fn engine() -> Engine {
+    helpers::fresh(Engine::builder().clock(TestClock::auto_advancing())).await
 }
 
 async fn bounded<T>(what: &str, future: impl Future<Output = T>) -> T {
@@ -161,7 +161,7 @@ async fn failed_with(
 // its stored output.
 #[tokio::test]
 async fn sequential_steps_are_compensated_in_reverse_start_order() {
-    let engine = engine();
+    let engine = engine().await;
     let log = Calls::default();
     let l = log.clone();
     let wf = workflow_fn("sequential", move |ctx: WorkflowContext, (): ()| {
@@ -222,7 +222,7 @@ async fn sequential_steps_are_compensated_in_reverse_start_order() {
 // compensates b, then a.
 #[tokio::test]
 async fn parallel_steps_are_compensated_in_reverse_call_order_not_completion_order() {
-    let engine = engine();
+    let engine = engine().await;
     let log = Calls::default();
     let release_a = Arc::new(Notify::new());
     let (l, r) = (log.clone(), release_a.clone());
@@ -291,7 +291,7 @@ async fn parallel_steps_are_compensated_in_reverse_call_order_not_completion_ord
 // output, completed ones get theirs.
 #[tokio::test]
 async fn a_failed_step_is_compensated_with_no_output() {
-    let engine = engine();
+    let engine = engine().await;
     let log = Calls::default();
     let l = log.clone();
     let wf = workflow_fn("failed-step", move |ctx: WorkflowContext, (): ()| {
@@ -335,7 +335,7 @@ async fn a_failed_step_is_compensated_with_no_output() {
 // Rule: a step error the workflow catches does not start rollback.
 #[tokio::test]
 async fn a_caught_step_error_does_not_start_rollback() {
-    let engine = engine();
+    let engine = engine().await;
     let log = Calls::default();
     let l = log.clone();
     let wf = workflow_fn("caught", move |ctx: WorkflowContext, (): ()| {
@@ -379,7 +379,7 @@ async fn a_caught_step_error_does_not_start_rollback() {
 // when the workflow later fails for another reason.
 #[tokio::test]
 async fn a_caught_failed_step_is_compensated_when_the_workflow_fails_later() {
-    let engine = engine();
+    let engine = engine().await;
     let log = Calls::default();
     let l = log.clone();
     let wf = workflow_fn("caught-then-fail", move |ctx: WorkflowContext, (): ()| {
@@ -433,7 +433,7 @@ async fn a_caught_failed_step_is_compensated_when_the_workflow_fails_later() {
 // a workflow that returns Ok compensates nothing.
 #[tokio::test]
 async fn a_successful_workflow_runs_no_compensation() {
-    let engine = engine();
+    let engine = engine().await;
     let log = Calls::default();
     let l = log.clone();
     let wf = workflow_fn("ok", move |ctx: WorkflowContext, (): ()| {
@@ -460,7 +460,7 @@ async fn a_successful_workflow_runs_no_compensation() {
 // without any rollback event.
 #[tokio::test]
 async fn a_failure_without_handlers_ends_errored_without_rollback_events() {
-    let engine = engine();
+    let engine = engine().await;
     let wf = workflow_fn("no-handlers", |ctx: WorkflowContext, (): ()| async move {
         ctx.step("one", StepConfig::default(), |_| async { Ok(1u64) })
             .await?;
@@ -485,7 +485,7 @@ async fn a_failure_without_handlers_ends_errored_without_rollback_events() {
 // started steps are compensated.
 #[tokio::test]
 async fn a_panicking_workflow_is_rolled_back() {
-    let engine = engine();
+    let engine = engine().await;
     let log = Calls::default();
     let l = log.clone();
     let wf = workflow_fn("panics", move |ctx: WorkflowContext, (): ()| {
@@ -526,7 +526,7 @@ async fn a_panicking_workflow_is_rolled_back() {
 #[tokio::test]
 async fn a_compensation_that_gives_up_stops_the_rest_and_keeps_the_original_error() {
     let clock = TestClock::auto_advancing();
-    let engine = Engine::builder().clock(clock.clone()).temporary().unwrap();
+    let engine = helpers::fresh(Engine::builder().clock(clock.clone())).await;
     let log = Calls::default();
     let attempt_times: Arc<Mutex<Vec<SystemTime>>> = Arc::default();
     let (l, times, c) = (log.clone(), attempt_times.clone(), clock.clone());
@@ -636,7 +636,7 @@ async fn a_compensation_that_gives_up_stops_the_rest_and_keeps_the_original_erro
 // Rule: a fatal error from a compensation skips its remaining retries.
 #[tokio::test]
 async fn a_fatal_compensation_error_skips_its_retries() {
-    let engine = engine();
+    let engine = engine().await;
     let log = Calls::default();
     let l = log.clone();
     let wf = workflow_fn("fatal-refund", move |ctx: WorkflowContext, (): ()| {
@@ -679,7 +679,7 @@ async fn a_fatal_compensation_error_skips_its_retries() {
 // same on every attempt.
 #[tokio::test]
 async fn compensations_get_the_cause_and_their_own_stable_key() {
-    let engine = engine();
+    let engine = engine().await;
     let log = Calls::default();
     let l = log.clone();
     let wf = workflow_fn("keys", move |ctx: WorkflowContext, (): ()| {
@@ -749,7 +749,7 @@ async fn compensations_get_the_cause_and_their_own_stable_key() {
 // subscribers (after they are durable), the instance's end last.
 #[tokio::test]
 async fn lifecycle_events_are_stored_and_streamed_in_order() {
-    let engine = engine();
+    let engine = engine().await;
     let log = Calls::default();
     let l = log.clone();
     let wf = workflow_fn("events", move |ctx: WorkflowContext, (): ()| {
@@ -833,7 +833,7 @@ fn blocks_forever(
 // output) and ends it `Terminated`.
 #[tokio::test]
 async fn terminate_with_rollback_during_a_step_compensates_and_terminates() {
-    let engine = engine();
+    let engine = engine().await;
     let log = Calls::default();
     let runs = Arc::new(AtomicU32::new(0));
     let (began_tx, mut began) = mpsc::unbounded_channel();
@@ -908,10 +908,7 @@ async fn terminate_with_rollback_during_a_step_compensates_and_terminates() {
 #[tokio::test]
 async fn terminate_with_rollback_during_an_event_wait_compensates_and_terminates() {
     // A clock that stands still: the wait must not time out on its own.
-    let engine = Engine::builder()
-        .clock(TestClock::new())
-        .temporary()
-        .unwrap();
+    let engine = helpers::fresh(Engine::builder().clock(TestClock::new())).await;
     let log = Calls::default();
     let l = log.clone();
     let wf = workflow_fn("terminate-wait", move |ctx: WorkflowContext, (): ()| {
@@ -972,7 +969,7 @@ async fn terminate_with_rollback_during_an_event_wait_compensates_and_terminates
 // started), gets no output, and never runs again.
 #[tokio::test]
 async fn a_step_in_flight_when_the_workflow_fails_is_compensated_and_never_rerun() {
-    let engine = engine();
+    let engine = engine().await;
     let log = Calls::default();
     let runs = Arc::new(AtomicU32::new(0));
     let (began_tx, mut began) = mpsc::unbounded_channel();
@@ -1033,7 +1030,7 @@ async fn a_step_in_flight_when_the_workflow_fails_is_compensated_and_never_rerun
 // fails is eligible too: its compensation runs with no output.
 #[tokio::test]
 async fn a_step_called_just_before_the_failure_is_compensated() {
-    let engine = engine();
+    let engine = engine().await;
     let log = Calls::default();
     let runs = Arc::new(AtomicU32::new(0));
     let (began_tx, _began) = mpsc::unbounded_channel();
@@ -1070,7 +1067,7 @@ async fn a_step_called_just_before_the_failure_is_compensated() {
 // Rule: the instance shows `RollingBack` while a compensation runs.
 #[tokio::test]
 async fn the_status_is_rolling_back_while_a_compensation_runs() {
-    let engine = engine();
+    let engine = engine().await;
     let (entered_tx, mut entered) = mpsc::unbounded_channel::<()>();
     let release = Arc::new(Notify::new());
     let finished = Arc::new(AtomicU32::new(0));
@@ -1138,7 +1135,7 @@ async fn the_status_is_rolling_back_while_a_compensation_runs() {
 // them in reverse order, and runs no forward step again.
 #[tokio::test]
 async fn terminate_with_rollback_of_a_paused_instance_replays_to_compensate() {
-    let engine = engine();
+    let engine = engine().await;
     let log = Calls::default();
     let forward_runs = Arc::new(AtomicU32::new(0));
     let release_b = Arc::new(Notify::new());
@@ -1225,7 +1222,7 @@ async fn terminate_with_rollback_of_a_paused_instance_replays_to_compensate() {
 
 #[tokio::test]
 async fn retry_rollback_runs_the_compensations_that_gave_up_with_the_same_keys() {
-    let engine = engine();
+    let engine = engine().await;
     // The refund API is down until the test fixes it.
     let down = Arc::new(Mutex::new(true));
     let keys = Arc::new(Mutex::new(Vec::new()));
@@ -1304,7 +1301,7 @@ async fn retry_rollback_runs_the_compensations_that_gave_up_with_the_same_keys()
 /// (its driver may not have let go yet) still gets the instance driven.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retry_rollback_right_after_the_end_is_driven() {
-    let engine = engine();
+    let engine = engine().await;
     let down = Arc::new(Mutex::new(true));
     let refund_down = down.clone();
     let wf = workflow_fn("retry-at-once", move |ctx: WorkflowContext, (): ()| {

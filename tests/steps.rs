@@ -1,6 +1,9 @@
 //! Durable steps: outputs stored once, keys deterministic, retries and
 //! backoff on the injectable clock, panics and timeouts as failed attempts.
 
+#[path = "support/helpers.rs"]
+mod helpers;
+
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -8,16 +11,13 @@ use std::time::Duration;
 use saga_runtime::prelude::*;
 use saga_runtime::{Error, EventKind, TestClock};
 
-fn engine_with(clock: TestClock) -> Engine {
-    Engine::builder()
-        .clock(clock)
-        .temporary()
-        .expect("temporary engine")
+async fn engine_with(clock: TestClock) -> Engine {
+    helpers::fresh(Engine::builder().clock(clock)).await
 }
 
 #[tokio::test]
 async fn a_workflow_of_steps_completes_with_its_output() {
-    let engine = Engine::temporary().unwrap();
+    let engine = helpers::fresh(Engine::builder()).await;
     let wf = workflow_fn("sum", |ctx: WorkflowContext, n: u64| async move {
         let a = ctx
             .step(
@@ -55,7 +55,7 @@ async fn a_workflow_of_steps_completes_with_its_output() {
 #[tokio::test]
 async fn keys_are_deterministic_and_the_same_on_every_attempt() {
     let clock = TestClock::auto_advancing();
-    let engine = engine_with(clock);
+    let engine = engine_with(clock).await;
     let seen: Arc<Mutex<Vec<(String, u32)>>> = Arc::default();
     let seen2 = seen.clone();
     let wf = workflow_fn("keys", move |ctx: WorkflowContext, (): ()| {
@@ -104,7 +104,7 @@ async fn keys_are_deterministic_and_the_same_on_every_attempt() {
 
 #[tokio::test]
 async fn fatal_errors_skip_retries_and_fail_the_workflow() {
-    let engine = engine_with(TestClock::auto_advancing());
+    let engine = engine_with(TestClock::auto_advancing()).await;
     let attempts = Arc::new(AtomicU32::new(0));
     let a = attempts.clone();
     let wf = workflow_fn("fatal", move |ctx: WorkflowContext, (): ()| {
@@ -140,7 +140,7 @@ async fn fatal_errors_skip_retries_and_fail_the_workflow() {
 
 #[tokio::test]
 async fn a_panicking_step_is_a_failed_attempt() {
-    let engine = engine_with(TestClock::auto_advancing());
+    let engine = engine_with(TestClock::auto_advancing()).await;
     let attempts = Arc::new(AtomicU32::new(0));
     let a = attempts.clone();
     let wf = workflow_fn("panics", move |ctx: WorkflowContext, (): ()| {
@@ -179,7 +179,7 @@ async fn backoff_delays_are_as_configured_on_the_test_clock() {
         (Backoff::Exponential, [1, 2, 4]),
     ] {
         let clock = TestClock::auto_advancing();
-        let engine = engine_with(clock.clone());
+        let engine = engine_with(clock.clone()).await;
         let times: Arc<Mutex<Vec<std::time::SystemTime>>> = Arc::default();
         let t = times.clone();
         let c = clock.clone();
@@ -213,7 +213,7 @@ async fn backoff_delays_are_as_configured_on_the_test_clock() {
 #[tokio::test]
 async fn an_attempt_that_takes_too_long_times_out_on_the_clock() {
     let clock = TestClock::new();
-    let engine = engine_with(clock.clone());
+    let engine = engine_with(clock.clone()).await;
     let wf = workflow_fn("slow", |ctx: WorkflowContext, (): ()| async move {
         let config = StepConfig::default()
             .retries(0)
@@ -244,7 +244,7 @@ async fn an_attempt_that_takes_too_long_times_out_on_the_clock() {
 
 #[tokio::test]
 async fn a_caught_step_error_does_not_fail_the_workflow() {
-    let engine = engine_with(TestClock::auto_advancing());
+    let engine = engine_with(TestClock::auto_advancing()).await;
     let wf = workflow_fn("caught", |ctx: WorkflowContext, (): ()| async move {
         let r = ctx
             .step("maybe", StepConfig::default().retries(0), |_| async {
@@ -288,7 +288,7 @@ mod joined {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn history_records_steps_started_together_in_call_order() {
-    let engine = Engine::temporary().unwrap();
+    let engine = helpers::fresh(Engine::builder()).await;
     for i in 0..20 {
         let run = engine
             .start(joined::joined, &format!("joined-{i}"), ())

@@ -7,6 +7,9 @@
 #[path = "support/child.rs"]
 mod child;
 
+#[path = "support/helpers.rs"]
+mod helpers;
+
 use std::future::Future;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -216,7 +219,7 @@ async fn a_sleeps_cache_key_is_its_name_not_its_duration() {
 #[tokio::test]
 async fn sleep_until_wakes_at_the_given_time_and_a_past_time_at_once() {
     let clock = TestClock::starting_at(at(0));
-    let engine = Engine::builder().clock(clock.clone()).temporary().unwrap();
+    let engine = helpers::fresh(Engine::builder().clock(clock.clone())).await;
     let wf = workflow_fn("until", |ctx: WorkflowContext, (): ()| async move {
         ctx.sleep_until("past", at(0) - Duration::from_secs(HOUR))
             .await?;
@@ -238,7 +241,7 @@ async fn sleep_until_wakes_at_the_given_time_and_a_past_time_at_once() {
 #[tokio::test]
 async fn a_zero_length_sleep_completes_at_once() {
     let clock = TestClock::starting_at(at(0));
-    let engine = Engine::builder().clock(clock.clone()).temporary().unwrap();
+    let engine = helpers::fresh(Engine::builder().clock(clock.clone())).await;
     let wf = workflow_fn("blink", |ctx: WorkflowContext, (): ()| async move {
         ctx.sleep("blink", Duration::ZERO).await?;
         ctx.sleep("blink-again", "0 seconds").await?;
@@ -259,7 +262,7 @@ async fn a_zero_length_sleep_completes_at_once() {
 async fn thousands_of_instances_sleep_at_once_and_all_wake() {
     const N: usize = 10_000;
     let clock = TestClock::starting_at(at(0));
-    let engine = Engine::builder().clock(clock.clone()).temporary().unwrap();
+    let engine = helpers::fresh(Engine::builder().clock(clock.clone())).await;
     let mut starts = tokio::task::JoinSet::new();
     for i in 0..N {
         let engine = engine.clone();

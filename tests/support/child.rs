@@ -41,8 +41,9 @@ pub(crate) struct Child {
 /// Runs test `test` of this binary as a child on `dir`.
 pub(crate) fn spawn(test: &str, dir: &Path) -> Child {
     let exe = std::env::current_exe().expect("the test binary's path");
+    let test = full_name(&exe, test);
     let mut process = Command::new(exe)
-        .args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .args(["--exact", &test, "--nocapture", "--test-threads=1"])
         .env(CHILD_DIR, dir)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -62,6 +63,23 @@ pub(crate) fn spawn(test: &str, dir: &Path) -> Child {
         }
     });
     Child { process, lines }
+}
+
+/// The name of test `test` in the binary `exe`: `test`, or `module::test`
+/// where a binary compiles a test file as a module
+/// (`tests/postgres_semantics.rs`).
+fn full_name(exe: &Path, test: &str) -> String {
+    let listed = Command::new(exe)
+        .args(["--list", "--format", "terse"])
+        .output()
+        .expect("list the tests of this binary");
+    let suffix = format!("::{test}");
+    String::from_utf8_lossy(&listed.stdout)
+        .lines()
+        .filter_map(|line| line.strip_suffix(": test"))
+        .find(|name| *name == test || name.ends_with(&suffix))
+        .unwrap_or(test)
+        .to_owned()
 }
 
 impl Child {

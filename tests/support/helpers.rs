@@ -20,10 +20,50 @@ pub(crate) async fn settle() {
     tokio::time::sleep(Duration::from_millis(50)).await;
 }
 
-/// A temporary engine on `clock`.
-pub(crate) fn engine_on(clock: &TestClock) -> Engine {
-    Engine::builder().clock(clock.clone()).temporary().unwrap()
+/// An engine on `clock`, on a fresh store (see [`fresh`]).
+pub(crate) async fn engine_on(clock: &TestClock) -> Engine {
+    fresh(Engine::builder().clock(clock.clone())).await
 }
+
+/// Whether this test binary runs the semantics suite on PostgreSQL:
+/// `tests/postgres_semantics.rs` compiles the semantics test files again,
+/// and their engines then run on PostgreSQL instead of sled.
+pub(crate) const ON_POSTGRES: bool = same(env!("CARGO_CRATE_NAME"), "postgres_semantics");
+
+const fn same(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// An engine with `builder`'s options on a fresh, empty store: a
+/// temporary sled store, or a schema of its own on the test database when
+/// the suite runs on PostgreSQL ([`ON_POSTGRES`]).
+pub(crate) async fn fresh(builder: saga_runtime::EngineBuilder) -> Engine {
+    #[cfg(feature = "postgres")]
+    if ON_POSTGRES {
+        let schema = postgres::fresh_schema("sem").await;
+        return builder
+            .postgres_schema(&schema)
+            .connect(&postgres::database_url())
+            .await
+            .unwrap_or_else(|e| postgres::missing(e));
+    }
+    builder.temporary().expect("a temporary engine")
+}
+
+#[cfg(feature = "postgres")]
+#[path = "postgres.rs"]
+pub(crate) mod postgres;
 
 /// What the instance's history says happened, in order.
 pub(crate) async fn kinds(run: &Instance) -> Vec<EventKind> {

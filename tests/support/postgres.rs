@@ -26,6 +26,9 @@ pub(crate) fn missing(error: impl std::fmt::Display) -> ! {
 /// counter, so parallel tests and test binaries never share one.
 pub(crate) async fn fresh_schema(tag: &str) -> String {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
+    if NEXT.load(Ordering::Relaxed) == 0 {
+        drop_leftovers().await;
+    }
     let schema = format!(
         "saga_t_{tag}_{}_{}",
         std::process::id(),
@@ -33,6 +36,30 @@ pub(crate) async fn fresh_schema(tag: &str) -> String {
     );
     drop_schema(&schema).await;
     schema
+}
+
+/// Drops the schemas of test processes that are gone (most tests leave
+/// theirs behind; a failed crash test keeps its schema for a look).
+async fn drop_leftovers() {
+    let client = admin().await;
+    let rows = client
+        .query(
+            "SELECT nspname FROM pg_namespace WHERE nspname LIKE 'saga\\_t\\_%'",
+            &[],
+        )
+        .await
+        .unwrap_or_else(|e| missing(e));
+    for row in rows {
+        let schema: String = row.get(0);
+        let pid = schema.split('_').nth(3).and_then(|p| p.parse::<u32>().ok());
+        let alive = pid.is_some_and(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists());
+        if !alive {
+            // Another process may be dropping it too: either wins.
+            let _ = client
+                .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+                .await;
+        }
+    }
 }
 
 /// Removes `schema` and everything in it.

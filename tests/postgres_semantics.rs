@@ -1,0 +1,21 @@
+//! The core semantics suite again, on PostgreSQL: steps, retries,
+//! rollback order, waits and timers, control, retention. The files are the
+//! same as the sled suite's; in this binary `helpers::fresh` gives each
+//! engine a schema of its own on the test database instead of a temporary
+//! sled store (tests that reopen a sled directory still run on sled).
+
+// Each file brings the shared helpers as it does in its own binary.
+#![allow(clippy::duplicate_mod)]
+
+#[path = "control.rs"]
+mod control;
+#[path = "events.rs"]
+mod events;
+#[path = "retention.rs"]
+mod retention;
+#[path = "rollback.rs"]
+mod rollback;
+#[path = "steps.rs"]
+mod steps;
+#[path = "timers.rs"]
+mod timers;
