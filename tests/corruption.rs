@@ -6,13 +6,15 @@
 //! and Tokio's included, fails the test), and the parent kills a child that
 //! does not finish in time (a hang fails the test too).
 //!
-//! What a user sees for a corrupt instance: `engine.instance(id).await` and every
-//! handle call answer `Error::Corrupt` naming the journal record; `list()`
+//! What a user sees for an instance whose first journal record is damaged:
+//! `engine.instance(id).await` and every handle call answer `Error::Corrupt`
+//! naming the journal record; `list()`
 //! shows what the instance's index entry says (or leaves it out, with a
 //! warning in the log, when that entry is the damaged part) and lists the
 //! others; an instance whose records decode but whose stored output no
-//! longer does is parked `Blocked` with a `Decode` failure naming the step;
-//! every other instance goes on.
+//! longer does is parked `Blocked` with a `Decode` failure naming the step,
+//! and one with a damaged record after its first is parked `Blocked` with a
+//! `Corrupt` failure naming the record; every other instance goes on.
 //!
 //! ```text
 //! cargo test -p saga-runtime --test corruption
@@ -350,6 +352,26 @@ async fn assert_corrupt(engine: &Engine, id: &str) {
     );
 }
 
+/// A damaged record after the first parks its instance `Blocked`, naming
+/// the record.
+async fn assert_parked(engine: &Engine, id: &str, seq: u64) {
+    let instance = engine.instance(id).await.expect("still readable");
+    let error = tokio::time::timeout(Duration::from_secs(30), instance.result::<u64>())
+        .await
+        .expect("parked, not hanging")
+        .expect_err("parked");
+    match &error {
+        Error::Blocked { failure, .. } => {
+            assert_eq!(failure.kind(), &FailureKind::Corrupt { seq }, "{error}");
+            assert!(
+                failure.message().contains(&format!("record {seq}")),
+                "{error}"
+            );
+        }
+        other => panic!("expected Blocked(Corrupt), got {other:?}"),
+    }
+}
+
 #[test]
 fn a_tampered_instance_record_is_corrupt_and_the_others_go_on() {
     in_limited_child(
@@ -446,9 +468,9 @@ fn a_tampered_stored_output_blocks_its_instance_with_a_decode_error() {
 }
 
 #[test]
-fn an_undecodable_journal_record_makes_its_instance_corrupt_and_the_others_go_on() {
+fn a_damaged_journal_record_parks_its_instance_blocked_and_the_others_go_on() {
     in_limited_child(
-        "an_undecodable_journal_record_makes_its_instance_corrupt_and_the_others_go_on",
+        "a_damaged_journal_record_parks_its_instance_blocked_and_the_others_go_on",
         || async {
             let dir = fresh_dir("tampered-record");
             let store = dir.join("store");
@@ -456,15 +478,35 @@ fn an_undecodable_journal_record_makes_its_instance_corrupt_and_the_others_go_on
             tamper(&store, "journal", &journal_key("wait-1", 2), &[2, 250, 250]);
             let engine = Engine::open(&store).expect("open");
             engine.register(workflow()).unwrap();
-            assert_corrupt(&engine, "wait-1").await;
-            let sent = engine.send_event("wait-1", "go", &1u64).await;
-            assert!(matches!(sent, Err(Error::Corrupt { .. })), "{sent:?}");
+            assert_parked(&engine, "wait-1", 2).await;
+            let damaged = engine.instance("wait-1").await.expect("still readable");
+            let info = damaged.info().await.expect("info");
+            assert_eq!(info.status, Status::Blocked);
+            assert!(
+                engine
+                    .list(&ListFilter::all().status(Status::Blocked))
+                    .await
+                    .expect("list")
+                    .iter()
+                    .any(|i| i.id == "wait-1"),
+                "list() shows it Blocked"
+            );
+            // An event is kept, but a damaged instance does not run on.
+            engine
+                .send_event("wait-1", "go", &1u64)
+                .await
+                .expect("kept");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            assert_eq!(damaged.status().await.expect("status"), Status::Blocked);
             engine
                 .send_event("wait-2", "go", &1u64)
                 .await
                 .expect("send");
             let other = engine.instance("wait-2").await.expect("handle");
             assert_eq!(other.result::<u64>().await.expect("goes on"), 202);
+            // A person decides: terminate ends it without compensating.
+            damaged.terminate().await.expect("terminate");
+            assert_eq!(damaged.status().await.expect("status"), Status::Terminated);
             engine.close().await;
             let _ = std::fs::remove_dir_all(&dir);
         },
@@ -517,7 +559,7 @@ fn huge_length_prefixes_are_refused_without_allocating() {
                 let engine = Engine::open(&store).expect("open");
                 engine.register(workflow()).unwrap();
                 assert_corrupt(&engine, "done-2").await;
-                assert_corrupt(&engine, "wait-1").await;
+                assert_parked(&engine, "wait-1", 1).await;
                 let listed = engine.list(&ListFilter::all()).await.expect("list");
                 assert!(
                     listed.iter().any(|i| i.id == "wait-2"),

@@ -10,8 +10,8 @@ mod helpers;
 use std::sync::Mutex;
 
 use helpers::{until_status, within};
-use saga_runtime::FailureKind;
 use saga_runtime::prelude::*;
+use saga_runtime::{EventKind, FailureKind};
 
 /// The keys the quality check ran with, across both releases.
 static RAN: Mutex<Vec<String>> = Mutex::new(Vec::new());
@@ -106,7 +106,7 @@ async fn a_declared_rename_replays_the_old_history_without_running_the_step_agai
 }
 
 /// What the compensations of the reordered workflow saw, in order.
-static UNDONE: Mutex<Vec<(String, Option<u64>)>> = Mutex::new(Vec::new());
+static UNDONE: Mutex<Vec<(String, Option<u64>, u64)>> = Mutex::new(Vec::new());
 /// How often a step body of the second release ran.
 static RELEASE_B_RAN: Mutex<u32> = Mutex::new(0);
 
@@ -124,11 +124,11 @@ mod reorder_a {
         ctx: RollbackContext<'_, u64>,
         n: u64,
     ) -> Result<(), StepError> {
-        let _ = (ctx.key(), n);
+        let _ = ctx.key();
         UNDONE
             .lock()
             .unwrap()
-            .push(("reserve".into(), ctx.output().copied()));
+            .push(("reserve".into(), ctx.output().copied(), n));
         Ok(())
     }
 
@@ -140,11 +140,11 @@ mod reorder_a {
 
     #[rollback]
     pub(super) async fn refund(ctx: RollbackContext<'_, u64>, n: u64) -> Result<(), StepError> {
-        let _ = (ctx.key(), n);
+        let _ = ctx.key();
         UNDONE
             .lock()
             .unwrap()
-            .push(("charge".into(), ctx.output().copied()));
+            .push(("charge".into(), ctx.output().copied(), n));
         Ok(())
     }
 
@@ -236,12 +236,89 @@ async fn an_undeclared_reorder_blocks_the_instance_and_terminate_with_rollback_c
     assert_eq!(
         *UNDONE.lock().unwrap(),
         [
-            ("charge".to_owned(), Some(400)),
-            ("reserve".to_owned(), Some(5))
+            ("charge".to_owned(), Some(400), 4),
+            ("reserve".to_owned(), Some(5), 4)
         ],
-        "both started steps, in reverse start order of the history, with their stored outputs"
+        "both started steps, in reverse start order of the history, with their stored outputs and inputs"
     );
     assert_eq!(*RELEASE_B_RAN.lock().unwrap(), 0, "no forward step ran");
+    drop(run);
+    engine.close().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// What the compensations of the release without `charge` saw.
+static UNDONE_C: Mutex<Vec<(String, u64)>> = Mutex::new(Vec::new());
+
+mod reorder_c {
+    use super::*;
+
+    #[step(name = "reserve", rollback = release_stock)]
+    pub(super) async fn reserve(key: IdempotencyKey, n: u64) -> Result<u64, StepError> {
+        let _ = key;
+        Ok(n + 1)
+    }
+
+    #[rollback]
+    pub(super) async fn release_stock(
+        ctx: RollbackContext<'_, u64>,
+        n: u64,
+    ) -> Result<(), StepError> {
+        let _ = ctx.key();
+        UNDONE_C.lock().unwrap().push(("reserve".into(), n));
+        Ok(())
+    }
+
+    /// `charge` is gone from this release, and the wait moved first.
+    #[workflow(name = "order")]
+    pub(super) async fn order(ctx: WorkflowContext, n: u64) -> Result<u64, WorkflowError> {
+        let _: u64 = ctx.wait_for_event("wait-ship", "shipped", "7 days").await?;
+        Ok(reserve(&ctx, n).await?)
+    }
+}
+
+#[tokio::test]
+async fn a_step_gone_from_the_code_is_recorded_for_a_person_and_the_others_are_compensated() {
+    let dir = std::env::temp_dir().join(format!("saga-deploy-gone-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let engine = Engine::open(&dir).unwrap();
+    let run = engine.start(reorder_a::order, "order-2", 9).await.unwrap();
+    until_status(&run, Status::Waiting).await;
+    drop(run);
+    engine.close().await;
+
+    let engine = Engine::open(&dir).unwrap();
+    engine.register(reorder_c::order).unwrap();
+    let run = engine.instance("order-2").await.unwrap();
+    let blocked = within("the block", run.result::<u64>()).await.unwrap_err();
+    assert!(matches!(blocked, Error::Blocked { .. }), "{blocked:?}");
+
+    within("the rollback", run.terminate_with_rollback())
+        .await
+        .unwrap();
+    match run.result::<u64>().await {
+        Err(Error::Terminated {
+            rollback_failure: Some(failure),
+            ..
+        }) => assert!(failure.message().contains("charge"), "{failure}"),
+        other => panic!("expected Terminated with the charge's failure, got {other:?}"),
+    }
+    // Its step is gone from the code, but `reserve`'s handler is there:
+    // it ran, with the input stored in history.
+    assert_eq!(*UNDONE_C.lock().unwrap(), [("reserve".to_owned(), 9)]);
+    let history = run.history().await.unwrap();
+    let failed = history.iter().find_map(|e| match &e.kind {
+        EventKind::RollbackStepFailed { step, error, .. } if step == "charge" => {
+            Some(error.clone())
+        }
+        _ => None,
+    });
+    let failed = failed.expect("the compensation of charge is recorded as failed");
+    assert!(
+        failed.contains("no longer calls a step named \"charge\""),
+        "{failed}"
+    );
     drop(run);
     engine.close().await;
     let _ = std::fs::remove_dir_all(&dir);

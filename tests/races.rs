@@ -45,10 +45,15 @@ struct World {
 }
 
 fn world() -> World {
+    world_keeping(Duration::ZERO)
+}
+
+/// A world whose finished instances are kept for `retention`.
+fn world_keeping(retention: Duration) -> World {
     let clock = TestClock::new();
     let engine = Engine::builder()
         .clock(clock.clone())
-        .retention(Duration::ZERO)
+        .retention(retention)
         .temporary()
         .unwrap();
     World {
@@ -109,12 +114,17 @@ async fn two_restarts_at_once_make_two_generations_and_lose_no_event() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_and_a_retention_sweep_never_remove_a_running_instance() {
-    let w = world();
+    // Kept for an hour: the end of the first run is expired by the time of
+    // the race, and the end of the restarted run (which may come before
+    // the sweep reaches it: the event is delivered again at once) is not.
+    const HOUR: Duration = Duration::from_secs(3600);
+    let w = world_keeping(HOUR);
     for round in 0..ROUNDS {
         let id = format!("rs-{round}");
         let run = w.waiting(&id).await;
         w.engine.send_event(&id, "go", &1u64).await.unwrap();
         within("the result", run.result::<u64>()).await.unwrap();
+        w.clock.advance(2 * HOUR);
         let (restarted, swept) = tokio::join!(run.restart(), w.engine.sweep_expired());
         swept.unwrap();
         let still_there = run.status().await;
@@ -125,7 +135,7 @@ async fn a_restart_and_a_retention_sweep_never_remove_a_running_instance() {
             Ok(()) => {
                 assert!(
                     still_there.is_ok(),
-                    "{id}: a restarted instance was removed"
+                    "{id}: a restarted instance was removed: {still_there:?}"
                 );
                 within("the restarted result", run.result::<u64>())
                     .await

@@ -167,12 +167,17 @@ fn step_tokens(args: &StepArgs, step: &StepFn, checked: bool) -> TokenStream {
         None => (quote!(start_step), TokenStream::new()),
     };
     let convert = step_error_conversion(&item.sig.output, quote!(__saga_attempt.await));
+    let rebuild = match &args.rollback {
+        Some(handler) => rebuild_from_history(handler, &args.rollback_config, output, &input_types),
+        None => quote!(::core::option::Option::None),
+    };
     let definition = steps::step_definition(
         item,
         &name,
         args.renamed_from.as_ref(),
         &service_types,
         args.rollback.as_ref(),
+        rebuild,
     );
     let take_key = step
         .injected(ParamKind::Key)
@@ -248,6 +253,47 @@ fn rollback_registration(
                 (#(#input_clones,)*)
             )
         )
+    }}
+}
+
+/// `Some(rebuild)`: the compensation of the step rebuilt from the inputs
+/// its start record stored, for a `Blocked` instance's rollback. The same
+/// registration as [`rollback_registration`], with decoded inputs (so a
+/// step with a rollback takes inputs that are `Deserialize` too).
+fn rebuild_from_history(
+    handler: &syn::Path,
+    overrides: &RetryConfig,
+    output: &syn::Type,
+    input_types: &[&syn::Type],
+) -> TokenStream {
+    let span = handler.span();
+    let handler_type = quote_spanned!(span=> __SagaRollbackHandler);
+    let overrides = config_chain(overrides);
+    let private = quote!(::saga_runtime::__private);
+    // Spanned on each type: one that is not `Deserialize` gets one error there.
+    let decodes = input_types.iter().enumerate().map(|(index, ty)| {
+        let position = index + 1;
+        quote_spanned!(ty.span()=> #private::stored_input::<#ty>(__saga_args, #position)?)
+    });
+    quote! {{
+        fn __saga_rebuild(
+            __saga_inputs: #private::StoredInputs<'_>,
+        ) -> ::core::result::Result<#private::HistoryRollback, ::std::string::String> {
+            #[allow(unused_imports)]
+            use #private::rollback_fallback::*;
+            use #handler as __SagaRollbackHandler;
+            // The same registration as the step's own (so a handler that
+            // does not fit is one error, reported there).
+            #private::rebuild_rollback::<#output>(__saga_inputs, |__saga_args| {
+                ::core::result::Result::Ok(
+                    #private::register_rollback::<#handler_type, #output, (#(#input_types,)*)>(
+                        |__saga_config: #private::StepConfig| __saga_config #overrides,
+                        (#(#decodes,)*),
+                    ),
+                )
+            })
+        }
+        ::core::option::Option::Some(__saga_rebuild as #private::RebuildRollback)
     }}
 }
 

@@ -29,12 +29,15 @@ use crate::calls::Callee;
 use crate::expand::{cfg_attrs, hidden_type};
 
 /// The hidden type of a step function and its `StepDefinition`.
+/// `rebuild` is `Option<RebuildRollback>`: the step's compensation from
+/// its start record (see `expand::rebuild_from_history`).
 pub(crate) fn step_definition(
     item: &ItemFn,
     name: &LitStr,
     renamed_from: Option<&LitStr>,
     services: &[&syn::Type],
     rollback: Option<&syn::Path>,
+    rebuild: TokenStream,
 ) -> TokenStream {
     let private = quote!(::saga_runtime::__private);
     let services = service_needs(services);
@@ -71,6 +74,7 @@ pub(crate) fn step_definition(
                 renamed_from: #renamed_from,
                 services: #services,
                 rollback_services: #rollback_services,
+                rollback_from_history: #rebuild,
             };
         }
     }
@@ -86,7 +90,9 @@ pub(crate) fn service_needs(services: &[&syn::Type]) -> TokenStream {
     }
 }
 
-/// `fn services(&self)` of a workflow's `Workflow` impl: the services of
+/// `fn services(&self)` and `fn steps(&self)` of a workflow's `Workflow`
+/// impl: the step functions it calls, and their services (and those of
+/// their rollback handlers). The services of
 /// the step functions it calls (and of their rollback handlers). It sits
 /// beside the workflow, not in its body, so callees declared or imported
 /// inside the body (`local`) cannot be named there and are left out: such
@@ -111,12 +117,19 @@ pub(crate) fn workflow_services(body: &BodySummary, local: &[String]) -> TokenSt
                 use #path as __SagaCallee;
                 #private::StepProbe::<__SagaCallee>::STEP
             }}
-        });
+        })
+        .collect::<Vec<_>>();
     quote! {
         fn services(&self) -> ::std::vec::Vec<#private::ServiceNeed> {
             #[allow(unused_imports)]
             use #private::NotAStep as _;
             #private::services_of(&[#(#probes,)*])
+        }
+
+        fn steps(&self) -> ::std::vec::Vec<#private::StepNames> {
+            #[allow(unused_imports)]
+            use #private::NotAStep as _;
+            #private::steps_of(&[#(#probes,)*])
         }
     }
 }
@@ -173,6 +186,7 @@ pub(crate) fn workflow_checks(body: &BodySummary, extra: &[StepCallError]) -> To
                     renamed_from: ::core::option::Option::None,
                     services: &[],
                     rollback_services: &[],
+                    rollback_from_history: ::core::option::Option::None,
                 }),
                 what: #what,
             }

@@ -130,6 +130,11 @@ impl<'a, T> RollbackContext<'a, T> {
 /// A compensation with its step's type erased.
 pub(crate) trait ErasedRollback: Send {
     fn config(&self) -> StepConfig;
+    /// Why this compensation cannot run at all (it could not be rebuilt),
+    /// for one that stands in for a missing handler.
+    fn unbuildable(&self) -> Option<&str> {
+        None
+    }
     fn attempt(
         &mut self,
         output: Option<&Payload>,
@@ -172,6 +177,31 @@ impl<T: DeserializeOwned + Send + 'static> ErasedRollback for RollbackRegistrati
     }
 }
 
+/// Stands in for a compensation that could not be rebuilt: recorded as
+/// failed, with the reason, without an attempt.
+pub(crate) struct Unbuildable(pub(crate) String);
+
+impl ErasedRollback for Unbuildable {
+    fn config(&self) -> StepConfig {
+        StepConfig::new()
+    }
+
+    fn unbuildable(&self) -> Option<&str> {
+        Some(&self.0)
+    }
+
+    fn attempt(
+        &mut self,
+        _output: Option<&Payload>,
+        _cause: &Failure,
+        _key: &IdempotencyKey,
+        _attempt: u32,
+        _services: &Arc<Services>,
+    ) -> std::result::Result<BoxFuture<Result<(), StepError>>, String> {
+        Err(self.0.clone())
+    }
+}
+
 /// A compensation registered by a started step.
 pub(crate) struct Registered {
     pub(crate) index: u32,
@@ -183,6 +213,24 @@ pub(crate) struct Registered {
 }
 
 impl Registered {
+    /// A compensation whose handler's type is erased already (rebuilt from
+    /// history, or standing in for one that could not be).
+    pub(crate) fn erased(
+        index: u32,
+        step: &str,
+        occurrence: u32,
+        generation: u32,
+        handler: Box<dyn ErasedRollback>,
+    ) -> Self {
+        Registered {
+            index,
+            step: step.to_owned(),
+            occurrence,
+            generation,
+            handler,
+        }
+    }
+
     pub(crate) fn new<T: DeserializeOwned + Send + 'static>(
         index: u32,
         step: &str,
@@ -198,4 +246,46 @@ impl Registered {
             handler: Box::new(rollback),
         }
     }
+}
+
+/// The compensations of the started steps of `state`, rebuilt from their
+/// start records with `table`, the `#[step]` functions the registered code
+/// of `workflow` calls: a step found there by its recorded name (or the
+/// name it was renamed from) gets its handler with its stored inputs; one
+/// that is not, or whose inputs no longer decode, gets a stand-in that is
+/// recorded as failed, naming it, for a person to undo by hand.
+pub(crate) fn from_history(
+    state: &crate::journal::InstanceState,
+    table: &[crate::macro_support::StepNames],
+    workflow: &str,
+) -> Vec<Registered> {
+    use crate::journal::SlotKind;
+    state
+        .slots
+        .iter()
+        .filter(|(_, r)| r.kind == SlotKind::Step && r.has_rollback)
+        .map(|(index, record)| {
+            let name = record.name.as_str();
+            let step = table
+                .iter()
+                .find(|t| t.name == name || t.renamed_from == Some(name));
+            let handler: Box<dyn ErasedRollback> = match step.map(|t| t.rollback_from_history) {
+                None => Box::new(Unbuildable(format!(
+                    "the registered code of workflow {workflow:?} no longer calls a step named {name:?}; undo its effect by hand (by its idempotency key)"
+                ))),
+                Some(None) => Box::new(Unbuildable(format!(
+                    "step {name:?} no longer has a rollback handler in the registered code; undo its effect by hand (by its idempotency key)"
+                ))),
+                Some(Some(rebuild)) => {
+                    match rebuild(crate::macro_support::StoredInputs(record.input.as_ref())) {
+                        Ok(rebuilt) => rebuilt.0,
+                        Err(reason) => Box::new(Unbuildable(format!(
+                            "the compensation of step {name:?} could not be rebuilt from history: {reason}"
+                        ))),
+                    }
+                }
+            };
+            Registered::erased(*index, name, record.occurrence, record.generation, handler)
+        })
+        .collect()
 }

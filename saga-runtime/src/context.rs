@@ -303,6 +303,14 @@ impl Shared {
     /// what failed, and an `Errored` written now would skip the
     /// compensations); it resumes by replay when the store opens again.
     pub(crate) fn store_failed(&self, error: crate::Error) {
+        // Not the store: a control call ended the instance under this
+        // driver, which only has to stop.
+        if let crate::Error::InvalidState { status, .. } = &error
+            && status.is_terminal()
+        {
+            self.live.interrupt(Interrupt::Stop);
+            return;
+        }
         tracing::error!(instance = %self.id, error = %error, "store failure: the instance stops and resumes when the store is opened again");
         self.core.stopped_by_store(&self.id, &error);
         self.live.interrupt(Interrupt::Stop);

@@ -62,6 +62,12 @@ pub(crate) async fn drive(
         // A journal that does not fold cannot be written either: every call
         // on the instance answers `Error::Corrupt` (result() included), so
         // there is nothing to record, only to stop.
+        // A control call ended the instance under this driver (it woke as
+        // a terminate was written): nothing more is recorded; stop.
+        Err(Error::InvalidState { status, .. }) if status.is_terminal() => {
+            tracing::debug!(instance = %id, %status, "instance driver stopped: the instance ended under it");
+            Exit::Other
+        }
         Err(e @ Error::Corrupt { .. }) => {
             tracing::error!(instance = %id, error = %e, "instance driver stopped: its journal is corrupt");
             Exit::Other
@@ -99,6 +105,20 @@ async fn drive_once(
                 .instrument(span)
                 .await?;
             Ok(Exit::Ended)
+        }
+        // A damaged journal never runs forward: a step whose completion was
+        // in the damaged record would run again. A person decides.
+        Status::Blocked
+            if state
+                .failure
+                .as_ref()
+                .is_some_and(|f| matches!(f.kind(), FailureKind::Corrupt { .. })) =>
+        {
+            // Its index entry still says what the records before the damage
+            // said: `list()` shows it parked from now on.
+            core.journal.refresh_index(id);
+            core.journal.notify_ended();
+            Ok(Exit::Other)
         }
         Status::Queued | Status::Running | Status::Waiting | Status::Blocked => {
             run_forward(core, id, live, workflow, state, waking)
@@ -349,6 +369,21 @@ async fn rebuild_and_compensate(
             Status::Errored,
         ),
     };
+    // A Blocked instance of a `#[workflow]`: its code no longer matches
+    // its history, so it is not run; each compensation is rebuilt from its
+    // step's start record and the step table of the registered code.
+    let table = workflow.step_table();
+    if state.rollback.as_ref().is_some_and(|plan| plan.by_name) && !table.is_empty() {
+        let ctx = Ctx::new(
+            core.clone(),
+            id.clone(),
+            live.clone(),
+            Mode::Rebuild,
+            &state,
+        );
+        let handlers = crate::compensation::from_history(&state, &table, workflow.workflow_name());
+        return run_compensations(&ctx.shared, handlers, cause, then).await;
+    }
     let needed: BTreeSet<u32> = state
         .slots
         .iter()

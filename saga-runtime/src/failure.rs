@@ -58,6 +58,12 @@ pub enum FailureKind {
     },
     /// The store failed while the instance ran.
     Store,
+    /// A record of the instance's journal is damaged (a disk fault, a
+    /// tampered store): the instance is parked `Blocked`.
+    Corrupt {
+        /// The damaged record's sequence number.
+        seq: u64,
+    },
 }
 
 impl Failure {

@@ -39,6 +39,8 @@ pub(crate) async fn compensate(
         .filter(|(_, s)| s.has_rollback)
         .map(|(i, _)| *i)
         .collect();
+    // The first compensation that could not be rebuilt, if any.
+    let mut unbuilt = None;
     for index in eligible {
         let resume = match done.get(&index) {
             Some(CompensationState::Completed) => continue,
@@ -69,6 +71,17 @@ pub(crate) async fn compensate(
             })?;
             return Ok(Some(gave_up(step, &error)));
         };
+        // One that could not be rebuilt (its step is gone from the code)
+        // is for a person to undo; the others still run.
+        if let Some(reason) = handler.handler.unbuildable() {
+            let error = reason.to_owned();
+            shared.append(Change::CompensationFailed {
+                slot: index,
+                error: error.clone(),
+            })?;
+            unbuilt.get_or_insert_with(|| gave_up(handler.step.clone(), &error));
+            continue;
+        }
         let output = slot.and_then(|s| match &s.state {
             SlotState::Completed { output, .. } => Some(output),
             _ => None,
@@ -81,7 +94,7 @@ pub(crate) async fn compensate(
             return Ok(Some(gave_up(handler.step, &error)));
         }
     }
-    Ok(None)
+    Ok(unbuilt)
 }
 
 /// The rollback failure of the compensation of `step`, which gave up with

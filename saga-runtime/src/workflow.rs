@@ -66,6 +66,15 @@ pub trait Workflow: Send + Sync + 'static {
     fn services(&self) -> Vec<ServiceNeed> {
         Vec::new()
     }
+
+    /// The `#[step]` functions the workflow calls, for compensating a
+    /// `Blocked` instance from its history alone. `#[workflow]` fills it;
+    /// a hand-written workflow leaves it empty (its Blocked instances are
+    /// compensated by replaying its code, answered from history by name).
+    #[doc(hidden)]
+    fn steps(&self) -> Vec<crate::macro_support::StepNames> {
+        Vec::new()
+    }
 }
 
 /// A workflow made of a name and an async closure.
@@ -142,6 +151,8 @@ pub(crate) trait ErasedWorkflow: Send + Sync + 'static {
 
     fn services_needed(&self) -> Vec<ServiceNeed>;
 
+    fn step_table(&self) -> Vec<crate::macro_support::StepNames>;
+
     fn run_erased(
         &self,
         ctx: WorkflowContext,
@@ -160,6 +171,10 @@ impl<W: Workflow> ErasedWorkflow for W {
 
     fn services_needed(&self) -> Vec<ServiceNeed> {
         self.services()
+    }
+
+    fn step_table(&self) -> Vec<crate::macro_support::StepNames> {
+        self.steps()
     }
 
     fn run_erased(

@@ -22,15 +22,20 @@ pub(crate) fn missing(error: impl std::fmt::Display) -> ! {
     )
 }
 
-/// A schema name of this test's own, empty: `tag`, the process and a
-/// counter, so parallel tests and test binaries never share one.
+/// A schema name of this test's own, empty: `tag`, the process, a counter
+/// and the clock, so parallel tests and test binaries never share one.
 pub(crate) async fn fresh_schema(tag: &str) -> String {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     if NEXT.load(Ordering::Relaxed) == 0 {
         drop_leftovers().await;
     }
+    // The counter is per copy of this module (a binary may compile it in
+    // several modules), so the clock's nanoseconds keep names apart too.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
     let schema = format!(
-        "saga_t_{tag}_{}_{}",
+        "saga_t_{tag}_{}_{}_{nanos}",
         std::process::id(),
         NEXT.fetch_add(1, Ordering::Relaxed)
     );

@@ -12,6 +12,7 @@
 //! reach subscribers only then.
 
 mod change;
+mod fold;
 mod index;
 pub(crate) mod legacy;
 mod state;
@@ -220,6 +221,18 @@ impl Journal {
         let Some(change) = change else {
             return Ok(answer);
         };
+        // An instance that ended takes only what runs it again. A driver
+        // that raced a control call (an event woke it as a terminate was
+        // written) finds out here, before it records anything more.
+        if loaded.state.status.is_terminal()
+            && !matches!(change, Change::Restarted { .. } | Change::RollbackRetried)
+        {
+            return Err(Error::InvalidState {
+                id: id.to_owned(),
+                status: loaded.state.status,
+                operation: "record more of its run",
+            });
+        }
         let seq = loaded.next_seq;
         let record = Entry {
             at: self.now_millis(),
@@ -385,11 +398,10 @@ impl Journal {
     }
 
     fn fold_history(&self, id: &str, records: Vec<(u64, Vec<u8>)>) -> Result<Vec<Event>> {
-        let mut state = None;
+        let mut fold = fold::Fold::default();
         let mut out = Vec::new();
         for (seq, bytes) in records {
-            let record: Entry = decode_record(&bytes).map_err(|e| corrupt(id, seq, e))?;
-            let kinds = state::apply(&mut state, seq, &record).map_err(|e| corrupt(id, seq, e))?;
+            let (record, kinds) = fold.record(id, seq, &bytes)?;
             // An imported instance keeps the times of its old history.
             let times: Vec<u64> = match &record.change {
                 Change::Imported(imported) => imported.history.iter().map(|(at, _)| *at).collect(),
@@ -404,9 +416,7 @@ impl Journal {
                 });
             }
         }
-        if state.is_none() {
-            return Err(Error::UnknownInstance { id: id.to_owned() });
-        }
+        fold.finish(id)?;
         Ok(out)
     }
 
@@ -414,7 +424,7 @@ impl Journal {
     /// first record is no instance: a removal (which deletes from record 0
     /// on) cut short.
     fn load(&self, id: &str) -> Result<Option<Loaded>> {
-        let mut state = None;
+        let mut fold = fold::Fold::default();
         let mut next_seq = 0;
         let journal = self.store.journal(id)?;
         if journal.first().is_none_or(|(seq, _)| *seq != 0) {
@@ -424,11 +434,10 @@ impl Journal {
             if seq != next_seq {
                 return Err(corrupt(id, seq, format!("record {next_seq} is missing")));
             }
-            let record: Entry = decode_record(&bytes).map_err(|e| corrupt(id, seq, e))?;
-            state::apply(&mut state, seq, &record).map_err(|e| corrupt(id, seq, e))?;
+            fold.record(id, seq, &bytes)?;
             next_seq = seq + 1;
         }
-        Ok(state.map(|state| Loaded { state, next_seq }))
+        Ok(fold.state.map(|state| Loaded { state, next_seq }))
     }
 
     /// The summaries of every instance, in id order; the state of an
@@ -458,6 +467,32 @@ impl Journal {
     /// On open: makes the index agree with the journals. An entry whose
     /// journal lags or leads it is rebuilt from the journal; one without a
     /// journal (a create or a removal cut short) is removed.
+    /// Writes the index entry of `id` from its folded state: a state the
+    /// journal's records do not say alone (a damaged record parked it)
+    /// shows in `list()` too.
+    pub(crate) fn refresh_index(&self, id: &str) {
+        let entry = self.entry(id);
+        let mut cached = lock(&entry);
+        if cached.loaded.is_none() {
+            match self.load(id) {
+                Ok(loaded) => cached.loaded = loaded,
+                Err(e) => {
+                    tracing::warn!(instance = %id, error = %e, "could not refresh an index entry");
+                    return;
+                }
+            }
+        }
+        if let Some(loaded) = &cached.loaded {
+            let summary = Summary::of(&loaded.state, loaded.next_seq.saturating_sub(1));
+            if let Err(e) = self.store.put_index(id, &encode_record(&summary)) {
+                tracing::warn!(instance = %id, error = %e, "could not refresh an index entry");
+            }
+        }
+        drop(cached);
+        drop(entry);
+        self.evict_if_idle(id);
+    }
+
     pub(crate) fn repair_index(&self) -> Result<usize> {
         let mut repaired = 0;
         for (id, bytes) in self.store.index_entries()? {
