@@ -381,7 +381,8 @@ async fn rebuild_and_compensate(
             Mode::Rebuild,
             &state,
         );
-        let handlers = crate::compensation::from_history(&state, &table, workflow.workflow_name());
+        let handlers =
+            crate::step_table::compensations_from_history(&state, &table, workflow.workflow_name());
         return run_compensations(&ctx.shared, handlers, cause, then).await;
     }
     let needed: BTreeSet<u32> = state

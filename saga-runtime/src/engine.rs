@@ -353,7 +353,7 @@ impl Engine {
     ///
     /// a read; dropping the future changes nothing.
     pub async fn instance(&self, id: &str) -> Result<Instance> {
-        validate_id(id)?;
+        crate::names::validate_id(id)?;
         self.runner().core.journal.read(id, |_| ())?;
         Ok(Instance::new(self.runner().clone(), id.to_owned()))
     }
@@ -527,30 +527,5 @@ impl Engine {
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Engine").finish_non_exhaustive()
-    }
-}
-
-/// Checks an instance id: 1–100 characters of `[A-Za-z0-9_-]`, first not `-`.
-pub(crate) fn validate_id(id: &str) -> Result<()> {
-    let reason = if id.is_empty() {
-        Some("it is empty")
-    } else if id.len() > 100 {
-        Some("it is longer than 100 characters")
-    } else if id.starts_with('-') {
-        Some("it starts with '-'")
-    } else if !id
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-    {
-        Some("it contains a character outside [A-Za-z0-9_-]")
-    } else {
-        None
-    };
-    match reason {
-        Some(reason) => Err(Error::InvalidInstanceId {
-            id: id.chars().take(120).collect(),
-            reason,
-        }),
-        None => Ok(()),
     }
 }

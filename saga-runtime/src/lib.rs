@@ -95,6 +95,7 @@ mod send;
 mod service;
 mod status;
 mod step;
+mod step_table;
 mod store;
 mod subscription;
 mod wait;

@@ -23,6 +23,7 @@ pub use crate::failure::{StepError, WorkflowError};
 pub use crate::key::{IdempotencyKey, StepContext};
 pub use crate::service::{Service, ServiceNeed};
 pub use crate::step::{EncodedInput, StepFuture, StepInputs};
+pub use crate::step_table::{HistoryRollback, RebuildRollback, StepNames, StoredInputs};
 pub use crate::workflow::{Workflow, WorkflowFuture};
 
 /// Implemented by the hidden type `#[rollback]` generates beside a handler.
@@ -116,18 +117,6 @@ where
         H::call(rollback, inputs.clone())
     })
 }
-
-/// The compensation of a started step, rebuilt from its start record
-/// alone: how `terminate_with_rollback()` compensates a `Blocked` instance
-/// without running the workflow code that no longer matches its history.
-pub struct HistoryRollback(pub(crate) Box<dyn crate::compensation::ErasedRollback>);
-
-/// The inputs a step's start record stored (opaque to generated code).
-pub struct StoredInputs<'a>(pub(crate) Option<&'a crate::codec::Payload>);
-
-/// What a step's hidden type offers to rebuild its compensation from
-/// history ([`StepNames::rollback_from_history`]).
-pub type RebuildRollback = fn(StoredInputs<'_>) -> Result<HistoryRollback, String>;
 
 /// The inputs a start record stored, one JSON value per input.
 pub struct StoredArgs(Vec<serde_json::Value>);
@@ -285,21 +274,6 @@ where
 pub trait StepDefinition {
     /// The step's name and the name it had before, if renamed.
     const NAMES: StepNames;
-}
-
-/// The name of a step and the name earlier releases gave it.
-#[derive(Clone, Copy)]
-pub struct StepNames {
-    /// `name = ".."`.
-    pub name: &'static str,
-    /// `renamed_from = ".."`.
-    pub renamed_from: Option<&'static str>,
-    /// The services the step takes.
-    pub services: &'static [ServiceNeed],
-    /// The services its rollback handler takes.
-    pub rollback_services: &'static [ServiceNeed],
-    /// Its compensation from history alone, when it has one.
-    pub rollback_from_history: Option<RebuildRollback>,
 }
 
 /// Whether a type is a step's hidden type, at compile time and for any

@@ -1,6 +1,8 @@
-//! The rules for names given at run time: step, sleep and wait names of the
-//! hand-written API (the macros check the same rules at compile time), and
-//! event types.
+//! The rules for names given at run time: instance ids, step, sleep and
+//! wait names of the hand-written API (the macros check the same rules at
+//! compile time), and event types.
+
+use crate::error::{Error, Result};
 
 /// The longest step, sleep or wait name.
 const MAX_NAME: usize = 64;
@@ -53,6 +55,31 @@ pub(crate) fn check_event_type(event_type: &str) -> Result<(), String> {
             "invalid event type {:?}: {problem}; use 1-{MAX_EVENT_TYPE} bytes of printable text, such as \"payment_intent.succeeded\"",
             event_type.chars().take(80).collect::<String>()
         )),
+    }
+}
+
+/// Checks an instance id: 1–100 characters of `[A-Za-z0-9_-]`, first not `-`.
+pub(crate) fn validate_id(id: &str) -> Result<()> {
+    let reason = if id.is_empty() {
+        Some("it is empty")
+    } else if id.len() > 100 {
+        Some("it is longer than 100 characters")
+    } else if id.starts_with('-') {
+        Some("it starts with '-'")
+    } else if !id
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    {
+        Some("it contains a character outside [A-Za-z0-9_-]")
+    } else {
+        None
+    };
+    match reason {
+        Some(reason) => Err(Error::InvalidInstanceId {
+            id: id.chars().take(120).collect(),
+            reason,
+        }),
+        None => Ok(()),
     }
 }
 

@@ -116,7 +116,7 @@ impl<'a> EventSender<'a> {
     /// Validates the arguments and encodes the payload.
     fn checked<P: Serialize + ?Sized>(&self, payload: &P) -> Result<Payload> {
         let (id, event_type) = (&self.instance, &self.event_type);
-        crate::engine::validate_id(id)?;
+        crate::names::validate_id(id)?;
         crate::names::check_event_type(event_type).map_err(Error::InvalidArgument)?;
         if let Some(event_id) = &self.event_id
             && (event_id.is_empty() || event_id.len() > 200)
@@ -211,7 +211,7 @@ pub(crate) fn start<W: Workflow, R>(
     input: W::Input,
     then: impl FnOnce(&InstanceState) -> Result<(Option<Change>, R)>,
 ) -> Result<R> {
-    crate::engine::validate_id(id)?;
+    crate::names::validate_id(id)?;
     let name = workflow.name();
     // Registers it (checking its services), or checks that the name is
     // this workflow's.

@@ -72,7 +72,7 @@ pub trait Workflow: Send + Sync + 'static {
     /// a hand-written workflow leaves it empty (its Blocked instances are
     /// compensated by replaying its code, answered from history by name).
     #[doc(hidden)]
-    fn steps(&self) -> Vec<crate::macro_support::StepNames> {
+    fn steps(&self) -> Vec<crate::step_table::StepNames> {
         Vec::new()
     }
 }
@@ -151,7 +151,7 @@ pub(crate) trait ErasedWorkflow: Send + Sync + 'static {
 
     fn services_needed(&self) -> Vec<ServiceNeed>;
 
-    fn step_table(&self) -> Vec<crate::macro_support::StepNames>;
+    fn step_table(&self) -> Vec<crate::step_table::StepNames>;
 
     fn run_erased(
         &self,
@@ -173,7 +173,7 @@ impl<W: Workflow> ErasedWorkflow for W {
         self.services()
     }
 
-    fn step_table(&self) -> Vec<crate::macro_support::StepNames> {
+    fn step_table(&self) -> Vec<crate::step_table::StepNames> {
         self.steps()
     }
 
