@@ -251,6 +251,74 @@ async fn lost_connections_are_reconnected_without_ending_an_instance() {
     postgres::drop_schema(&schema).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_posts_events_and_control_calls_that_the_worker_acts_on() {
+    let schema = postgres::fresh_schema("inbox").await;
+    let calls = Arc::new(Calls::default());
+    let engine = worker(&schema, &calls).await;
+    // With the workflow's service: a reader that registers a workflow
+    // still drives none of its instances.
+    let reader = Engine::builder()
+        .postgres_schema(&schema)
+        .provide_arc(calls.clone())
+        .register(order)
+        .connect_read_only(&postgres::database_url())
+        .await
+        .unwrap();
+    assert!(reader.reads_only() && !engine.reads_only());
+
+    // An event, posted twice under one id: stored and delivered once.
+    let run = engine
+        .start(order, "posted-1", "kite".to_owned())
+        .await
+        .unwrap();
+    helpers::until_status(&run, Status::Waiting).await;
+    for _ in 0..2 {
+        let sent = reader
+            .event("posted-1", "go")
+            .id("webhook-7")
+            .send(&true)
+            .await;
+        assert_eq!(sent.unwrap(), saga_runtime::Sent::Posted);
+    }
+    assert_eq!(within("the result", run.result()).await.unwrap(), 4);
+    assert_eq!(calls.charge.load(Ordering::SeqCst), 1);
+
+    // Control calls: pause, resume, then terminate with rollback.
+    let run = engine
+        .start(order, "posted-2", "vase".to_owned())
+        .await
+        .unwrap();
+    helpers::until_status(&run, Status::Waiting).await;
+    let remote = reader.instance("posted-2").await.unwrap();
+    remote.pause().await.unwrap();
+    helpers::until_status(&run, Status::Paused).await;
+    remote.resume().await.unwrap();
+    within("the resume", async {
+        while run.status().await.unwrap() == Status::Paused {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    remote.terminate_with_rollback().await.unwrap();
+    helpers::until_status(&run, Status::Terminated).await;
+    assert_eq!(calls.release.load(Ordering::SeqCst), 1, "compensated once");
+
+    // What a reader cannot do at all is refused at once.
+    let err = reader
+        .start(order, "posted-3", "cup".to_owned())
+        .await
+        .map(drop)
+        .unwrap_err();
+    assert!(matches!(err, Error::ReadOnly { .. }), "{err}");
+    let err = reader.send_event("nobody", "go", &true).await.unwrap_err();
+    assert!(matches!(err, Error::UnknownInstance { .. }), "{err}");
+
+    reader.close().await;
+    engine.close().await;
+    postgres::drop_schema(&schema).await;
+}
+
 #[tokio::test]
 async fn an_unreachable_database_is_a_typed_error() {
     let err = Engine::builder()

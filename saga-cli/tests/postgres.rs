@@ -1,7 +1,7 @@
 //! The binary on a PostgreSQL store, beside the worker that drives it:
-//! `list` and `show` read what the worker wrote; control commands, which
-//! need the worker's lease, are refused in one line that says where to run
-//! them; a database that does not answer is one line too.
+//! `list` and `show` read what the worker wrote; control commands are
+//! posted to the worker, which acts on them; a database that does not
+//! answer is one line.
 
 mod support;
 
@@ -75,16 +75,37 @@ async fn the_binary_reads_a_schema_while_its_worker_runs() {
     assert!(show.stdout.contains("reserve"), "{}", show.stdout);
     assert!(show.stdout.contains("cool-off"), "{}", show.stdout);
 
-    let (url2, schema2) = (url.clone(), schema.clone());
-    let pause =
-        tokio::task::spawn_blocking(move || saga_pg(&url2, &schema2, &["pause", "order-7"]))
-            .await
-            .unwrap();
-    assert_ne!(pause.code, 0);
-    assert_eq!(pause.stderr.lines().count(), 1, "{}", pause.stderr);
-    assert!(pause.stderr.contains("only reads"), "{}", pause.stderr);
-    // The worker still drives it, untouched.
-    assert_eq!(run.status().await.unwrap(), saga_runtime::Status::Waiting);
+    // Control commands are posted to the worker, which acts on them.
+    let control = |args: &'static [&'static str]| {
+        let (url, schema) = (url.clone(), schema.clone());
+        tokio::task::spawn_blocking(move || saga_pg(&url, &schema, args))
+    };
+    let until = |status: saga_runtime::Status| {
+        let run = &run;
+        async move {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+            while run.status().await.unwrap() != status {
+                assert!(std::time::Instant::now() < deadline, "never {status}");
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+        }
+    };
+    let pause = control(&["pause", "order-7"]).await.unwrap();
+    assert_eq!(pause.code, 0, "{}", pause.stderr);
+    assert!(
+        pause
+            .stdout
+            .contains("asked the worker that drives order-7 to pause it"),
+        "{}",
+        pause.stdout
+    );
+    until(saga_runtime::Status::Paused).await;
+    let terminate = control(&["terminate", "order-7"]).await.unwrap();
+    assert_eq!(terminate.code, 0, "{}", terminate.stderr);
+    until(saga_runtime::Status::Terminated).await;
+    let unknown = control(&["pause", "order-8"]).await.unwrap();
+    assert_eq!(unknown.code, 1, "{}", unknown.stderr);
+    assert_eq!(unknown.stderr.lines().count(), 1, "{}", unknown.stderr);
 
     worker.close().await;
     postgres::drop_schema(&schema).await;

@@ -187,10 +187,13 @@ impl EngineBuilder {
     }
 
     /// Connects to the PostgreSQL database at `url` to read only: it takes
-    /// no lease, so it works beside running workers (the `saga` command, a
-    /// dashboard). `list`, `instance`, `status`, `info`, `history` and
-    /// `result` work; what would write (start, events, control calls)
-    /// answers [`Error::ReadOnly`]. Register no workflow on it.
+    /// no lease and drives nothing, so it works beside running workers (the
+    /// `saga` command, a dashboard). `list`, `instance`, `status`, `info`,
+    /// `history` and `result` read. Events and control calls are posted to
+    /// the worker that drives the instance, which acts on them within
+    /// moments: they return once posted, durably, and an event answers
+    /// [`Sent::Posted`](crate::Sent::Posted). `start` answers
+    /// [`Error::ReadOnly`]: start instances on a worker.
     #[cfg(feature = "postgres")]
     pub async fn connect_read_only(self, url: &str) -> Result<Engine> {
         self.connect_postgres(url, true).await
@@ -271,7 +274,10 @@ impl EngineBuilder {
         for workflow in self.workflows {
             runner.register(workflow)?;
         }
-        crate::retention::spawn_sweeper(&runner);
+        if !runner.core.journal.read_only() {
+            crate::retention::spawn_sweeper(&runner);
+        }
+        crate::inbox::spawn_inbox_reader(&runner);
         Ok(engine)
     }
 }
@@ -345,6 +351,13 @@ impl Engine {
         crate::send::start(runner, workflow, id, input, |_| Ok((None, ())))?;
         runner.core.journal.flush().await?;
         Ok(Run::new(Instance::new(runner.clone(), id.to_owned())))
+    }
+
+    /// Whether this engine only reads (`connect_read_only`): its events
+    /// and control calls are posted to the worker that drives the
+    /// instance ([`Sent::Posted`](crate::Sent::Posted)).
+    pub fn reads_only(&self) -> bool {
+        self.runner().core.journal.read_only()
     }
 
     /// A handle on an existing instance.

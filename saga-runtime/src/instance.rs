@@ -242,6 +242,9 @@ impl Instance {
     /// the pause is recorded and the driver told at the first poll; dropping the future after
     /// that only gives up waiting for durability.
     pub async fn pause(&self) -> Result<()> {
+        if self.posted(crate::intent::Intent::Pause)? {
+            return Ok(());
+        }
         self.journal().write(&self.id, |state| match state.status {
             Status::Queued | Status::Running | Status::Waiting => Ok((Some(Change::Paused), ())),
             Status::Paused => Ok((None, ())),
@@ -260,6 +263,9 @@ impl Instance {
     /// the instance is resumed at the first poll; dropping the future after that only gives up
     /// waiting for durability.
     pub async fn resume(&self) -> Result<()> {
+        if self.posted(crate::intent::Intent::Resume)? {
+            return Ok(());
+        }
         let resumed = self.journal().write(&self.id, |state| match state.status {
             Status::Paused => Ok((Some(Change::Unpaused), true)),
             Status::Queued | Status::Running | Status::Waiting => Ok((None, false)),
@@ -283,6 +289,9 @@ impl Instance {
     /// the work runs in a task of the engine's, started at the first poll; dropping the future
     /// leaves it to finish.
     pub async fn terminate(&self) -> Result<()> {
+        if self.posted(crate::intent::Intent::Terminate { rollback: false })? {
+            return Ok(());
+        }
         let this = self.clone();
         self.in_engine_task(async move { this.end(false).await })
             .await
@@ -298,6 +307,9 @@ impl Instance {
     /// the work runs in a task of the engine's, started at the first poll; dropping the future
     /// leaves it to finish.
     pub async fn terminate_with_rollback(&self) -> Result<()> {
+        if self.posted(crate::intent::Intent::Terminate { rollback: true })? {
+            return Ok(());
+        }
         let this = self.clone();
         self.in_engine_task(async move { this.end(true).await })
             .await
@@ -377,6 +389,9 @@ impl Instance {
     /// The retry is recorded and its driver started before
     /// the first await; dropping the future leaves them running.
     pub async fn retry_rollback(&self) -> Result<()> {
+        if self.posted(crate::intent::Intent::RetryRollback)? {
+            return Ok(());
+        }
         self.journal().write(&self.id, |state| {
             let gave_up = state.rollback.as_ref().is_some_and(|p| p.failure.is_some());
             if !(state.status.is_terminal() && gave_up) {
@@ -403,6 +418,9 @@ impl Instance {
     /// the work runs in a task of the engine's, started at the first poll; dropping the future
     /// leaves it to finish.
     pub async fn restart(&self) -> Result<()> {
+        if self.posted(crate::intent::Intent::Restart { from: None })? {
+            return Ok(());
+        }
         let this = self.clone();
         self.in_engine_task(async move { this.restart_at(None).await })
             .await
@@ -417,6 +435,11 @@ impl Instance {
     ///
     /// The work runs in a task of the engine's, started at the first poll; dropping the future leaves it to finish.
     pub async fn restart_from(&self, step: &str) -> Result<()> {
+        if self.posted(crate::intent::Intent::Restart {
+            from: Some(step.to_owned()),
+        })? {
+            return Ok(());
+        }
         let (this, step) = (self.clone(), step.to_owned());
         self.in_engine_task(async move { this.restart_at(Some(&step)).await })
             .await
@@ -473,6 +496,25 @@ impl Instance {
     /// Runs `work` (stopping a driver, then writing what replaces it) in a
     /// task of the engine's, so a caller that drops its future leaves it
     /// to finish instead of an instance stopped half way.
+    /// Whether its engine only reads ([`Engine::reads_only`](crate::Engine::reads_only)).
+    #[cfg(feature = "cli")]
+    pub(crate) fn reads_only(&self) -> bool {
+        self.journal().read_only()
+    }
+
+    /// On an engine that only reads (`connect_read_only`), posts `intent`
+    /// to the worker that drives the instance and answers `true`: the
+    /// control call returns once it is posted, durably, and the worker acts
+    /// on it within moments. `false` on an engine that writes.
+    fn posted(&self, intent: crate::intent::Intent) -> Result<bool> {
+        if !self.journal().read_only() {
+            return Ok(false);
+        }
+        self.journal().read(&self.id, |_| ())?;
+        crate::intent::post(self.journal(), &self.id, &intent)?;
+        Ok(true)
+    }
+
     async fn in_engine_task(
         &self,
         work: impl std::future::Future<Output = Result<()>> + Send + 'static,

@@ -125,7 +125,8 @@ impl Runner {
     /// hibernated here and its timer or an event wakes it.
     fn start_driver(self: &Arc<Self>, id: &str, waking: bool) {
         // A draining engine starts nothing: the instance runs on the next open.
-        if self.core.is_closed() || self.core.is_draining() {
+        // An engine that only reads drives nothing: a worker does.
+        if self.core.is_closed() || self.core.is_draining() || self.core.journal.read_only() {
             return;
         }
         // A hibernating instance is woken by whatever comes first.

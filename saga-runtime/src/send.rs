@@ -22,6 +22,10 @@ pub enum Sent {
     /// An event with the same id, type and payload was sent to this
     /// instance before: nothing was stored again.
     Duplicate,
+    /// Sent from an engine that only reads (`connect_read_only`): the
+    /// event was posted, durably, to the worker that drives the instance,
+    /// which stores and delivers it (once, by its id) within moments.
+    Posted,
 }
 
 /// An event about to be sent; made by [`Engine::event`](crate::Engine::event).
@@ -79,6 +83,24 @@ impl<'a> EventSender<'a> {
     /// that only gives up waiting for durability: the event is delivered, once.
     pub async fn send<P: Serialize + ?Sized>(self, payload: &P) -> Result<Sent> {
         let payload = self.checked(payload)?;
+        let journal = &self.runner.core.journal;
+        if journal.read_only() {
+            // A reader posts it to the worker that drives the instance.
+            journal.read(&self.instance, |_| ())?;
+            let intent = crate::intent::Intent::Event {
+                event_type: self.event_type.clone(),
+                payload,
+                event_id: self.event_id.clone(),
+            };
+            crate::intent::post(journal, &self.instance, &intent)?;
+            return Ok(Sent::Posted);
+        }
+        self.send_encoded(payload).await
+    }
+
+    /// Sends a payload encoded already (a posted event, taken by the
+    /// worker that drives the instance).
+    pub(crate) async fn send_encoded(self, payload: Payload) -> Result<Sent> {
         let journal = &self.runner.core.journal;
         let sent = journal.write(&self.instance, |state| self.change(state, payload))?;
         self.delivered(sent).await

@@ -1,7 +1,9 @@
 //! The control commands: each writes its intent into the instance's
 //! journal through the public API. The engine that drives the instance
 //! acts on it: this one if it registered the instance's workflow,
-//! otherwise the application's, when it opens the store.
+//! otherwise the application's, when it opens the store. On an engine that
+//! only reads (PostgreSQL, beside running workers), the intent is posted to
+//! the worker that drives the instance, which acts on it within moments.
 
 use std::io::Write;
 
@@ -20,7 +22,13 @@ pub(crate) async fn send_event(
     engine
         .send_event(&args.id, &args.event_type, &args.payload)
         .await?;
-    writeln!(out, "sent event {:?} to {}", args.event_type, args.id)?;
+    said(
+        engine,
+        out,
+        &args.id,
+        &format!("sent event {:?} to {}", args.event_type, args.id),
+        &format!("take event {:?}", args.event_type),
+    )?;
     report(&instance, out).await
 }
 
@@ -31,10 +39,12 @@ pub(crate) async fn pause(
 ) -> Result<(), CliError> {
     let instance = engine.instance(&args.id).await?;
     instance.pause().await?;
-    writeln!(
+    said(
+        engine,
         out,
-        "paused {} (it stops at its next step boundary)",
-        args.id
+        &args.id,
+        &format!("paused {} (it stops at its next step boundary)", args.id),
+        "pause it",
     )?;
     report(&instance, out).await
 }
@@ -46,7 +56,13 @@ pub(crate) async fn resume(
 ) -> Result<(), CliError> {
     let instance = engine.instance(&args.id).await?;
     instance.resume().await?;
-    writeln!(out, "resumed {}", args.id)?;
+    said(
+        engine,
+        out,
+        &args.id,
+        &format!("resumed {}", args.id),
+        "resume it",
+    )?;
     report(&instance, out).await
 }
 
@@ -56,7 +72,19 @@ pub(crate) async fn terminate(
     out: &mut impl Write,
 ) -> Result<(), CliError> {
     let instance = engine.instance(&args.id).await?;
-    if args.rollback {
+    if engine.reads_only() {
+        if args.rollback {
+            instance.terminate_with_rollback().await?;
+        } else {
+            instance.terminate().await?;
+        }
+        let asked = if args.rollback {
+            "terminate it after its compensations"
+        } else {
+            "terminate it"
+        };
+        said(engine, out, &args.id, "", asked)?;
+    } else if args.rollback {
         instance.terminate_with_rollback().await?;
         if instance.status().await?.is_terminal() {
             writeln!(out, "terminated {} after its compensations ran", args.id)?;
@@ -79,11 +107,23 @@ pub(crate) async fn restart(
     match &args.from {
         Some(step) => {
             instance.restart_from(step).await?;
-            writeln!(out, "restarted {} from step {step:?}", args.id)?;
+            said(
+                engine,
+                out,
+                &args.id,
+                &format!("restarted {} from step {step:?}", args.id),
+                &format!("restart it from step {step:?}"),
+            )?;
         }
         None => {
             instance.restart().await?;
-            writeln!(out, "restarted {} from the beginning", args.id)?;
+            said(
+                engine,
+                out,
+                &args.id,
+                &format!("restarted {} from the beginning", args.id),
+                "restart it from the beginning",
+            )?;
         }
     }
     report(&instance, out).await
@@ -96,19 +136,43 @@ pub(crate) async fn retry_rollback(
 ) -> Result<(), CliError> {
     let instance = engine.instance(&args.id).await?;
     instance.retry_rollback().await?;
-    writeln!(
+    said(
+        engine,
         out,
-        "retrying the rollback of {}: the compensations that did not complete run again, with the same keys",
-        args.id
+        &args.id,
+        &format!(
+            "retrying the rollback of {}: the compensations that did not complete run again, with the same keys",
+            args.id
+        ),
+        "retry its rollback",
     )?;
     report(&instance, out).await
+}
+
+/// What was done, or, on an engine that only reads, what the driving
+/// worker was asked to do.
+fn said(
+    engine: &Engine,
+    out: &mut impl Write,
+    id: &str,
+    done: &str,
+    asked: &str,
+) -> std::io::Result<()> {
+    if engine.reads_only() {
+        writeln!(
+            out,
+            "asked the worker that drives {id} to {asked}; it acts within moments"
+        )
+    } else {
+        writeln!(out, "{done}")
+    }
 }
 
 /// The status now, and who acts on the intent when no one here can.
 async fn report(instance: &Instance, out: &mut impl Write) -> Result<(), CliError> {
     let info = instance.info().await?;
     writeln!(out, "status: {}", info.status)?;
-    if !info.workflow_registered && !info.status.is_terminal() {
+    if !info.workflow_registered && !info.status.is_terminal() && !instance.reads_only() {
         writeln!(
             out,
             "workflow {:?} is not registered here: an engine that registers it acts on this when it opens the store",

@@ -40,7 +40,9 @@
 //!
 //! Control commands write their intent into the instance's journal; the
 //! engine that drives the instance (this one, or the application's when
-//! it opens the store and registers the workflow) acts on it.
+//! it opens the store and registers the workflow) acts on it. On an engine
+//! that only reads (PostgreSQL, `connect_read_only`), they post it to the
+//! worker that drives the instance, and say so.
 //!
 //! # Output
 //!

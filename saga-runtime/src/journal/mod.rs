@@ -316,6 +316,26 @@ impl Journal {
     }
 
     /// Stops the flusher (after a last flush).
+    /// Whether other processes post intents to this engine's store.
+    pub(crate) fn has_inbox(&self) -> bool {
+        self.store.has_inbox()
+    }
+
+    /// Posts an intent for `id` (see `intent`).
+    pub(crate) fn post(&self, id: &str, intent: &[u8]) -> Result<()> {
+        self.store.post(id, intent)
+    }
+
+    /// Posted intents waiting, oldest first.
+    pub(crate) fn posts(&self, limit: usize) -> Result<Vec<(i64, String, Vec<u8>)>> {
+        self.store.posts(limit)
+    }
+
+    /// Removes post `n`, acted on.
+    pub(crate) fn done_post(&self, n: i64) -> Result<()> {
+        self.store.done_post(n)
+    }
+
     /// Whether the store refuses writes (a reader's).
     pub(crate) fn read_only(&self) -> bool {
         self.store.read_only()

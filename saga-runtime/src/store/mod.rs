@@ -70,4 +70,25 @@ pub trait Store: Send + Sync + 'static {
     fn read_only(&self) -> bool {
         false
     }
+    /// Whether other processes post intents here for this engine to take
+    /// ([`Store::posts`]): a store shared by workers.
+    fn has_inbox(&self) -> bool {
+        false
+    }
+    /// Posts an intent for instance `id` (an event, a control call) to the
+    /// inbox of the worker that drives it, durably. Readers may post.
+    fn post(&self, _id: &str, _intent: &[u8]) -> Result<()> {
+        Err(crate::error::Error::ReadOnly {
+            what: "posting to another process (this store has no inbox)".into(),
+        })
+    }
+    /// Up to `limit` posted intents, oldest first: number, instance, intent.
+    fn posts(&self, _limit: usize) -> Result<Vec<(i64, String, Vec<u8>)>> {
+        Ok(Vec::new())
+    }
+    /// Removes post `n` once it was acted on (only while this worker
+    /// drives the store: a fenced worker's acts were refused).
+    fn done_post(&self, _n: i64) -> Result<()> {
+        Ok(())
+    }
 }

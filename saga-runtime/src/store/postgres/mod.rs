@@ -25,6 +25,10 @@
 //!   could not make durable, as on a failed disk.
 //! - **Readers.** A read-only connection ([`PgOptions::read_only`]) takes
 //!   no lease: the `saga` command and dashboards read while workers run.
+//! - **The inbox.** `inbox (n, id, intent)`: what readers post (events,
+//!   control calls) for the driving worker, which acts on them. Posting
+//!   needs no lease; removing a post checks the epoch, so a fenced worker,
+//!   whose acts were refused, leaves it for the next.
 //! - **Faults.** A lost connection is reconnected, with backoff, until the
 //!   call's deadline. The writes made since the last flush that succeeded
 //!   are kept in memory and applied again on the new connection: a write
@@ -245,6 +249,36 @@ impl Store for PgStore {
 
     fn read_only(&self) -> bool {
         self.read_only
+    }
+
+    fn has_inbox(&self) -> bool {
+        !self.read_only
+    }
+
+    fn post(&self, id: &str, intent: &[u8]) -> Result<()> {
+        match self.read(Read::Post {
+            id: id.to_owned(),
+            intent: intent.to_vec(),
+        })? {
+            ReadAnswer::Done => Ok(()),
+            other => Err(other.unexpected()),
+        }
+    }
+
+    fn posts(&self, limit: usize) -> Result<Vec<(i64, String, Vec<u8>)>> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        match self.read(Read::Posts(limit))? {
+            ReadAnswer::Posts(posts) => Ok(posts),
+            other => Err(other.unexpected()),
+        }
+    }
+
+    fn done_post(&self, n: i64) -> Result<()> {
+        // The epoch is the store thread's own.
+        match self.read(Read::DonePost { n, epoch: 0 })? {
+            ReadAnswer::Done => Ok(()),
+            other => Err(other.unexpected()),
+        }
     }
 
     /// Flushes and hands the lease back, so a standby takes over within

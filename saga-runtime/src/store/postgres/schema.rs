@@ -30,6 +30,14 @@ const MIGRATIONS: &[&str] = &[
          epoch bigint NOT NULL,
          expires_at timestamptz NOT NULL
      );",
+    // 2: the inbox: intents (events, control calls) posted by processes
+    // that do not drive the instances, for the worker that does.
+    "CREATE TABLE {s}.inbox (
+         n bigserial PRIMARY KEY,
+         id text NOT NULL,
+         intent bytea NOT NULL,
+         posted_at timestamptz NOT NULL DEFAULT now()
+     );",
 ];
 
 /// The newest schema version this release knows.

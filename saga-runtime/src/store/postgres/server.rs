@@ -39,11 +39,16 @@ pub(super) enum Op {
     },
 }
 
+/// What runs on the read connection, beside the writes: reads, and the
+/// inbox (posting needs no lease; taking is fenced by the epoch).
 pub(super) enum Read {
     Journal(String),
     LastSeq(String),
     Index(String),
     IndexEntries,
+    Post { id: String, intent: Vec<u8> },
+    Posts(i64),
+    DonePost { n: i64, epoch: i64 },
 }
 
 pub(super) enum ReadAnswer {
@@ -51,6 +56,8 @@ pub(super) enum ReadAnswer {
     LastSeq(Option<u64>),
     Index(Option<Vec<u8>>),
     Entries(Vec<(String, Vec<u8>)>),
+    Posts(Vec<(i64, String, Vec<u8>)>),
+    Done,
 }
 
 impl ReadAnswer {
@@ -143,6 +150,9 @@ struct Conn {
     last_seq: Statement,
     index: Statement,
     entries: Statement,
+    post: Statement,
+    posts: Statement,
+    done_post: Statement,
 }
 
 /// What every connection is made from.
@@ -244,8 +254,27 @@ impl Target {
                 "SELECT id, summary FROM {s}.instances ORDER BY id COLLATE \"C\""
             ))
             .await?;
+        let post = client
+            .prepare(&format!(
+                "INSERT INTO {s}.inbox (id, intent) VALUES ($1, $2)"
+            ))
+            .await?;
+        let posts = client
+            .prepare(&format!(
+                "SELECT n, id, intent FROM {s}.inbox ORDER BY n LIMIT $1"
+            ))
+            .await?;
+        let done_post = client
+            .prepare(&format!(
+                "DELETE FROM {s}.inbox WHERE n = $1
+                 AND EXISTS (SELECT 1 FROM {s}.lease WHERE epoch = $2 FOR SHARE)"
+            ))
+            .await?;
         Ok(Conn {
             client,
+            post,
+            posts,
+            done_post,
             create,
             append,
             append_many,
@@ -429,6 +458,13 @@ impl Server {
                     }
                     Job::Read { read, reply } => {
                         // Every write queued before it is applied: it sees them.
+                        let read = match read {
+                            Read::DonePost { n, .. } => Read::DonePost {
+                                n,
+                                epoch: self.epoch,
+                            },
+                            read => read,
+                        };
                         let reader = self.reader.clone();
                         let target = self.target.clone();
                         let deadline = Instant::now() + self.timeout;
@@ -734,6 +770,22 @@ async fn query(conn: &Conn, read: &Read) -> std::result::Result<ReadAnswer, toki
         Read::IndexEntries => {
             let rows = conn.client.query(&conn.entries, &[]).await?;
             ReadAnswer::Entries(rows.iter().map(|row| (row.get(0), row.get(1))).collect())
+        }
+        Read::Post { id, intent } => {
+            conn.client.execute(&conn.post, &[id, intent]).await?;
+            ReadAnswer::Done
+        }
+        Read::Posts(limit) => {
+            let rows = conn.client.query(&conn.posts, &[limit]).await?;
+            ReadAnswer::Posts(
+                rows.iter()
+                    .map(|row| (row.get(0), row.get(1), row.get(2)))
+                    .collect(),
+            )
+        }
+        Read::DonePost { n, epoch } => {
+            conn.client.execute(&conn.done_post, &[n, epoch]).await?;
+            ReadAnswer::Done
         }
     })
 }
