@@ -184,23 +184,36 @@ mod reorder_b {
     }
 }
 
-#[tokio::test]
-async fn an_undeclared_reorder_blocks_the_instance_and_terminate_with_rollback_compensates_from_history()
- {
-    let dir = std::env::temp_dir().join(format!("saga-deploy-reorder-{}", std::process::id()));
+/// Runs instance `id` of `reorder_a::order` (input `n`) up to its wait in
+/// one process, then opens the store again with `next` registered: the
+/// store's directory, the engine, the instance, and what its `result()`
+/// answered (the instance no longer matches `next`).
+async fn next_release(
+    tag: &str,
+    id: &str,
+    n: u64,
+    next: impl Workflow<Input = u64, Output = u64>,
+) -> (std::path::PathBuf, Engine, Instance, Error) {
+    let dir = std::env::temp_dir().join(format!("saga-deploy-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-
     let engine = Engine::open(&dir).unwrap();
-    let run = engine.start(reorder_a::order, "order-1", 4).await.unwrap();
+    let run = engine.start(reorder_a::order, id, n).await.unwrap();
     until_status(&run, Status::Waiting).await;
     drop(run);
     engine.close().await;
 
-    // The next release calls the steps in the other order.
     let engine = Engine::open(&dir).unwrap();
-    engine.register(reorder_b::order).unwrap();
-    let run = engine.instance("order-1").await.unwrap();
+    engine.register(next).unwrap();
+    let run = engine.instance(id).await.unwrap();
     let blocked = within("the block", run.result::<u64>()).await.unwrap_err();
+    (dir, engine, run, blocked)
+}
+
+#[tokio::test]
+async fn an_undeclared_reorder_blocks_the_instance_and_terminate_with_rollback_compensates_from_history()
+ {
+    // The next release calls the steps in the other order.
+    let (dir, engine, run, blocked) = next_release("reorder", "order-1", 4, reorder_b::order).await;
     match &blocked {
         Error::Blocked { failure, .. } => {
             assert!(
@@ -279,19 +292,7 @@ mod reorder_c {
 
 #[tokio::test]
 async fn a_step_gone_from_the_code_is_recorded_for_a_person_and_the_others_are_compensated() {
-    let dir = std::env::temp_dir().join(format!("saga-deploy-gone-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-
-    let engine = Engine::open(&dir).unwrap();
-    let run = engine.start(reorder_a::order, "order-2", 9).await.unwrap();
-    until_status(&run, Status::Waiting).await;
-    drop(run);
-    engine.close().await;
-
-    let engine = Engine::open(&dir).unwrap();
-    engine.register(reorder_c::order).unwrap();
-    let run = engine.instance("order-2").await.unwrap();
-    let blocked = within("the block", run.result::<u64>()).await.unwrap_err();
+    let (dir, engine, run, blocked) = next_release("gone", "order-2", 9, reorder_c::order).await;
     assert!(matches!(blocked, Error::Blocked { .. }), "{blocked:?}");
 
     within("the rollback", run.terminate_with_rollback())

@@ -169,6 +169,26 @@ async fn a_standby_takes_over_when_the_worker_closes() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_given_up_on_takes_no_lease() {
+    let schema = postgres::fresh_schema("dropped").await;
+    let calls = Arc::new(Calls::default());
+    let first = worker(&schema, &calls).await;
+    first.start(order, "kept", "pen".to_owned()).await.unwrap();
+    // A connect dropped while it waits as a standby (a timeout around it).
+    let waited = tokio::time::timeout(Duration::from_millis(100), worker(&schema, &calls)).await;
+    assert!(waited.is_err(), "the standby could not have connected");
+    first.close().await;
+    // Nobody holds the lease now: the next worker takes it at once, and
+    // resumes the instance.
+    let next = within("the next worker", worker(&schema, &calls)).await;
+    next.send_event("kept", "go", &true).await.unwrap();
+    let run = next.instance("kept").await.unwrap();
+    assert_eq!(within("the result", run.result::<u64>()).await.unwrap(), 3);
+    next.close().await;
+    postgres::drop_schema(&schema).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_whose_lease_was_taken_over_writes_nothing() {
     let schema = postgres::fresh_schema("fenced").await;
     let calls = Arc::new(Calls::default());

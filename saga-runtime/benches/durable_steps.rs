@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use saga_runtime::prelude::*;
 use saga_runtime::{rollback, step, workflow};
-use support::{Scratch, header, row, thousands};
+use support::{Scratch, charge, confirm, header, reserve, row, thousands};
 
 /// Steps per workflow, throughout.
 const STEPS: usize = 3;
@@ -99,21 +99,6 @@ fn inline_steps() -> impl Workflow<Input = u64, Output = StepNanos> + Copy {
         laps.lap();
         Ok::<_, WorkflowError>(laps.nanos())
     })
-}
-
-#[step(name = "reserve")]
-async fn reserve(key: IdempotencyKey, n: u64) -> Result<u64, StepError> {
-    Ok(n + key.as_str().len() as u64)
-}
-
-#[step(name = "charge", read_only)]
-async fn charge(reserved: u64) -> Result<u64, StepError> {
-    Ok(reserved * 2)
-}
-
-#[step(name = "confirm")]
-async fn confirm(key: IdempotencyKey, charged: u64) -> Result<u64, StepError> {
-    Ok(charged + key.as_str().len() as u64)
 }
 
 /// The same workload as [`inline_steps`], as users write it with macros.

@@ -12,8 +12,8 @@ mod support;
 use std::time::Instant;
 
 use saga_runtime::prelude::*;
-use saga_runtime::{step, workflow};
-use support::{header, row, thousands};
+use saga_runtime::workflow;
+use support::{charge, confirm, header, reserve, row, thousands};
 
 /// DBOS 3.4 (Python) on PostgreSQL 15, this machine class, the same
 /// workload: one at a time, and 32 at once.
@@ -22,21 +22,6 @@ const DBOS_AT_32: f64 = 62.0;
 const RAW_COMMITS: usize = 2_000;
 /// (concurrency, workflows)
 const ROUNDS: [(usize, usize); 3] = [(1, 500), (32, 3_000), (64, 4_000)];
-
-#[step(name = "reserve")]
-async fn reserve(key: IdempotencyKey, n: u64) -> Result<u64, StepError> {
-    Ok(n + key.as_str().len() as u64)
-}
-
-#[step(name = "charge", read_only)]
-async fn charge(reserved: u64) -> Result<u64, StepError> {
-    Ok(reserved * 2)
-}
-
-#[step(name = "confirm")]
-async fn confirm(key: IdempotencyKey, charged: u64) -> Result<u64, StepError> {
-    Ok(charged + key.as_str().len() as u64)
-}
 
 #[workflow(name = "bench-pg")]
 async fn three_steps(ctx: WorkflowContext, n: u64) -> Result<u64, WorkflowError> {

@@ -7,6 +7,9 @@
 
 use std::path::{Path, PathBuf};
 
+use saga_runtime::prelude::*;
+use saga_runtime::step;
+
 /// Whether `cargo bench [FILTER]` asked for the bench `name`. Cargo passes
 /// `--bench`; a filter that names another bench means not this one.
 pub(crate) fn wanted(name: &str) -> bool {
@@ -65,4 +68,21 @@ pub(crate) fn thousands(value: f64) -> String {
         out.push(digit);
     }
     out
+}
+
+// The three steps of the benches' workflow: sequential, two with a key.
+
+#[step(name = "reserve")]
+pub(crate) async fn reserve(key: IdempotencyKey, n: u64) -> Result<u64, StepError> {
+    Ok(n + key.as_str().len() as u64)
+}
+
+#[step(name = "charge", read_only)]
+pub(crate) async fn charge(reserved: u64) -> Result<u64, StepError> {
+    Ok(reserved * 2)
+}
+
+#[step(name = "confirm")]
+pub(crate) async fn confirm(key: IdempotencyKey, charged: u64) -> Result<u64, StepError> {
+    Ok(charged + key.as_str().len() as u64)
 }

@@ -54,15 +54,21 @@ pub(super) async fn holder(client: &Client, schema: &str) -> Result<Option<(Stri
 
 /// Waits until `owner` holds the lease: at once when it is free, else
 /// when the holder's lease expires (it stopped renewing) or is handed
-/// back. Returns the epoch.
+/// back. Returns the epoch; stops when `gave_up` says nobody waits.
 pub(super) async fn take(
     client: &Client,
     schema: &str,
     owner: &str,
     lease: Duration,
+    gave_up: impl Fn() -> bool,
 ) -> Result<i64> {
     let mut said = false;
     loop {
+        // The caller of `connect` stopped waiting (its future was dropped):
+        // a standby that nobody waits for takes nothing.
+        if gave_up() {
+            return Err(Error::Closed);
+        }
         match try_take(client, schema, owner, lease).await {
             Ok(Some(epoch)) => {
                 if said {

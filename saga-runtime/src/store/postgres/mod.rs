@@ -120,14 +120,16 @@ impl PgStore {
             .name("saga-postgres".into())
             .spawn(move || server::run(options, receiver, ready))
             .map_err(|e| Error::Store(format!("could not start the PostgreSQL thread: {e}")))?;
-        let store = PgStore {
-            jobs,
-            read_only,
-            thread: Mutex::new(Some(thread)),
-            patience,
-        };
+        // Cancel safety: dropped here (a standby given up on), the receiver
+        // tells the thread, which stops waiting for the lease, or hands it
+        // back if it just took it; nothing here waits for the thread.
         match started.await {
-            Ok(Ok(())) => Ok(store),
+            Ok(Ok(())) => Ok(PgStore {
+                jobs,
+                read_only,
+                thread: Mutex::new(Some(thread)),
+                patience,
+            }),
             Ok(Err(e)) => Err(e),
             Err(_) => Err(Error::Store(
                 "the PostgreSQL thread stopped while connecting".into(),

@@ -125,9 +125,13 @@ pub(super) fn run(
         }
     };
     runtime.block_on(async move {
-        match Server::start(options).await {
-            Ok(server) => {
-                let _ = ready.send(Ok(()));
+        match Server::start(options, &ready).await {
+            Ok(mut server) => {
+                if ready.send(Ok(())).is_err() {
+                    // The caller of `connect` is gone: hand the lease back.
+                    let _ = server.release().await;
+                    return;
+                }
                 server.serve(jobs).await;
             }
             Err(e) => {
@@ -318,7 +322,7 @@ struct Server {
 }
 
 impl Server {
-    async fn start(options: PgOptions) -> Result<Server> {
+    async fn start(options: PgOptions, ready: &oneshot::Sender<Result<()>>) -> Result<Server> {
         let config: Config = options
             .url
             .parse()
@@ -354,7 +358,10 @@ impl Server {
         let epoch = if options.read_only {
             0
         } else {
-            lease::take(&client, &target.schema, &owner, options.lease).await?
+            lease::take(&client, &target.schema, &owner, options.lease, || {
+                ready.is_closed()
+            })
+            .await?
         };
         let read_only = options.read_only;
         drop(client);
