@@ -195,6 +195,27 @@ async fn a_pause_during_a_sleep_holds_the_instance_after_it() {
     assert_eq!(twos.load(Ordering::SeqCst), 1);
 }
 
+#[tokio::test]
+async fn a_resumed_instance_is_back_in_its_sleep() {
+    let clock = TestClock::new();
+    let engine = engine_on(&clock).await;
+    let twos = Arc::new(AtomicU32::new(0));
+    let run = engine
+        .start(nap_between_steps(&twos), "resume-nap-1", ())
+        .await
+        .unwrap();
+    within("the nap", clock.wait_for_sleepers(1)).await;
+    assert_eq!(run.status().await.unwrap(), Status::Waiting);
+    run.pause().await.unwrap();
+    assert_eq!(run.status().await.unwrap(), Status::Paused);
+    run.resume().await.unwrap();
+    // Still asleep: waiting, not running.
+    assert_eq!(run.status().await.unwrap(), Status::Waiting);
+    clock.advance(Duration::from_secs(2 * DAY));
+    within("the result", run.result()).await.unwrap();
+    assert_eq!(twos.load(Ordering::SeqCst), 1);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pause_and_resume_right_after_start_never_lose_the_instance() {
     let clock = TestClock::new();

@@ -314,12 +314,8 @@ async fn a_reader_posts_events_and_control_calls_that_the_worker_acts_on() {
     remote.pause().await.unwrap();
     helpers::until_status(&run, Status::Paused).await;
     remote.resume().await.unwrap();
-    within("the resume", async {
-        while run.status().await.unwrap() == Status::Paused {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await;
+    // Back in its wait.
+    helpers::until_status(&run, Status::Waiting).await;
     remote.terminate_with_rollback().await.unwrap();
     helpers::until_status(&run, Status::Terminated).await;
     assert_eq!(calls.release.load(Ordering::SeqCst), 1, "compensated once");

@@ -517,6 +517,15 @@ fn apply_to(
         }
         Change::Unpaused => {
             s.status = Status::Running;
+            // Paused in a sleep or a wait, it is back in it: replay records
+            // no new start for it, so its status says so here.
+            let in_a_wait = s.slots.values().any(|r| {
+                matches!(
+                    r.state,
+                    SlotState::Sleeping { .. } | SlotState::Waiting { .. }
+                )
+            });
+            s.set_waiting(in_a_wait);
             EventKind::Resumed
         }
         Change::RollbackStarted { cause, then } => {
