@@ -372,8 +372,13 @@ async fn rebuild_and_compensate(
     // A Blocked instance of a `#[workflow]`: its code no longer matches
     // its history, so it is not run; each compensation is rebuilt from its
     // step's start record and the step table of the registered code.
-    let table = workflow.step_table();
-    if state.rollback.as_ref().is_some_and(|plan| plan.by_name) && !table.is_empty() {
+    let blocked = state.rollback.as_ref().is_some_and(|plan| plan.by_name);
+    let table = if blocked {
+        workflow.step_table()
+    } else {
+        Vec::new()
+    };
+    if !table.is_empty() {
         let ctx = Ctx::new(
             core.clone(),
             id.clone(),

@@ -28,29 +28,16 @@ pub(crate) async fn engine_on(clock: &TestClock) -> Engine {
 /// Whether this test binary runs the semantics suite on PostgreSQL:
 /// `tests/postgres_semantics.rs` compiles the semantics test files again,
 /// and their engines then run on PostgreSQL instead of sled.
-pub(crate) const ON_POSTGRES: bool = same(env!("CARGO_CRATE_NAME"), "postgres_semantics");
-
-const fn same(a: &str, b: &str) -> bool {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
-    if a.len() != b.len() {
-        return false;
-    }
-    let mut i = 0;
-    while i < a.len() {
-        if a[i] != b[i] {
-            return false;
-        }
-        i += 1;
-    }
-    true
+pub(crate) fn on_postgres() -> bool {
+    env!("CARGO_CRATE_NAME") == "postgres_semantics"
 }
 
 /// An engine with `builder`'s options on a fresh, empty store: a
 /// temporary sled store, or a schema of its own on the test database when
-/// the suite runs on PostgreSQL ([`ON_POSTGRES`]).
+/// the suite runs on PostgreSQL ([`on_postgres`]).
 pub(crate) async fn fresh(builder: saga_runtime::EngineBuilder) -> Engine {
     #[cfg(feature = "postgres")]
-    if ON_POSTGRES {
+    if on_postgres() {
         let schema = postgres::fresh_schema("sem").await;
         return builder
             .postgres_schema(&schema)

@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 
 /// Takes the lease for `owner` if it is free or expired; the new epoch,
 /// or `None` when another worker holds it.
-pub(super) async fn try_take(
+async fn try_take(
     client: &Client,
     schema: &str,
     owner: &str,

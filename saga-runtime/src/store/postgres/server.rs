@@ -388,10 +388,9 @@ impl Server {
                 match job {
                     Job::Read { read, reply } => {
                         let deadline = Instant::now() + self.timeout;
-                        let reply_to = reply;
                         let answer =
                             read_with_retry(&self.target, &self.reader, &read, deadline).await;
-                        let _ = reply_to.send(answer);
+                        let _ = reply.send(answer);
                     }
                     Job::Write { reply, .. } => {
                         if let Some(reply) = reply {
