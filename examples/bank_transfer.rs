@@ -19,8 +19,8 @@
 //! On PostgreSQL (schema `saga_examples`; the URL defaults to
 //! `$SAGA_DATABASE_URL`, then the local test database):
 //! `cargo run --example bank_transfer -- --postgres [URL]`. Run it in two
-//! terminals at once: the second waits as a standby worker until the first
-//! hands its lease back, then runs its own transfers.
+//! terminals at once: both are workers, each drives the transfers it
+//! starts, and a transfer whose worker stops is claimed by the other.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -306,9 +306,9 @@ async fn run() -> Result<(), saga_runtime::Error> {
                 .postgres_schema("saga_examples")
                 .connect(&url)
                 .await?;
-            // The schema keeps earlier runs' transfers: this run's ids are new.
-            let earlier = engine.list(&ListFilter::default()).await?.len();
-            (engine, format!("-run{}", earlier / 2 + 1))
+            // The schema keeps earlier runs' transfers, and other workers
+            // may run beside this one: this run's ids are its own.
+            (engine, format!("-p{}", std::process::id()))
         }
     };
     engine.register(bank_transfer)?;

@@ -13,7 +13,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use saga_runtime::prelude::*;
-use saga_runtime::{BoxFuture, Error, TestClock};
+use saga_runtime::{BoxFuture, Error, IndexRow, TestClock};
 
 use helpers::{engine_on, until_status, within};
 
@@ -327,7 +327,7 @@ impl GatedStore {
 }
 
 impl saga_runtime::Store for GatedStore {
-    fn create(&self, id: &str, index: &[u8], record: &[u8]) -> Result<bool, Error> {
+    fn create(&self, id: &str, index: &IndexRow<'_>, record: &[u8]) -> Result<bool, Error> {
         self.inner.create(id, index, record)
     }
     fn append(&self, id: &str, seq: u64, record: &[u8]) -> Result<(), Error> {
@@ -339,8 +339,8 @@ impl saga_runtime::Store for GatedStore {
     fn last_seq(&self, id: &str) -> Result<Option<u64>, Error> {
         self.inner.last_seq(id)
     }
-    fn put_index(&self, id: &str, summary: &[u8]) -> Result<(), Error> {
-        self.inner.put_index(id, summary)
+    fn put_index(&self, id: &str, index: &IndexRow<'_>) -> Result<(), Error> {
+        self.inner.put_index(id, index)
     }
     fn index(&self, id: &str) -> Result<Option<Vec<u8>>, Error> {
         self.inner.index(id)

@@ -1,6 +1,7 @@
 //! The PostgreSQL store as users meet it: workflows written with the
-//! macros run and roll back on it; a standby takes over a closed or dead
-//! worker's instances; a worker that lost its lease writes nothing; lost
+//! macros run and roll back on it; workers drive the instances they start
+//! and reach each other's; a closed or dead worker's instances are claimed
+//! by another; a worker whose lease ran out writes nothing; lost
 //! connections are reconnected without ending an instance; an unreachable
 //! database is a typed error.
 
@@ -123,6 +124,16 @@ async fn workflows_run_and_roll_back_on_postgres() {
 
     let listed = engine.list(&ListFilter::default()).await.unwrap();
     assert_eq!(listed.len(), 2);
+    // Filtered in the database, by the index's columns.
+    let ids = |listed: Vec<saga_runtime::InstanceInfo>| -> Vec<String> {
+        listed.into_iter().map(|i| i.id).collect()
+    };
+    let complete = ListFilter::all().status(Status::Complete);
+    assert_eq!(ids(engine.list(&complete).await.unwrap()), ["order-ok"]);
+    let errored = ListFilter::all().status(Status::Errored).workflow("order");
+    assert_eq!(ids(engine.list(&errored).await.unwrap()), ["order-bad"]);
+    let other = ListFilter::all().workflow("another");
+    assert!(engine.list(&other).await.unwrap().is_empty());
     engine.close().await;
 
     // A new worker reads what the first stored, and runs nothing again.
@@ -136,98 +147,177 @@ async fn workflows_run_and_roll_back_on_postgres() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_standby_takes_over_when_the_worker_closes() {
-    let schema = postgres::fresh_schema("standby").await;
+async fn workers_drive_their_own_instances_and_reach_each_others() {
+    let schema = postgres::fresh_schema("spread").await;
+    let (calls_a, calls_b) = (Arc::new(Calls::default()), Arc::new(Calls::default()));
+    let a = worker(&schema, &calls_a).await;
+    // Both are workers at once: neither waits for the other.
+    let b = within("a second worker", worker(&schema, &calls_b)).await;
+    let on_a = a.start(order, "on-a", "pen".to_owned()).await.unwrap();
+    let on_b = b.start(order, "on-b", "ink".to_owned()).await.unwrap();
+    helpers::until_status(&on_a, Status::Waiting).await;
+    helpers::until_status(&on_b, Status::Waiting).await;
+    // Each worker ran the first step of the instance it started.
+    assert_eq!(calls_a.reserve.load(Ordering::SeqCst), 1);
+    assert_eq!(calls_b.reserve.load(Ordering::SeqCst), 1);
+
+    // Calls on the other's instance are posted to it; results, status and
+    // lists read from either.
+    let sent = b.event("on-a", "go").send(&true).await.unwrap();
+    assert_eq!(sent, saga_runtime::Sent::Posted);
+    let from_b = b.instance("on-a").await.unwrap();
+    assert_eq!(
+        within("the result", from_b.result::<u64>()).await.unwrap(),
+        3
+    );
+    assert_eq!(calls_a.charge.load(Ordering::SeqCst), 1, "on-a ran on a");
+    assert_eq!(calls_b.charge.load(Ordering::SeqCst), 0);
+
+    a.instance("on-b").await.unwrap().pause().await.unwrap();
+    helpers::until_status(&on_b, Status::Paused).await;
+    // Starting an instance another worker drives returns it.
+    let again = a.start(order, "on-b", "ink".to_owned()).await.unwrap();
+    assert_eq!(again.status().await.unwrap(), Status::Paused);
+    a.instance("on-b").await.unwrap().resume().await.unwrap();
+    helpers::until_status(&on_b, Status::Waiting).await;
+    // An event with start, to an instance the other drives: posted.
+    let (_, sent) = a
+        .event("on-b", "go")
+        .send_with_start(order, "ink".to_owned(), &true)
+        .await
+        .unwrap();
+    assert_eq!(sent, saga_runtime::Sent::Posted);
+    assert_eq!(within("the result", again.result()).await.unwrap(), 3);
+    assert_eq!(calls_b.charge.load(Ordering::SeqCst), 1, "on-b ran on b");
+    assert_eq!(calls_a.reserve.load(Ordering::SeqCst), 1);
+    assert_eq!(a.list(&ListFilter::default()).await.unwrap().len(), 2);
+    a.close().await;
+    b.close().await;
+    postgres::drop_schema(&schema).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_workers_instances_are_claimed_by_another() {
+    let schema = postgres::fresh_schema("claim").await;
     let calls = Arc::new(Calls::default());
     let first = worker(&schema, &calls).await;
-    first.start(order, "waits", "pen".to_owned()).await.unwrap();
-
-    // The second worker waits while the first holds the lease.
-    let standby = tokio::spawn({
-        let schema = schema.clone();
-        let calls = calls.clone();
-        async move { worker(&schema, &calls).await }
-    });
-    helpers::settle().await;
-    assert!(
-        !standby.is_finished(),
-        "a second worker drove the schema beside the first"
-    );
-
+    for i in 0..3 {
+        let run = first
+            .start(order, &format!("waits-{i}"), "pen".to_owned())
+            .await
+            .unwrap();
+        helpers::until_status(&run, Status::Waiting).await;
+    }
+    let second = worker(&schema, &calls).await;
+    // Posted while the first still drives them, acted on by whoever owns
+    // each when it is taken: the first, or the second once it claimed it.
+    second.send_event("waits-0", "go", &true).await.unwrap();
     first.close().await;
-    let second = within("the take-over", standby).await.unwrap();
-    second.send_event("waits", "go", &true).await.unwrap();
-    let run = second.instance("waits").await.unwrap();
-    assert_eq!(within("the result", run.result::<u64>()).await.unwrap(), 3);
+    for i in 1..3 {
+        second
+            .send_event(&format!("waits-{i}"), "go", &true)
+            .await
+            .unwrap();
+    }
+    for i in 0..3 {
+        let run = second.instance(&format!("waits-{i}")).await.unwrap();
+        assert_eq!(within("the result", run.result::<u64>()).await.unwrap(), 3);
+    }
     assert_eq!(
         calls.reserve.load(Ordering::SeqCst),
-        1,
-        "the reserve step ran again"
+        3,
+        "a reserve step ran again"
     );
+    assert_eq!(calls.charge.load(Ordering::SeqCst), 3);
     second.close().await;
     postgres::drop_schema(&schema).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_standby_given_up_on_takes_no_lease() {
-    let schema = postgres::fresh_schema("dropped").await;
+async fn an_instance_indexed_before_owners_existed_is_claimed() {
+    let schema = postgres::fresh_schema("upgrade").await;
     let calls = Arc::new(Calls::default());
-    let first = worker(&schema, &calls).await;
-    first.start(order, "kept", "pen".to_owned()).await.unwrap();
-    // A connect dropped while it waits as a standby (a timeout around it).
-    let waited = tokio::time::timeout(Duration::from_millis(100), worker(&schema, &calls)).await;
-    assert!(waited.is_err(), "the standby could not have connected");
-    first.close().await;
-    // Nobody holds the lease now: the next worker takes it at once, and
-    // resumes the instance.
-    let next = within("the next worker", worker(&schema, &calls)).await;
-    next.send_event("kept", "go", &true).await.unwrap();
-    let run = next.instance("kept").await.unwrap();
+    let old = worker(&schema, &calls).await;
+    let run = old.start(order, "old", "cup".to_owned()).await.unwrap();
+    helpers::until_status(&run, Status::Waiting).await;
+    old.close().await;
+    // As schema version 2 left its rows: no owner, workflow or status.
+    let admin = postgres::admin().await;
+    admin
+        .batch_execute(&format!(
+            "UPDATE {schema}.instances SET owner = NULL, workflow = NULL, status = NULL"
+        ))
+        .await
+        .unwrap();
+    let new = worker(&schema, &calls).await;
+    let waiting = ListFilter::all().status(Status::Waiting).workflow("order");
+    assert_eq!(new.list(&waiting).await.unwrap().len(), 1);
+    new.send_event("old", "go", &true).await.unwrap();
+    let run = new.instance("old").await.unwrap();
     assert_eq!(within("the result", run.result::<u64>()).await.unwrap(), 3);
-    next.close().await;
+    assert_eq!(calls.reserve.load(Ordering::SeqCst), 1, "reserve ran again");
+    let row = admin
+        .query_one(
+            &format!("SELECT workflow, status FROM {schema}.instances WHERE id = 'old'"),
+            &[],
+        )
+        .await
+        .unwrap();
+    let (workflow, status): (String, String) = (row.get(0), row.get(1));
+    assert_eq!((workflow.as_str(), status.as_str()), ("order", "complete"));
+    new.close().await;
     postgres::drop_schema(&schema).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_worker_whose_lease_was_taken_over_writes_nothing() {
+async fn a_worker_whose_lease_ran_out_writes_nothing() {
     let schema = postgres::fresh_schema("fenced").await;
     let calls = Arc::new(Calls::default());
     let stalled = worker(&schema, &calls).await;
-    stalled
+    let run = stalled
         .start(order, "contested", "cup".to_owned())
         .await
         .unwrap();
+    helpers::until_status(&run, Status::Waiting).await;
 
     // As if the worker had stopped renewing (SIGSTOP, a long pause): its
-    // lease expired and another worker took it (here the test, so the
-    // stalled worker cannot renew first), then the new worker takes over.
+    // lease ran out, and another worker claims its instance.
     let admin = postgres::admin().await;
     admin
         .batch_execute(&format!(
-            "UPDATE {schema}.lease
-             SET owner = 'test', epoch = epoch + 1, expires_at = now() - interval '1 second'"
+            "UPDATE {schema}.workers SET expires_at = now() - interval '1 second'"
         ))
         .await
         .unwrap();
     let current = worker(&schema, &calls).await;
-
-    // The stalled worker's next write is refused, and stores nothing.
+    let owner = format!("SELECT owner FROM {schema}.instances WHERE id = 'contested'");
+    let stalled_name: String = admin.query_one(&owner, &[]).await.unwrap().get(0);
+    within("the claim", async {
+        loop {
+            let now: String = admin.query_one(&owner, &[]).await.unwrap().get(0);
+            if now != stalled_name {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    // The stalled worker's next write is refused, and stores nothing (the
+    // order then fails on the current worker's "no"); it never gets its
+    // lease back.
     let err = stalled
         .send_event("contested", "go", &true)
         .await
         .unwrap_err();
     assert!(matches!(err, Error::Fenced { .. }), "{err}");
-    let rows: i64 = admin
-        .query_one(
-            &format!("SELECT count(*) FROM {schema}.journal WHERE id = 'contested'"),
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
     let current_run = current.instance("contested").await.unwrap();
-    let before = current_run.history().await.unwrap().len();
-    assert!(rows > 0 && before > 0);
+    let history = current_run.history().await.unwrap();
+    assert!(
+        !history
+            .iter()
+            .any(|e| matches!(e.kind, EventKind::EventReceived { .. })),
+        "a fenced worker stored its event: {history:?}"
+    );
 
     current.send_event("contested", "go", &false).await.unwrap();
     let err = within("the result", current_run.result::<u64>())
@@ -235,6 +325,7 @@ async fn a_worker_whose_lease_was_taken_over_writes_nothing() {
         .unwrap_err();
     assert!(matches!(err, Error::WorkflowFailed { .. }), "{err}");
     assert_eq!(calls.charge.load(Ordering::SeqCst), 0);
+    assert_eq!(calls.release.load(Ordering::SeqCst), 1, "compensated once");
     stalled.close().await;
     current.close().await;
     postgres::drop_schema(&schema).await;
@@ -389,7 +480,8 @@ async fn a_dead_workers_instances_resume_once_its_lease_expires() {
     dead.wait_for("started");
     dead.kill();
 
-    // No handing back: the lease (500 ms) must run out first.
+    // It did not leave: its lease (500 ms) must run out before the
+    // instance is claimed.
     let calls = Arc::new(Calls::default());
     let engine = within("the take-over", worker(&schema, &calls)).await;
     engine.send_event("orphan", "go", &true).await.unwrap();

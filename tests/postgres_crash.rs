@@ -1,11 +1,11 @@
 //! Many workers on one PostgreSQL schema, under SIGKILL and SIGSTOP.
 //!
 //! Three worker processes (this binary, re-executed) connect to one
-//! schema: one drives its instances under the lease, the others wait as
-//! standbys. Each starts the same 300 orders (a start of an existing id is
-//! a no-op). The parent SIGKILLs workers, and SIGSTOPs some for longer than
-//! the lease (a standby takes over; the stopped one, continued, must be
-//! fenced). Step and compensation bodies record every execution (worker,
+//! schema, each under a lease of its own. Each starts the same 300 orders,
+//! beginning at a different one (a start of an existing id is a no-op), so
+//! each drives the orders it created first. The parent SIGKILLs workers,
+//! and SIGSTOPs some for longer than the lease (the others claim its
+//! orders; the stopped one, continued, must be fenced). Step and compensation bodies record every execution (worker,
 //! key, start, end) in a table beside the journal: the outside world the
 //! workflows act on. After the chaos, a last worker finishes everything,
 //! and the checks read the histories and that table:
@@ -180,20 +180,21 @@ async fn connect_worker(schema: &str) -> Engine {
         .unwrap_or_else(|e| postgres::missing(e))
 }
 
-/// A worker: waits for the lease, then makes sure every order is started.
+/// A worker: makes sure every order is started, from its own first one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn child_worker() {
     let Some(dir) = child::child_dir() else {
         return;
     };
     let schema = dir.file_name().unwrap().to_str().unwrap().to_owned();
-    child::report("waiting");
+    child::report("connecting");
     let engine = connect_worker(&schema).await;
     child::report("driving");
-    for order in 0..ORDERS {
+    let first = u64::from(std::process::id()) * 97 % ORDERS;
+    for order in (0..ORDERS).map(|k| (first + k) % ORDERS) {
         match engine.start(shop, &format!("o{order}"), order).await {
             Ok(_) => {}
-            // Taken over while starting: the new worker starts the rest.
+            // Fenced while starting: the other workers start the rest.
             Err(Error::Fenced { .. }) => break,
             Err(e) => {
                 eprintln!("worker {}: start o{order}: {e}", std::process::id());
@@ -251,8 +252,8 @@ async fn workers_under_sigkill_and_sigstop_keep_every_promise() {
         let victim = rng.below(workers.len() as u64) as usize;
         let pid = i64::from(workers[victim].pid());
         if rng.below(4) == 0 {
-            // Longer than the lease: a standby takes over, then the stopped
-            // worker runs on and must be fenced.
+            // Longer than the lease: the others claim its orders, then the
+            // stopped worker runs on and must be fenced.
             let from = now_micros();
             workers[victim].signal("STOP");
             std::thread::sleep(LEASE + Duration::from_millis(300 + rng.below(700)));
@@ -275,8 +276,8 @@ async fn workers_under_sigkill_and_sigstop_keep_every_promise() {
     let chaos_end = now_micros();
     let chaos = chaos.elapsed();
 
-    // The last worker: takes over once the last lease expired, and
-    // finishes every order.
+    // The last worker: claims the orders as the last leases expire, and
+    // finishes every one.
     let engine = helpers::within("the last take-over", connect_worker(&schema)).await;
     for order in 0..ORDERS {
         engine
@@ -430,11 +431,25 @@ async fn workers_under_sigkill_and_sigstop_keep_every_promise() {
         .iter()
         .filter(|row| row.get::<_, i64>(5) < chaos_end)
         .count();
+    // Work spreads: the orders were driven by many workers at once, not
+    // by one while the others waited.
+    let drivers: std::collections::HashSet<i64> = rows
+        .iter()
+        .filter(|row| row.get::<_, i64>(5) < chaos_end)
+        .map(|row| row.get(0))
+        .collect();
+    if drivers.len() < 3 {
+        violations.push(format!(
+            "only {} workers ran steps during the chaos",
+            drivers.len()
+        ));
+    }
     println!(
         "multi-worker crash: seed {seed}, {ORDERS} orders ({rolled_back} rolled back), \
          {killed} SIGKILLs, {stopped} SIGSTOPs past the lease, chaos {chaos:?}; \
-         {} executions, {during_chaos} of them during the chaos",
-        rows.len()
+         {} executions, {during_chaos} of them during the chaos, on {} workers",
+        rows.len(),
+        drivers.len()
     );
     if violations.is_empty() {
         postgres::drop_schema(&schema).await;

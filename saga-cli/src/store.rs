@@ -68,8 +68,7 @@ fn open_sled(dir: &std::path::Path) -> Result<Engine, CliError> {
 }
 
 /// A read-only connection: it takes no lease, so it works while workers
-/// run. Control commands would need the lease; they are refused with
-/// what to do instead.
+/// run. Control commands are posted to the worker that owns the instance.
 async fn open_postgres(url: &str) -> Result<Engine, CliError> {
     let schema = std::env::var("SAGA_DATABASE_SCHEMA").unwrap_or_else(|_| "saga".to_owned());
     Engine::builder()

@@ -1,14 +1,17 @@
 //! Durable steps on PostgreSQL: workflows/s of 3-step workflows on one
-//! worker, beside a raw loop of synchronously committed single-row
-//! inserts on the same database, and DBOS 3.4's figures for the same
-//! workload on this machine class (from issue 12: 66 workflows/s one at a
-//! time, 62 at 32 at once).
+//! worker, then on 1, 2 and 4 worker processes (this binary, re-executed)
+//! at 64 at once each, beside a raw loop of synchronously committed
+//! single-row inserts on the same database, and DBOS 3.4's figures for the
+//! same workload on this machine class (from issue 12: 66 workflows/s one
+//! at a time, 62 at 32 at once).
 //!
 //! `cargo bench -p saga-runtime --features postgres --bench postgres_steps`
 //! (database: `SAGA_TEST_DATABASE_URL`, default the local test database).
 
 mod support;
 
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use saga_runtime::prelude::*;
@@ -22,6 +25,11 @@ const DBOS_AT_32: f64 = 62.0;
 const RAW_COMMITS: usize = 2_000;
 /// (concurrency, workflows)
 const ROUNDS: [(usize, usize); 3] = [(1, 500), (32, 3_000), (64, 4_000)];
+/// Worker processes, each with 64 at once, and the workflows each runs.
+const PROCESSES: [usize; 3] = [1, 2, 4];
+const PER_PROCESS: usize = 3_000;
+/// Set in a worker process: `schema:name`.
+const WORKER_ENV: &str = "SAGA_BENCH_PG_WORKER";
 
 #[workflow(name = "bench-pg")]
 async fn three_steps(ctx: WorkflowContext, n: u64) -> Result<u64, WorkflowError> {
@@ -75,12 +83,13 @@ async fn workflows_per_second(
     engine: &Engine,
     concurrency: usize,
     total: usize,
-    round: usize,
+    round: &str,
 ) -> f64 {
     let started = Instant::now();
     let mut callers = tokio::task::JoinSet::new();
     for caller in 0..concurrency {
         let engine = engine.clone();
+        let round = round.to_owned();
         callers.spawn(async move {
             for n in (caller..total).step_by(concurrency) {
                 let run = engine
@@ -97,7 +106,74 @@ async fn workflows_per_second(
     total as f64 / started.elapsed().as_secs_f64()
 }
 
+async fn connect(schema: &str) -> Engine {
+    Engine::builder()
+        .postgres_schema(schema)
+        .register(three_steps)
+        .connect(&url())
+        .await
+        .expect("connect")
+}
+
+/// A worker process: connects, warms up, says `ready`, waits for a line
+/// on stdin, runs its share at 64 at once, says `done`.
+fn worker_process(spec: &str) {
+    let (schema, name) = spec.split_once(':').expect("schema:name");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let engine = connect(schema).await;
+        workflows_per_second(&engine, 32, 320, &format!("{name}-warm")).await;
+        println!("ready");
+        let mut go = String::new();
+        std::io::stdin().read_line(&mut go).unwrap();
+        workflows_per_second(&engine, 64, PER_PROCESS, name).await;
+        engine.close().await;
+        println!("done");
+    });
+}
+
+/// Workflows/s of `processes` worker processes at once, 64 at once each:
+/// from the moment all are ready and told to go to the last one done.
+fn processes_per_second(schema: &str, processes: usize) -> f64 {
+    let exe = std::env::current_exe().unwrap();
+    let mut children: Vec<_> = (0..processes)
+        .map(|i| {
+            Command::new(&exe)
+                .env(WORKER_ENV, format!("{schema}:p{processes}w{i}"))
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("a worker process")
+        })
+        .collect();
+    let mut outputs: Vec<_> = children
+        .iter_mut()
+        .map(|c| BufReader::new(c.stdout.take().unwrap()).lines())
+        .collect();
+    let expect = |outputs: &mut Vec<std::io::Lines<_>>, word: &str| {
+        for lines in outputs.iter_mut() {
+            let line = lines.next().expect("a line").expect("a worker's output");
+            assert_eq!(line, word, "a worker process said {line:?}");
+        }
+    };
+    expect(&mut outputs, "ready");
+    let started = Instant::now();
+    for child in &mut children {
+        writeln!(child.stdin.as_mut().unwrap(), "go").unwrap();
+    }
+    expect(&mut outputs, "done");
+    let elapsed = started.elapsed();
+    for mut child in children {
+        assert!(child.wait().unwrap().success(), "a worker process failed");
+    }
+    (processes * PER_PROCESS) as f64 / elapsed.as_secs_f64()
+}
+
 fn main() {
+    if let Ok(spec) = std::env::var(WORKER_ENV) {
+        worker_process(&spec);
+        return;
+    }
     if !support::wanted("postgres_steps") {
         return;
     }
@@ -112,14 +188,9 @@ fn main() {
             .await
             .unwrap();
         let raw = raw_commits(&client, &schema).await;
-        let engine = Engine::builder()
-            .postgres_schema(&schema)
-            .register(three_steps)
-            .connect(&url())
-            .await
-            .expect("connect");
+        let engine = connect(&schema).await;
         // Warm-up: connections, prepared statements, the runtime.
-        workflows_per_second(&engine, 32, 320, 0).await;
+        workflows_per_second(&engine, 32, 320, "r0").await;
 
         header("PostgreSQL: 3-step workflows on one worker (workflows/s)");
         row(
@@ -129,7 +200,8 @@ fn main() {
             "1 durable write per round trip",
         );
         for (i, (concurrency, total)) in ROUNDS.into_iter().enumerate() {
-            let figure = workflows_per_second(&engine, concurrency, total, i + 1).await;
+            let figure =
+                workflows_per_second(&engine, concurrency, total, &format!("r{}", i + 1)).await;
             let dbos = match concurrency {
                 1 => format!("{:.1}x DBOS ({DBOS_SEQUENTIAL})", figure / DBOS_SEQUENTIAL),
                 32 => format!(
@@ -146,6 +218,23 @@ fn main() {
             );
         }
         engine.close().await;
+        let mut one = 0.0;
+        for processes in PROCESSES {
+            let schema = schema.clone();
+            let figure =
+                tokio::task::spawn_blocking(move || processes_per_second(&schema, processes))
+                    .await
+                    .unwrap();
+            if processes == 1 {
+                one = figure;
+            }
+            row(
+                &format!("saga, {processes} worker processes, 64 at once each"),
+                "workflows/s",
+                &thousands(figure),
+                &format!("{:.2}x 1 process", figure / one),
+            );
+        }
         client
             .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
             .await

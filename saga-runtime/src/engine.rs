@@ -172,15 +172,17 @@ impl EngineBuilder {
 
     /// Connects to the PostgreSQL database at `url`
     /// (`postgres://user:password@host:port/db`), creating or migrating its
-    /// schema, and returns once this engine drives its instances.
+    /// schema: this engine is then one of the schema's workers.
     ///
-    /// One engine (worker) drives a schema's instances at a time, under a
-    /// lease it renews. Another engine connected to the same schema waits
-    /// here as a hot standby, and takes over (resuming the instances by
-    /// replay) once the driving worker closes or stops renewing for the
-    /// lease time. A worker that was stopped past its lease is fenced: it
-    /// writes nothing more ([`Error::Fenced`]). An unreachable database is
-    /// [`Error::DatabaseUnreachable`].
+    /// Every worker drives the instances it starts. It holds a lease that
+    /// it renews; when a worker closes, or stops renewing for the lease
+    /// time (it died), the other workers claim its unfinished instances,
+    /// a batch at a time, and resume them by replay. Calls on an instance
+    /// another worker drives (events, pause, terminate, ...) are posted to
+    /// that worker, which acts on them within moments; `result()` and
+    /// `list()` work from any worker. A worker that was stopped past its
+    /// lease is fenced: it writes nothing more ([`Error::Fenced`]). An
+    /// unreachable database is [`Error::DatabaseUnreachable`].
     #[cfg(feature = "postgres")]
     pub async fn connect(self, url: &str) -> Result<Engine> {
         self.connect_postgres(url, false).await
@@ -225,7 +227,7 @@ impl EngineBuilder {
 
     /// How long a PostgreSQL worker's lease lasts without renewal (default
     /// 10 s, on the database's clock): after a worker dies, its instances
-    /// wait this long before a standby resumes them. At least 300 ms.
+    /// wait this long before other workers resume them. At least 300 ms.
     #[cfg(feature = "postgres")]
     pub fn lease_time(mut self, lease: Duration) -> Self {
         self.lease = lease;
@@ -250,7 +252,9 @@ impl EngineBuilder {
     }
 
     fn build(self, journal: Journal, runtime: Handle, path: Option<PathBuf>) -> Result<Engine> {
-        let repaired = if journal.read_only() {
+        // On a store shared by workers, an index entry is repaired by the
+        // worker that claims its instance (and a reader repairs nothing).
+        let repaired = if journal.read_only() || journal.shared() {
             0
         } else {
             journal.repair_index()?
@@ -382,7 +386,11 @@ impl Engine {
     pub async fn list(&self, filter: &ListFilter) -> Result<Vec<InstanceInfo>> {
         let runner = self.runner();
         let mut out = Vec::new();
-        for (id, summary) in runner.core.journal.summaries()? {
+        let summaries = runner
+            .core
+            .journal
+            .summaries_where(filter.status, filter.workflow.as_deref())?;
+        for (id, summary) in summaries {
             let summary = match summary {
                 Ok(summary) => summary,
                 Err(e) => {

@@ -287,10 +287,11 @@ pub enum Error {
         what: String,
     },
 
-    /// Another worker took over this worker's lease on the database while
-    /// this one did not renew it (it was stopped or cut off for longer than
-    /// the lease). This worker may no longer write: what it did not flush is
-    /// resumed by the other worker. Restart the process.
+    /// This worker's lease on the database ran out while it did not renew
+    /// it (it was stopped or cut off for longer than the lease), and other
+    /// workers may have claimed its instances. It may no longer write: what
+    /// it did not flush is resumed by the workers that claim them. Restart
+    /// the process.
     #[error(
         "this worker lost its lease on the database: {detail}; it writes nothing more: restart it"
     )]

@@ -1,6 +1,8 @@
-//! The driving worker's side of intents (see `intent`): a task that takes
-//! the inbox, oldest first, and acts on each post through the same calls
-//! a local user would make, then removes it.
+//! A worker's side of a store shared by workers: a task that, every
+//! 200 ms, claims the instances whose worker is gone (and resumes them),
+//! then takes the inbox of the instances it owns, oldest first, acting on
+//! each post through the same calls a local user would make before it
+//! removes it (see `intent`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,26 +13,33 @@ use crate::instance::Instance;
 use crate::intent::Intent;
 use crate::runner::Runner;
 
-/// How often a worker looks at its inbox.
+/// How often a worker claims and looks at its inbox.
 const POLL_EVERY: Duration = Duration::from_millis(200);
-/// The most posts taken at once.
+/// The most posts taken, and instances claimed, at once: a worker that
+/// claims a batch at a time leaves the rest of a dead worker's instances
+/// to the others.
 const BATCH: usize = 256;
+const CLAIM_BATCH: usize = 32;
 
-/// Starts the task that takes this worker's inbox, when its store has one.
+/// Starts the task, when the store is shared by workers.
 pub(crate) fn spawn_inbox_reader(runner: &Arc<Runner>) {
-    if !runner.core.journal.has_inbox() {
+    if !runner.core.journal.shared() {
         return;
     }
     let weak = Arc::downgrade(runner);
     let task = runner.core.runtime.spawn(async move {
-        // Real time: the inbox is the database's, not the engine clock's.
+        // Real time: leases and the inbox are the database's, not the
+        // engine clock's.
         let mut every = tokio::time::interval(POLL_EVERY);
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             every.tick().await;
             let Some(runner) = weak.upgrade() else { return };
-            if runner.core.is_closed() {
+            if runner.core.is_closed() || runner.core.is_draining() {
                 return;
+            }
+            if let Err(e) = claim(&runner) {
+                tracing::warn!(error = %e, "could not claim the instances of gone workers; trying again");
             }
             if let Err(e) = take(&runner).await {
                 tracing::warn!(error = %e, "could not take the inbox; trying again");
@@ -38,6 +47,19 @@ pub(crate) fn spawn_inbox_reader(runner: &Arc<Runner>) {
         }
     });
     runner.core.track(task);
+}
+
+/// Claims instances whose worker is gone, of the workflows registered
+/// here, and resumes them.
+fn claim(runner: &Arc<Runner>) -> Result<()> {
+    let workflows = runner.workflow_names();
+    if workflows.is_empty() {
+        return Ok(());
+    }
+    for id in runner.core.journal.claim(&workflows, CLAIM_BATCH)? {
+        runner.spawn_driver_if_runnable(&id);
+    }
+    Ok(())
 }
 
 /// Acts on every post waiting, oldest first.

@@ -16,6 +16,9 @@ use crate::live::Interrupt;
 use crate::runner::Runner;
 use crate::status::Status;
 
+/// How often `result()` looks at an instance another worker drives.
+const ELSEWHERE_POLL: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// A handle on one instance. Cheap to clone.
 #[derive(Clone)]
 pub struct Instance {
@@ -67,8 +70,8 @@ impl InstanceInfo {
 /// Which instances `Engine::list` returns.
 #[derive(Clone, Debug, Default)]
 pub struct ListFilter {
-    status: Option<Status>,
-    workflow: Option<String>,
+    pub(crate) status: Option<Status>,
+    pub(crate) workflow: Option<String>,
     unregistered: bool,
 }
 
@@ -177,6 +180,17 @@ impl Instance {
                     "instance {:?} stopped on a store failure ({error}); it resumes when the store is opened again",
                     self.id
                 )));
+            }
+            if !self.journal().owns(&self.id) {
+                // Another worker drives it (or none yet, on a store shared
+                // by workers): its end is not told here, so look again.
+                tokio::select! {
+                    changed = ended.changed() => if changed.is_err() {
+                        return Err(Error::Closed);
+                    },
+                    () = tokio::time::sleep(ELSEWHERE_POLL) => {}
+                }
+                continue;
             }
             if !self.runner.is_registered(&workflow) {
                 return Err(Error::WorkflowNotRegistered {
@@ -502,12 +516,12 @@ impl Instance {
         self.journal().read_only()
     }
 
-    /// On an engine that only reads (`connect_read_only`), posts `intent`
-    /// to the worker that drives the instance and answers `true`: the
+    /// When another worker drives the instance (or this engine only
+    /// reads), posts `intent` to that worker and answers `true`: the
     /// control call returns once it is posted, durably, and the worker acts
-    /// on it within moments. `false` on an engine that writes.
+    /// on it within moments. `false` when this engine drives it.
     fn posted(&self, intent: crate::intent::Intent) -> Result<bool> {
-        if !self.journal().read_only() {
+        if self.journal().owns(&self.id) {
             return Ok(false);
         }
         self.journal().read(&self.id, |_| ())?;

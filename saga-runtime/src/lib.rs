@@ -126,11 +126,11 @@ pub use crate::send::{EventSender, Sent};
 pub use crate::service::Service;
 pub use crate::status::Status;
 pub use crate::step::StepFuture;
+pub use crate::store::{IndexRow, SledStore, Store, run_conformance_suite};
 #[doc(hidden)]
 #[cfg(feature = "postgres")]
 #[doc(hidden)]
 pub use crate::store::{PgOptions, PgStore};
-pub use crate::store::{SledStore, Store, run_conformance_suite};
 pub use crate::subscription::{RecvError, Subscription};
 pub use crate::workflow::{FnWorkflow, Workflow, WorkflowFuture, workflow_fn};
 

@@ -58,6 +58,16 @@ impl Runner {
         self.workflow(name).is_some()
     }
 
+    /// The names of the workflows registered here.
+    pub(crate) fn workflow_names(&self) -> Vec<&'static str> {
+        self.registry
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .keys()
+            .copied()
+            .collect()
+    }
+
     /// Makes `workflow` runnable here, and resumes its unfinished instances;
     /// a no-op for a workflow registered already.
     pub(crate) fn register(self: &Arc<Self>, workflow: Arc<dyn ErasedWorkflow>) -> Result<()> {
@@ -125,8 +135,9 @@ impl Runner {
     /// hibernated here and its timer or an event wakes it.
     fn start_driver(self: &Arc<Self>, id: &str, waking: bool) {
         // A draining engine starts nothing: the instance runs on the next open.
-        // An engine that only reads drives nothing: a worker does.
-        if self.core.is_closed() || self.core.is_draining() || self.core.journal.read_only() {
+        // An engine that only reads drives nothing, and a worker drives only
+        // the instances it owns (on a store shared by workers).
+        if self.core.is_closed() || self.core.is_draining() || !self.core.journal.owns(id) {
             return;
         }
         // A hibernating instance is woken by whatever comes first.

@@ -84,18 +84,24 @@ impl<'a> EventSender<'a> {
     pub async fn send<P: Serialize + ?Sized>(self, payload: &P) -> Result<Sent> {
         let payload = self.checked(payload)?;
         let journal = &self.runner.core.journal;
-        if journal.read_only() {
-            // A reader posts it to the worker that drives the instance.
+        if !journal.owns(&self.instance) {
+            // Another worker drives the instance (or this engine only
+            // reads): the event is posted to it.
             journal.read(&self.instance, |_| ())?;
-            let intent = crate::intent::Intent::Event {
-                event_type: self.event_type.clone(),
-                payload,
-                event_id: self.event_id.clone(),
-            };
-            crate::intent::post(journal, &self.instance, &intent)?;
-            return Ok(Sent::Posted);
+            return self.post(payload);
         }
         self.send_encoded(payload).await
+    }
+
+    /// Posts the event to the worker that drives the instance.
+    fn post(&self, payload: Payload) -> Result<Sent> {
+        let intent = crate::intent::Intent::Event {
+            event_type: self.event_type.clone(),
+            payload,
+            event_id: self.event_id.clone(),
+        };
+        crate::intent::post(&self.runner.core.journal, &self.instance, &intent)?;
+        Ok(Sent::Posted)
     }
 
     /// Sends a payload encoded already (a posted event, taken by the
@@ -128,10 +134,18 @@ impl<'a> EventSender<'a> {
         let runner = self.runner;
         let id = self.instance.as_str();
         let sent = start(runner, workflow, id, input, |state| {
-            self.change(state, payload)
+            // It existed, and another worker drives it: posted below.
+            if !runner.core.journal.owns(id) {
+                return Ok((None, None));
+            }
+            self.change(state, payload.clone())
+                .map(|(c, s)| (c, Some(s)))
         })?;
         let run = Run::new(Instance::new(runner.clone(), id.to_owned()));
-        let sent = self.delivered(sent).await?;
+        let sent = match sent {
+            Some(sent) => self.delivered(sent).await?,
+            None => self.post(payload)?,
+        };
         Ok((run, sent))
     }
 

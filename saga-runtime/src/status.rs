@@ -59,9 +59,10 @@ impl Status {
     }
 }
 
-impl fmt::Display for Status {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let s = match self {
+impl Status {
+    /// How it displays (and how a shared store's index column holds it).
+    pub(crate) fn label(self) -> &'static str {
+        match self {
             Status::Queued => "queued",
             Status::Running => "running",
             Status::Waiting => "waiting",
@@ -71,7 +72,12 @@ impl fmt::Display for Status {
             Status::Errored => "errored",
             Status::Terminated => "terminated",
             Status::Blocked => "blocked",
-        };
-        f.write_str(s)
+        }
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.label())
     }
 }

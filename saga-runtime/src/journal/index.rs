@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use super::state::InstanceState;
 use crate::failure::Failure;
 use crate::status::Status;
+use crate::store::IndexRow;
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) struct Summary {
@@ -32,6 +33,16 @@ impl Summary {
             failure: state.failure.clone(),
             rollback_failure: state.rollback.as_ref().and_then(|p| p.failure.clone()),
             last_seq,
+        }
+    }
+
+    /// The store's index entry of this summary, `encoded`.
+    pub(crate) fn row<'a>(&'a self, encoded: &'a [u8]) -> IndexRow<'a> {
+        IndexRow {
+            summary: encoded,
+            workflow: &self.workflow,
+            status: self.status.label(),
+            active: self.status.resumes_on_open(),
         }
     }
 }

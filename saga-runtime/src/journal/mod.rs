@@ -169,8 +169,12 @@ impl Journal {
         let Some(state) = state else {
             return Err(corrupt(id, 0, "the first record made no instance".into()));
         };
-        let summary = encode_record(&Summary::of(&state, 0));
-        let created = self.store.create(id, &summary, &encode_record(&record))?;
+        let summary = Summary::of(&state, 0);
+        let created = self.store.create(
+            id,
+            &summary.row(&encode_record(&summary)),
+            &encode_record(&record),
+        )?;
         if created {
             self.publish(id, &state, record.at, events);
             cached.loaded = Some(Loaded { state, next_seq: 1 });
@@ -221,6 +225,17 @@ impl Journal {
         let Some(change) = change else {
             return Ok(answer);
         };
+        // On a store shared by workers only the instance's owner writes;
+        // the engine posts to it instead, so this is a guard: a write to
+        // another's instance would fence this whole worker.
+        if !self.store.owns(id) {
+            cached.loaded = None;
+            return Err(Error::ReadOnly {
+                what: format!(
+                    "a write to instance {id:?}, which another worker drives (post to it instead)"
+                ),
+            });
+        }
         // An instance that ended takes only what runs it again. A driver
         // that raced a control call (an event woke it as a terminate was
         // written) finds out here, before it records anything more.
@@ -249,23 +264,27 @@ impl Journal {
                 return Err(corrupt(id, seq, e));
             }
         };
-        if let Err(e) = self.store.append(id, seq, &encode_record(&record)) {
+        let bytes = encode_record(&record);
+        let state = &loaded.state;
+        let written = if state.status == status_before {
+            self.store.append(id, seq, &bytes)
+        } else {
+            // The index says which instances must run: it changes with the
+            // record (on a shared store, in the same statement).
+            let summary = Summary::of(state, seq);
+            self.store
+                .append_indexed(id, seq, &bytes, &summary.row(&encode_record(&summary)))
+        };
+        if let Err(e) = written {
             cached.loaded = None;
             return Err(e);
         }
         loaded.next_seq = seq + 1;
         let state = &loaded.state;
-        if state.status != status_before {
-            if state.status.is_terminal() || state.status == Status::Blocked {
-                self.outcome_written.store(true, Ordering::SeqCst);
-            }
-            // Derived data: a failure here is repaired on the next open.
-            if let Err(e) = self
-                .store
-                .put_index(id, &encode_record(&Summary::of(state, seq)))
-            {
-                tracing::warn!(instance = %id, error = %e, "could not update the instance index");
-            }
+        if state.status != status_before
+            && (state.status.is_terminal() || state.status == Status::Blocked)
+        {
+            self.outcome_written.store(true, Ordering::SeqCst);
         }
         self.publish(id, state, record.at, events);
         Ok(answer)
@@ -315,10 +334,28 @@ impl Journal {
         self.flusher.flushes()
     }
 
-    /// Stops the flusher (after a last flush).
-    /// Whether other processes post intents to this engine's store.
-    pub(crate) fn has_inbox(&self) -> bool {
-        self.store.has_inbox()
+    /// Whether the store is shared by workers and this engine writes it:
+    /// other processes post intents here for it to take, and it claims the
+    /// instances of workers that are gone.
+    pub(crate) fn shared(&self) -> bool {
+        self.store.shared()
+    }
+
+    /// Whether this engine writes the journal of `id` (on a shared store:
+    /// this worker owns it; else its events and control calls are posted).
+    pub(crate) fn owns(&self, id: &str) -> bool {
+        self.store.owns(id)
+    }
+
+    /// Takes ownership of instances whose worker is gone (see
+    /// [`Store::claim`]); their index entries are brought up to date, as
+    /// on open, since their worker may have died between the two writes.
+    pub(crate) fn claim(&self, workflows: &[&str], limit: usize) -> Result<Vec<String>> {
+        let claimed = self.store.claim(workflows, limit)?;
+        for id in &claimed {
+            self.refresh_index(id);
+        }
+        Ok(claimed)
     }
 
     /// Posts an intent for `id` (see `intent`).
@@ -341,6 +378,7 @@ impl Journal {
         self.store.read_only()
     }
 
+    /// Stops the flusher (after a last flush).
     pub(crate) fn stop(&self) {
         self.flusher.stop();
         self.store.close();
@@ -463,8 +501,22 @@ impl Journal {
     /// The summaries of every instance, in id order; the state of an
     /// instance cached here wins over its (possibly lagging) summary.
     pub(crate) fn summaries(&self) -> Result<Vec<(String, Result<Summary>)>> {
+        self.summaries_where(None, None)
+    }
+
+    /// Like [`Journal::summaries`], of the instances that may be in
+    /// `status` and run `workflow` (`None`: any): the store may leave out
+    /// the others, and the caller filters what it answers again.
+    pub(crate) fn summaries_where(
+        &self,
+        status: Option<Status>,
+        workflow: Option<&str>,
+    ) -> Result<Vec<(String, Result<Summary>)>> {
         let mut out = Vec::new();
-        for (id, bytes) in self.store.index_entries()? {
+        let entries = self
+            .store
+            .index_entries_where(status.map(Status::label), workflow)?;
+        for (id, bytes) in entries {
             let entry = lock(&self.cache).get(&id).cloned();
             let cached = entry.and_then(|entry| {
                 lock(&entry)
@@ -504,7 +556,10 @@ impl Journal {
         }
         if let Some(loaded) = &cached.loaded {
             let summary = Summary::of(&loaded.state, loaded.next_seq.saturating_sub(1));
-            if let Err(e) = self.store.put_index(id, &encode_record(&summary)) {
+            if let Err(e) = self
+                .store
+                .put_index(id, &summary.row(&encode_record(&summary)))
+            {
                 tracing::warn!(instance = %id, error = %e, "could not refresh an index entry");
             }
         }
@@ -527,7 +582,8 @@ impl Journal {
                     match self.load(&id) {
                         Ok(Some(loaded)) => {
                             let summary = Summary::of(&loaded.state, loaded.next_seq - 1);
-                            self.store.put_index(&id, &encode_record(&summary))?;
+                            self.store
+                                .put_index(&id, &summary.row(&encode_record(&summary)))?;
                         }
                         Ok(None) => self.store.remove(&id)?,
                         Err(e) => {
@@ -586,9 +642,12 @@ impl Journal {
             let mut state = None;
             state::apply(&mut state, 0, &entry).map_err(|e| corrupt(&legacy.id, 0, e))?;
             let Some(state) = state else { continue };
-            let summary = encode_record(&Summary::of(&state, 0));
-            self.store
-                .create(&legacy.id, &summary, &encode_record(&entry))?;
+            let summary = Summary::of(&state, 0);
+            self.store.create(
+                &legacy.id,
+                &summary.row(&encode_record(&summary)),
+                &encode_record(&entry),
+            )?;
             imported += 1;
         }
         if !instances.is_empty() {

@@ -2,7 +2,7 @@
 //! (`tests/store_conformance.rs` runs it against sled; a server-backed
 //! store runs it against its own).
 
-use super::Store;
+use super::{IndexRow, Store};
 
 /// One check: `Ok(Err(violation))` when the store breaks the contract.
 type Check = fn(&dyn Store) -> crate::Result<Result<(), String>>;
@@ -44,13 +44,17 @@ pub fn run_conformance_suite<S: Store>(fresh: impl Fn() -> S) -> Result<(), Vec<
     }
 }
 
+fn row(summary: &[u8]) -> IndexRow<'_> {
+    IndexRow::opaque(summary)
+}
+
 fn expect(ok: bool, what: impl FnOnce() -> String) -> Result<(), String> {
     if ok { Ok(()) } else { Err(what()) }
 }
 
 fn create_is_once_per_id(store: &dyn Store) -> crate::Result<Result<(), String>> {
-    let first = store.create("a", b"index-1", b"record-1")?;
-    let second = store.create("a", b"index-2", b"record-2")?;
+    let first = store.create("a", &row(b"index-1"), b"record-1")?;
+    let second = store.create("a", &row(b"index-2"), b"record-2")?;
     store.flush()?;
     let journal = store.journal("a")?;
     let index = store.index("a")?;
@@ -67,7 +71,7 @@ fn create_is_once_per_id(store: &dyn Store) -> crate::Result<Result<(), String>>
 }
 
 fn appends_read_back_in_order(store: &dyn Store) -> crate::Result<Result<(), String>> {
-    store.create("a", b"i", b"r0")?;
+    store.create("a", &row(b"i"), b"r0")?;
     for seq in 1..300u64 {
         store.append("a", seq, format!("r{seq}").as_bytes())?;
     }
@@ -91,7 +95,7 @@ fn appends_read_back_in_order(store: &dyn Store) -> crate::Result<Result<(), Str
 
 fn prefixes_stay_apart(store: &dyn Store) -> crate::Result<Result<(), String>> {
     for id in ["a", "a-1", "a_", "ab", "b"] {
-        store.create(id, id.as_bytes(), id.as_bytes())?;
+        store.create(id, &row(id.as_bytes()), id.as_bytes())?;
         store.append(id, 1, id.as_bytes())?;
     }
     for id in ["a", "a-1", "a_", "ab", "b"] {
@@ -104,9 +108,9 @@ fn prefixes_stay_apart(store: &dyn Store) -> crate::Result<Result<(), String>> {
 }
 
 fn index_holds_summaries(store: &dyn Store) -> crate::Result<Result<(), String>> {
-    store.create("b", b"b0", b"r")?;
-    store.create("a", b"a0", b"r")?;
-    store.put_index("a", b"a1")?;
+    store.create("b", &row(b"b0"), b"r")?;
+    store.create("a", &row(b"a0"), b"r")?;
+    store.put_index("a", &row(b"a1"))?;
     let entries = store.index_entries()?;
     Ok(expect(
         entries
@@ -119,9 +123,9 @@ fn index_holds_summaries(store: &dyn Store) -> crate::Result<Result<(), String>>
 }
 
 fn remove_takes_everything(store: &dyn Store) -> crate::Result<Result<(), String>> {
-    store.create("a", b"i", b"r0")?;
+    store.create("a", &row(b"i"), b"r0")?;
     store.append("a", 1, b"r1")?;
-    store.create("ab", b"i", b"r0")?;
+    store.create("ab", &row(b"i"), b"r0")?;
     store.remove("a")?;
     store.flush()?;
     Ok(
@@ -130,7 +134,7 @@ fn remove_takes_everything(store: &dyn Store) -> crate::Result<Result<(), String
             .and(expect(store.journal("ab")?.len() == 1, || {
                 "removing \"a\" touched \"ab\"".into()
             }))
-            .and(expect(store.create("a", b"i", b"again")?, || {
+            .and(expect(store.create("a", &row(b"i"), b"again")?, || {
                 "a removed id cannot be created again".into()
             })),
     )
@@ -138,8 +142,8 @@ fn remove_takes_everything(store: &dyn Store) -> crate::Result<Result<(), String
 
 fn create_cut_short_is_taken_over(store: &dyn Store) -> crate::Result<Result<(), String>> {
     // An index entry without a journal, as a crash between the two leaves.
-    store.put_index("a", b"stale")?;
-    let created = store.create("a", b"fresh", b"r0")?;
+    store.put_index("a", &row(b"stale"))?;
+    let created = store.create("a", &row(b"fresh"), b"r0")?;
     let index = store.index("a")?;
     Ok(
         expect(created, || "create refused an id with no journal".into()).and(expect(

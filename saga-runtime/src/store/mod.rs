@@ -36,26 +36,86 @@ pub(crate) use sled_store::{LegacyInstance, wait_until_released};
 
 use crate::error::Result;
 
+/// An instance's index entry: its encoded summary, and the facts a store
+/// shared by workers keeps in columns of their own (to claim an unowned
+/// instance that its workers can run, and to filter `list()`).
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug)]
+pub struct IndexRow<'a> {
+    /// The encoded summary, opaque to the store.
+    pub summary: &'a [u8],
+    /// The workflow it runs.
+    pub workflow: &'a str,
+    /// Its status, as `Status` displays it.
+    pub status: &'a str,
+    /// Whether a worker must drive it (it is not finished, paused or parked
+    /// for good).
+    pub active: bool,
+}
+
+impl<'a> IndexRow<'a> {
+    /// An entry of `summary` alone (stores that keep no columns, tests).
+    pub fn opaque(summary: &'a [u8]) -> IndexRow<'a> {
+        IndexRow {
+            summary,
+            workflow: "",
+            status: "",
+            active: true,
+        }
+    }
+}
+
 /// Durable storage of journals and the index. Not yet a stable API: a
-/// server-backed store will reshape it (async calls, leases).
+/// server-backed store will reshape it (async calls).
+///
+/// A store shared by workers (PostgreSQL) gives each instance an owner:
+/// the worker that created or claimed it, the only one that writes its
+/// journal ([`Store::owns`], [`Store::claim`]).
 #[doc(hidden)]
 pub trait Store: Send + Sync + 'static {
     /// Stores record 0 of a new instance's journal unless the instance
-    /// exists; `true` when it was created. Also stores its first index
-    /// summary, before the record, so the index never misses an instance.
-    fn create(&self, id: &str, index: &[u8], record: &[u8]) -> Result<bool>;
+    /// exists; `true` when it was created (and is then this worker's).
+    /// Also stores its first index entry, before the record (or with it),
+    /// so the index never misses an instance.
+    fn create(&self, id: &str, index: &IndexRow<'_>, record: &[u8]) -> Result<bool>;
     /// Appends record `seq` to the journal of `id`: one write.
     fn append(&self, id: &str, seq: u64, record: &[u8]) -> Result<()>;
+    /// Appends record `seq` and replaces the index entry it changed, in
+    /// that order; a store shared by workers does both at once, so a
+    /// worker that dies in between never leaves an instance that must run
+    /// marked as one that need not.
+    fn append_indexed(
+        &self,
+        id: &str,
+        seq: u64,
+        record: &[u8],
+        index: &IndexRow<'_>,
+    ) -> Result<()> {
+        self.append(id, seq, record)?;
+        self.put_index(id, index)
+    }
     /// The journal of `id`, in order; empty when there is none.
     fn journal(&self, id: &str) -> Result<Vec<(u64, Vec<u8>)>>;
     /// The sequence number of the last record of `id`'s journal.
     fn last_seq(&self, id: &str) -> Result<Option<u64>>;
-    /// Replaces the index summary of `id`.
-    fn put_index(&self, id: &str, summary: &[u8]) -> Result<()>;
+    /// Replaces the index entry of `id` (on a shared store, only while
+    /// this worker owns it: derived data, so otherwise it does nothing).
+    fn put_index(&self, id: &str, index: &IndexRow<'_>) -> Result<()>;
     /// The index summary of `id`.
     fn index(&self, id: &str) -> Result<Option<Vec<u8>>>;
     /// Every index entry, in id order.
     fn index_entries(&self) -> Result<Vec<(String, Vec<u8>)>>;
+    /// The index entries that may have `status` and `workflow` (`None`:
+    /// any), in id order: a store that keeps them in indexed columns
+    /// leaves the others out; any store may answer more (the engine
+    /// filters again).
+    fn index_entries_where(
+        &self,
+        _status: Option<&str>,
+        _workflow: Option<&str>,
+    ) -> Result<Vec<(String, Vec<u8>)>> {
+        self.index_entries()
+    }
     /// Removes an instance: its journal first, then its index entry (so a
     /// crash in between leaves an index entry without a journal, which the
     /// journal module finishes removing on open).
@@ -70,10 +130,24 @@ pub trait Store: Send + Sync + 'static {
     fn read_only(&self) -> bool {
         false
     }
-    /// Whether other processes post intents here for this engine to take
-    /// ([`Store::posts`]): a store shared by workers.
-    fn has_inbox(&self) -> bool {
+    /// Whether this is a store shared by workers that this engine writes:
+    /// other processes post intents here for it to take ([`Store::posts`]),
+    /// and it claims the instances of workers that are gone.
+    fn shared(&self) -> bool {
         false
+    }
+    /// Whether this engine may write the journal of `id`: always on a
+    /// store of one process; on a shared store, while this worker owns the
+    /// instance (others post to it instead).
+    fn owns(&self, _id: &str) -> bool {
+        !self.read_only()
+    }
+    /// Takes ownership of up to `limit` instances that need a driver and
+    /// have none alive (their worker died or let go), of the `workflows`
+    /// this engine runs, and returns their ids. Only a shared store has
+    /// any.
+    fn claim(&self, _workflows: &[&str], _limit: usize) -> Result<Vec<String>> {
+        Ok(Vec::new())
     }
     /// Posts an intent for instance `id` (an event, a control call) to the
     /// inbox of the worker that drives it, durably. Readers may post.
@@ -82,7 +156,8 @@ pub trait Store: Send + Sync + 'static {
             what: "posting to another process (this store has no inbox)".into(),
         })
     }
-    /// Up to `limit` posted intents, oldest first: number, instance, intent.
+    /// Up to `limit` posted intents for the instances this worker owns,
+    /// oldest first: number, instance, intent.
     fn posts(&self, _limit: usize) -> Result<Vec<(i64, String, Vec<u8>)>> {
         Ok(Vec::new())
     }

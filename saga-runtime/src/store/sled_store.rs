@@ -15,7 +15,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-use super::Store;
+use super::{IndexRow, Store};
 use crate::error::{Error, Result};
 use crate::failpoint::{self, Call};
 
@@ -136,7 +136,8 @@ impl SledStore {
 }
 
 impl Store for SledStore {
-    fn create(&self, id: &str, index: &[u8], record: &[u8]) -> Result<bool> {
+    fn create(&self, id: &str, index: &IndexRow<'_>, record: &[u8]) -> Result<bool> {
+        let index = index.summary;
         let n = failpoint::before(Call::Write)?;
         let claimed = self
             .index
@@ -182,8 +183,8 @@ impl Store for SledStore {
         }
     }
 
-    fn put_index(&self, id: &str, summary: &[u8]) -> Result<()> {
-        Self::insert(&self.index, id.as_bytes(), summary)
+    fn put_index(&self, id: &str, index: &IndexRow<'_>) -> Result<()> {
+        Self::insert(&self.index, id.as_bytes(), index.summary)
     }
 
     fn index(&self, id: &str) -> Result<Option<Vec<u8>>> {

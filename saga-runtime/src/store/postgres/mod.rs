@@ -2,16 +2,20 @@
 //! share one database (feature `postgres`).
 //!
 //! - **Layout.** `journal (id, seq, record)`, one row per record, and
-//!   `instances (id, summary)`, the index, in one schema (default `saga`);
-//!   [`schema`] migrates it on connect.
-//! - **Who writes.** One worker at a time drives a schema's instances: it
-//!   holds the schema's lease ([`lease`]), renewed by every flush and by a
-//!   heartbeat. Every write checks the lease's epoch in its own statement,
-//!   under a share lock of the lease row, so a worker that stalled past
-//!   its lease (a GC pause, SIGSTOP) writes nothing once another took
-//!   over: it is *fenced*, and its calls answer [`Error::Fenced`]. Other
-//!   workers wait in [`PgStore::connect`] as hot standbys and take over
-//!   when the lease expires, resuming the instances by replay.
+//!   `instances (id, summary, owner, workflow, status, active)`, the
+//!   index, in one schema (default `saga`); [`schema`] migrates it on
+//!   connect.
+//! - **Who writes.** Every worker (engine) drives the instances it owns:
+//!   those it started, and those it claimed. Each worker holds a lease
+//!   ([`lease`]), renewed by every flush and by a heartbeat. When a worker
+//!   dies or closes, its lease ends, and the other workers claim its
+//!   unfinished instances (`FOR UPDATE SKIP LOCKED`, a batch at a time, so
+//!   they share them) and resume them by replay. Every write checks, in
+//!   its own statement, that the instance's row still names this worker,
+//!   so a worker that stalled past its lease (a GC pause, SIGSTOP) writes
+//!   nothing once another claimed its instances: it is *fenced*, and its
+//!   calls answer [`Error::Fenced`]. A worker never gets an expired lease
+//!   back.
 //! - **Durability.** Appends, index updates and removals are queued: the
 //!   caller goes on at once, and the store's thread applies what queued
 //!   meanwhile in call order, the appends of many instances as one
@@ -25,10 +29,11 @@
 //!   could not make durable, as on a failed disk.
 //! - **Readers.** A read-only connection ([`PgOptions::read_only`]) takes
 //!   no lease: the `saga` command and dashboards read while workers run.
-//! - **The inbox.** `inbox (n, id, intent)`: what readers post (events,
-//!   control calls) for the driving worker, which acts on them. Posting
-//!   needs no lease; removing a post checks the epoch, so a fenced worker,
-//!   whose acts were refused, leaves it for the next.
+//! - **The inbox.** `inbox (n, id, intent)`: what other processes post
+//!   (events, control calls) for the worker that owns the instance, which
+//!   acts on them. Posting needs no lease; removing a post checks the
+//!   owner, so a fenced worker, whose acts were refused, leaves it for the
+//!   worker that claims the instance next.
 //! - **Faults.** A lost connection is reconnected, with backoff, until the
 //!   call's deadline. The writes made since the last flush that succeeded
 //!   are kept in memory and applied again on the new connection: a write
@@ -44,21 +49,23 @@ mod lease;
 mod schema;
 mod server;
 
-use std::sync::Mutex;
+use std::collections::HashSet;
 use std::sync::mpsc::{self, RecvTimeoutError, SyncSender};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use tokio::sync::mpsc::UnboundedSender;
 
-use self::server::{Job, Op, Read, ReadAnswer};
-use super::Store;
+use self::server::{Job, Op, Read, ReadAnswer, Row};
+use super::{IndexRow, Store};
 use crate::error::{Error, Result};
+use crate::lock::lock;
 
 /// The default schema of a saga database.
 pub(crate) const DEFAULT_SCHEMA: &str = "saga";
 /// The default lease time: how long a worker's instances wait for it after
-/// it stops answering, before another worker takes them over.
+/// it stops answering, before other workers claim them.
 pub(crate) const DEFAULT_LEASE: Duration = Duration::from_secs(10);
 
 /// How a [`PgStore`] connects.
@@ -95,15 +102,16 @@ impl PgOptions {
 pub struct PgStore {
     jobs: UnboundedSender<Job>,
     read_only: bool,
+    /// The instances this worker owns; kept by the store's thread.
+    owned: Arc<Mutex<HashSet<String>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
     /// How long a caller waits for the store's thread to answer.
     patience: Duration,
 }
 
 impl PgStore {
-    /// Connects, migrates the schema, and waits until this worker holds
-    /// the schema's lease (another worker may hold it: this one is then a
-    /// standby until that lease expires).
+    /// Connects, migrates the schema, and joins the schema's workers with
+    /// a lease of its own (a reader does not).
     pub async fn connect(options: PgOptions) -> Result<PgStore> {
         schema::validate(&options.schema)?;
         if options.lease < Duration::from_millis(300) {
@@ -116,17 +124,19 @@ impl PgStore {
         let (ready, started) = tokio::sync::oneshot::channel();
         let patience = options.timeout + options.lease + Duration::from_secs(5);
         let read_only = options.read_only;
+        let owned = Arc::new(Mutex::new(HashSet::new()));
+        let kept = owned.clone();
         let thread = std::thread::Builder::new()
             .name("saga-postgres".into())
-            .spawn(move || server::run(options, receiver, ready))
+            .spawn(move || server::run(options, kept, receiver, ready))
             .map_err(|e| Error::Store(format!("could not start the PostgreSQL thread: {e}")))?;
-        // Cancel safety: dropped here (a standby given up on), the receiver
-        // tells the thread, which stops waiting for the lease, or hands it
-        // back if it just took it; nothing here waits for the thread.
+        // Cancel safety: dropped here, the receiver tells the thread, which
+        // ends the lease it just took; nothing here waits for the thread.
         match started.await {
             Ok(Ok(())) => Ok(PgStore {
                 jobs,
                 read_only,
+                owned,
                 thread: Mutex::new(Some(thread)),
                 patience,
             }),
@@ -186,11 +196,26 @@ impl PgStore {
 }
 
 impl Store for PgStore {
-    fn create(&self, id: &str, index: &[u8], record: &[u8]) -> Result<bool> {
+    fn create(&self, id: &str, index: &IndexRow<'_>, record: &[u8]) -> Result<bool> {
         self.write(Op::Create {
             id: id.to_owned(),
-            index: index.to_vec(),
+            index: Row::of(index),
             record: record.to_vec(),
+        })
+    }
+
+    fn append_indexed(
+        &self,
+        id: &str,
+        seq: u64,
+        record: &[u8],
+        index: &IndexRow<'_>,
+    ) -> Result<()> {
+        self.queue(Op::AppendIndexed {
+            id: id.to_owned(),
+            seq: to_db_seq(seq)?,
+            record: record.to_vec(),
+            index: Row::of(index),
         })
     }
 
@@ -216,10 +241,10 @@ impl Store for PgStore {
         }
     }
 
-    fn put_index(&self, id: &str, summary: &[u8]) -> Result<()> {
+    fn put_index(&self, id: &str, index: &IndexRow<'_>) -> Result<()> {
         self.queue(Op::PutIndex {
             id: id.to_owned(),
-            summary: summary.to_vec(),
+            index: Row::of(index),
         })
     }
 
@@ -232,6 +257,20 @@ impl Store for PgStore {
 
     fn index_entries(&self) -> Result<Vec<(String, Vec<u8>)>> {
         match self.read(Read::IndexEntries)? {
+            ReadAnswer::Entries(entries) => Ok(entries),
+            other => Err(other.unexpected()),
+        }
+    }
+
+    fn index_entries_where(
+        &self,
+        status: Option<&str>,
+        workflow: Option<&str>,
+    ) -> Result<Vec<(String, Vec<u8>)>> {
+        match self.read(Read::EntriesWhere {
+            status: status.map(str::to_owned),
+            workflow: workflow.map(str::to_owned),
+        })? {
             ReadAnswer::Entries(entries) => Ok(entries),
             other => Err(other.unexpected()),
         }
@@ -253,8 +292,25 @@ impl Store for PgStore {
         self.read_only
     }
 
-    fn has_inbox(&self) -> bool {
+    fn shared(&self) -> bool {
         !self.read_only
+    }
+
+    fn owns(&self, id: &str) -> bool {
+        lock(&self.owned).contains(id)
+    }
+
+    fn claim(&self, workflows: &[&str], limit: usize) -> Result<Vec<String>> {
+        if self.read_only {
+            return Ok(Vec::new());
+        }
+        let workflows = workflows.iter().map(|w| (*w).to_owned()).collect();
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.call(|reply| Job::Claim {
+            workflows,
+            limit,
+            reply,
+        })
     }
 
     fn post(&self, id: &str, intent: &[u8]) -> Result<()> {
@@ -276,20 +332,20 @@ impl Store for PgStore {
     }
 
     fn done_post(&self, n: i64) -> Result<()> {
-        // The epoch is the store thread's own.
-        match self.read(Read::DonePost { n, epoch: 0 })? {
+        match self.read(Read::DonePost(n))? {
             ReadAnswer::Done => Ok(()),
             other => Err(other.unexpected()),
         }
     }
 
-    /// Flushes and hands the lease back, so a standby takes over within
-    /// 100 ms instead of after the lease time; the store's thread then ends.
+    /// Flushes and ends the lease, so other workers claim this one's
+    /// unfinished instances at once instead of after the lease time; the
+    /// store's thread then ends.
     fn close(&self) {
         let thread = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take();
         let Some(thread) = thread else { return };
         if let Err(e) = self.call(|reply| Job::Release { reply }) {
-            tracing::warn!(error = %e, "could not hand the PostgreSQL lease back; a standby takes over when it expires");
+            tracing::warn!(error = %e, "could not end the PostgreSQL lease; other workers claim this one's instances when it expires");
         }
         // The thread ends once it answered the release.
         let _ = thread.join();

@@ -38,6 +38,23 @@ const MIGRATIONS: &[&str] = &[
          intent bytea NOT NULL,
          posted_at timestamptz NOT NULL DEFAULT now()
      );",
+    // 3: every worker drives the instances it owns. Workers renew a lease
+    // each; an instance's owner is the worker that created or claimed it.
+    // The index keeps, in columns, what a claim and `list()` filter on.
+    "CREATE TABLE {s}.workers (
+         name text PRIMARY KEY,
+         started_at timestamptz NOT NULL DEFAULT now(),
+         expires_at timestamptz NOT NULL
+     );
+     ALTER TABLE {s}.instances
+         ADD COLUMN owner text,
+         ADD COLUMN workflow text,
+         ADD COLUMN status text,
+         ADD COLUMN active boolean NOT NULL DEFAULT true;
+     CREATE INDEX instances_active ON {s}.instances (owner) WHERE active;
+     CREATE INDEX instances_status ON {s}.instances (status, workflow);
+     CREATE INDEX inbox_instance ON {s}.inbox (id);
+     DROP TABLE {s}.lease;",
 ];
 
 /// The newest schema version this release knows.

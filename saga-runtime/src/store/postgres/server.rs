@@ -1,9 +1,15 @@
 //! The thread that talks to PostgreSQL: its own Tokio runtime, a write
 //! connection that applies writes one at a time in call order, and a read
 //! connection whose queries run concurrently.
+//!
+//! Every write to an instance checks, in the same statement, that this
+//! worker owns it (the instance row, share-locked, names it): a claim by
+//! another worker waits for the write, or the write sees the new owner and
+//! does nothing. Such a worker's lease ran out, so it is fenced whole.
 
-use std::sync::Arc;
+use std::collections::HashSet;
 use std::sync::mpsc::SyncSender;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -15,6 +21,7 @@ use super::{PgOptions, db_error, is_connection_error, lease, schema};
 /// The most jobs taken from the queue at once.
 const MAX_BATCH: usize = 1024;
 use crate::error::{Error, Result};
+use crate::lock::lock;
 
 /// A write, kept until a flush made it durable (to apply again on a new
 /// connection).
@@ -22,7 +29,7 @@ use crate::error::{Error, Result};
 pub(super) enum Op {
     Create {
         id: String,
-        index: Vec<u8>,
+        index: Row,
         record: Vec<u8>,
     },
     Append {
@@ -30,25 +37,62 @@ pub(super) enum Op {
         seq: i64,
         record: Vec<u8>,
     },
+    AppendIndexed {
+        id: String,
+        seq: i64,
+        record: Vec<u8>,
+        index: Row,
+    },
     PutIndex {
         id: String,
-        summary: Vec<u8>,
+        index: Row,
     },
     Remove {
         id: String,
     },
 }
 
+/// An index entry, owned (see `IndexRow`).
+#[derive(Clone)]
+pub(super) struct Row {
+    pub(super) summary: Vec<u8>,
+    pub(super) workflow: String,
+    pub(super) status: String,
+    pub(super) active: bool,
+}
+
+impl Row {
+    pub(super) fn of(index: &crate::store::IndexRow<'_>) -> Row {
+        Row {
+            summary: index.summary.to_vec(),
+            workflow: index.workflow.to_owned(),
+            status: index.status.to_owned(),
+            active: index.active,
+        }
+    }
+}
+
 /// What runs on the read connection, beside the writes: reads, and the
-/// inbox (posting needs no lease; taking is fenced by the epoch).
+/// inbox (posting needs no lease; taking is fenced by the owner).
 pub(super) enum Read {
     Journal(String),
     LastSeq(String),
     Index(String),
     IndexEntries,
-    Post { id: String, intent: Vec<u8> },
+    /// Entries with this status and workflow (a row from before migration
+    /// 3 has neither, and is answered too).
+    EntriesWhere {
+        status: Option<String>,
+        workflow: Option<String>,
+    },
+    Post {
+        id: String,
+        intent: Vec<u8>,
+    },
+    /// Posts for the instances this worker owns.
     Posts(i64),
-    DonePost { n: i64, epoch: i64 },
+    /// Removes a post, while this worker owns its instance.
+    DonePost(i64),
 }
 
 pub(super) enum ReadAnswer {
@@ -80,7 +124,15 @@ pub(super) enum Job {
     Flush {
         reply: SyncSender<Result<()>>,
     },
-    /// Flush, hand the lease back, and stop.
+    /// Takes ownership of unowned instances of these workflows; flushed
+    /// before it answers, so a database restart cannot take a claim back
+    /// from under the instances' new driver.
+    Claim {
+        workflows: Vec<String>,
+        limit: i64,
+        reply: SyncSender<Result<Vec<String>>>,
+    },
+    /// Flush, end the lease (other workers claim what is left), and stop.
     Release {
         reply: SyncSender<Result<()>>,
     },
@@ -90,7 +142,8 @@ pub(super) enum Job {
 enum Failure {
     /// The connection broke: a new one may do it.
     Connection(tokio_postgres::Error),
-    /// Another worker took over the lease.
+    /// This worker does not own the instance any more: its lease ran out
+    /// and another worker claimed it.
     Fenced,
     Other(Error),
 }
@@ -105,10 +158,11 @@ impl From<tokio_postgres::Error> for Failure {
     }
 }
 
-/// The thread's body: connects, migrates, takes the lease (telling
+/// The thread's body: connects, migrates, joins the workers (telling
 /// `ready` how that went), then serves jobs until released.
 pub(super) fn run(
     options: PgOptions,
+    owned: Arc<Mutex<HashSet<String>>>,
     jobs: UnboundedReceiver<Job>,
     ready: oneshot::Sender<Result<()>>,
 ) {
@@ -125,10 +179,10 @@ pub(super) fn run(
         }
     };
     runtime.block_on(async move {
-        match Server::start(options, &ready).await {
+        match Server::start(options, owned).await {
             Ok(mut server) => {
                 if ready.send(Ok(())).is_err() {
-                    // The caller of `connect` is gone: hand the lease back.
+                    // The caller of `connect` is gone: end the lease.
                     let _ = server.release().await;
                     return;
                 }
@@ -146,6 +200,7 @@ struct Conn {
     client: Client,
     create: Statement,
     append: Statement,
+    append_indexed: Statement,
     append_many: Statement,
     same_rows: Statement,
     put_index: Statement,
@@ -154,9 +209,11 @@ struct Conn {
     last_seq: Statement,
     index: Statement,
     entries: Statement,
+    entries_where: Statement,
     post: Statement,
     posts: Statement,
     done_post: Statement,
+    claim: Statement,
 }
 
 /// What every connection is made from.
@@ -176,20 +233,21 @@ impl Target {
             }
         });
         let s = &self.schema;
-        // The lease row, share-locked, while its epoch is this worker's
-        // (parameter `$n`): a take-over waits for the write, or the write
-        // sees the new epoch and does nothing.
-        let fence =
-            |n: u8| format!("fence AS (SELECT epoch FROM {s}.lease WHERE epoch = ${n} FOR SHARE)");
+        // The instance's row, share-locked, while it names this worker
+        // (parameter `$n`): a claim waits for the write, or the write sees
+        // the new owner and does nothing.
+        let fence = |n: u8| {
+            format!(
+                "fence AS (SELECT id FROM {s}.instances WHERE id = $1 AND owner = ${n} FOR SHARE)"
+            )
+        };
         let create = client
             .prepare(&format!(
-                "WITH {},
+                "WITH i AS (INSERT INTO {s}.instances (id, summary, workflow, status, active, owner)
+                            VALUES ($1, $2, $4, $5, $6, $7) ON CONFLICT (id) DO NOTHING RETURNING id),
                  j AS (INSERT INTO {s}.journal (id, seq, record)
-                       SELECT $1, 0, $3 FROM fence ON CONFLICT DO NOTHING RETURNING id),
-                 i AS (INSERT INTO {s}.instances (id, summary) SELECT id, $2 FROM j
-                       ON CONFLICT (id) DO UPDATE SET summary = EXCLUDED.summary RETURNING 1)
-                 SELECT (SELECT count(*) FROM fence), (SELECT count(*) FROM j), (SELECT count(*) FROM i)",
-                fence(4)
+                       SELECT id, 0, $3 FROM i ON CONFLICT DO NOTHING RETURNING 1)
+                 SELECT (SELECT count(*) FROM i), (SELECT count(*) FROM j)"
             ))
             .await?;
         let append = client
@@ -202,16 +260,28 @@ impl Target {
                 fence(4)
             ))
             .await?;
-        // Many appends in one statement.
+        // A record that changes the index: both in one statement, the
+        // row update being the fence.
+        let append_indexed = client
+            .prepare(&format!(
+                "WITH u AS (UPDATE {s}.instances SET summary = $5, workflow = $6, status = $7, active = $8
+                            WHERE id = $1 AND owner = $4 RETURNING 1),
+                 j AS (INSERT INTO {s}.journal (id, seq, record)
+                       SELECT $1, $2, $3 FROM u ON CONFLICT DO NOTHING RETURNING 1)
+                 SELECT (SELECT count(*) FROM u), (SELECT count(*) FROM j),
+                        (SELECT record = $3 FROM {s}.journal WHERE id = $1 AND seq = $2)"
+            ))
+            .await?;
+        // Many appends in one statement; the fence has a row per instance.
         let append_many = client
             .prepare(&format!(
-                "WITH {},
+                "WITH fence AS (SELECT id FROM {s}.instances WHERE id = ANY($1) AND owner = $4 FOR SHARE),
                  j AS (INSERT INTO {s}.journal (id, seq, record)
                        SELECT r.id, r.seq, r.record
-                       FROM unnest($1::text[], $2::bigint[], $3::bytea[]) AS r(id, seq, record), fence
+                       FROM unnest($1::text[], $2::bigint[], $3::bytea[]) AS r(id, seq, record)
+                       WHERE r.id IN (SELECT id FROM fence)
                        ON CONFLICT DO NOTHING RETURNING 1)
-                 SELECT (SELECT count(*) FROM fence), (SELECT count(*) FROM j)",
-                fence(4)
+                 SELECT (SELECT count(*) FROM fence), (SELECT count(*) FROM j)"
             ))
             .await?;
         // After a batch that was not all new: how many of its rows are
@@ -224,22 +294,23 @@ impl Target {
                                WHERE x.id = r.id AND x.seq = r.seq AND x.record = r.record)"
             ))
             .await?;
+        // Derived data: written only while owned, and otherwise dropped.
         let put_index = client
             .prepare(&format!(
-                "WITH {},
-                 i AS (INSERT INTO {s}.instances (id, summary) SELECT $1, $2 FROM fence
-                       ON CONFLICT (id) DO UPDATE SET summary = EXCLUDED.summary RETURNING 1)
-                 SELECT (SELECT count(*) FROM fence)",
-                fence(3)
+                "UPDATE {s}.instances SET summary = $2, workflow = $3, status = $4, active = $5
+                 WHERE id = $1 AND owner = $6"
             ))
             .await?;
+        // An instance of this worker's, or of no live worker's (a finished
+        // one that retention removes): journal, index and posts at once.
         let remove = client
             .prepare(&format!(
-                "WITH {},
-                 j AS (DELETE FROM {s}.journal WHERE id = $1 AND EXISTS (SELECT 1 FROM fence)),
-                 i AS (DELETE FROM {s}.instances WHERE id = $1 AND EXISTS (SELECT 1 FROM fence))
-                 SELECT (SELECT count(*) FROM fence)",
-                fence(2)
+                "WITH i AS (DELETE FROM {s}.instances i WHERE i.id = $1 AND (i.owner = $2 OR {})
+                            RETURNING i.id),
+                 j AS (DELETE FROM {s}.journal WHERE id IN (SELECT id FROM i)),
+                 p AS (DELETE FROM {s}.inbox WHERE id IN (SELECT id FROM i))
+                 SELECT count(*) FROM i",
+                lease::orphan(s)
             ))
             .await?;
         let journal = client
@@ -258,6 +329,14 @@ impl Target {
                 "SELECT id, summary FROM {s}.instances ORDER BY id COLLATE \"C\""
             ))
             .await?;
+        let entries_where = client
+            .prepare(&format!(
+                "SELECT id, summary FROM {s}.instances
+                 WHERE ($1::text IS NULL OR status IS NULL OR status = $1)
+                   AND ($2::text IS NULL OR workflow IS NULL OR workflow = $2)
+                 ORDER BY id COLLATE \"C\""
+            ))
+            .await?;
         let post = client
             .prepare(&format!(
                 "INSERT INTO {s}.inbox (id, intent) VALUES ($1, $2)"
@@ -265,17 +344,37 @@ impl Target {
             .await?;
         let posts = client
             .prepare(&format!(
-                "SELECT n, id, intent FROM {s}.inbox ORDER BY n LIMIT $1"
+                "SELECT p.n, p.id, p.intent FROM {s}.inbox p JOIN {s}.instances i ON i.id = p.id
+                 WHERE i.owner = $2 ORDER BY p.n LIMIT $1"
             ))
             .await?;
         let done_post = client
             .prepare(&format!(
-                "DELETE FROM {s}.inbox WHERE n = $1
-                 AND EXISTS (SELECT 1 FROM {s}.lease WHERE epoch = $2 FOR SHARE)"
+                "DELETE FROM {s}.inbox p WHERE p.n = $1
+                 AND EXISTS (SELECT 1 FROM {s}.instances i WHERE i.id = p.id AND i.owner = $2 FOR SHARE)"
+            ))
+            .await?;
+        // Instances that must run (or have posts waiting) and whose owner
+        // is gone, of the workflows this worker runs (an index entry from
+        // before migration 3 names none). Rows another worker is claiming
+        // are skipped, not waited for.
+        let claim = client
+            .prepare(&format!(
+                "WITH c AS (SELECT i.id FROM {s}.instances i
+                            WHERE i.id IN (SELECT id FROM {s}.instances WHERE active
+                                           UNION SELECT id FROM {s}.inbox)
+                              AND (i.workflow IS NULL OR i.workflow = ANY($2))
+                              AND {}
+                            LIMIT $3
+                            FOR UPDATE OF i SKIP LOCKED)
+                 UPDATE {s}.instances i SET owner = $1 FROM c WHERE i.id = c.id RETURNING i.id",
+                lease::orphan(s)
             ))
             .await?;
         Ok(Conn {
             client,
+            append_indexed,
+            claim,
             post,
             posts,
             done_post,
@@ -289,6 +388,7 @@ impl Target {
             last_seq,
             index,
             entries,
+            entries_where,
         })
     }
 
@@ -305,10 +405,13 @@ impl Target {
 
 struct Server {
     target: Arc<Target>,
-    owner: String,
+    /// This worker's name: the owner its instances' rows name.
+    worker: Arc<str>,
     lease: Duration,
     timeout: Duration,
-    epoch: i64,
+    /// The instances this worker owns (shared with the store, which
+    /// answers `owns` from it).
+    owned: Arc<Mutex<HashSet<String>>>,
     writer: Option<Arc<Conn>>,
     reader: Arc<tokio::sync::Mutex<Option<Arc<Conn>>>>,
     /// The writes since the last flush that succeeded, in order.
@@ -322,7 +425,7 @@ struct Server {
 }
 
 impl Server {
-    async fn start(options: PgOptions, ready: &oneshot::Sender<Result<()>>) -> Result<Server> {
+    async fn start(options: PgOptions, owned: Arc<Mutex<HashSet<String>>>) -> Result<Server> {
         let config: Config = options
             .url
             .parse()
@@ -353,25 +456,20 @@ impl Server {
             let _ = connection.await;
         });
         schema::migrate(&mut client, &target.schema).await?;
-        let owner = owner_name();
-        // A reader takes no lease; epoch 0 is no worker's (they start at 1).
-        let epoch = if options.read_only {
-            0
-        } else {
-            lease::take(&client, &target.schema, &owner, options.lease, || {
-                ready.is_closed()
-            })
-            .await?
-        };
+        let worker = worker_name();
+        // A reader takes no lease (and owns nothing).
+        if !options.read_only {
+            lease::join(&client, &target.schema, &worker, options.lease).await?;
+        }
         let read_only = options.read_only;
         drop(client);
         let writer = target.connect_writer().await.map_err(unreachable)?;
         Ok(Server {
             target,
-            owner,
+            worker: Arc::from(worker),
             lease: options.lease,
             timeout: options.timeout,
-            epoch,
+            owned,
             writer: Some(Arc::new(writer)),
             reader: Arc::new(tokio::sync::Mutex::new(None)),
             unflushed: Vec::new(),
@@ -388,9 +486,18 @@ impl Server {
                 match job {
                     Job::Read { read, reply } => {
                         let deadline = Instant::now() + self.timeout;
-                        let answer =
-                            read_with_retry(&self.target, &self.reader, &read, deadline).await;
+                        let answer = read_with_retry(
+                            &self.target,
+                            &self.reader,
+                            &read,
+                            &self.worker,
+                            deadline,
+                        )
+                        .await;
                         let _ = reply.send(answer);
+                    }
+                    Job::Claim { reply, .. } => {
+                        let _ = reply.send(Ok(Vec::new()));
                     }
                     Job::Write { reply, .. } => {
                         if let Some(reply) = reply {
@@ -410,7 +517,7 @@ impl Server {
             }
             return;
         }
-        tracing::info!(owner = %self.owner, epoch = self.epoch, "driving the PostgreSQL schema {:?}", self.target.schema);
+        tracing::info!(worker = %self.worker, "a worker of the PostgreSQL schema {:?}", self.target.schema);
         // Renewals keep the lease while no flush does.
         let mut heartbeat = tokio::time::interval(self.lease / 3);
         heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -464,20 +571,22 @@ impl Server {
                     }
                     Job::Read { read, reply } => {
                         // Every write queued before it is applied: it sees them.
-                        let read = match read {
-                            Read::DonePost { n, .. } => Read::DonePost {
-                                n,
-                                epoch: self.epoch,
-                            },
-                            read => read,
-                        };
                         let reader = self.reader.clone();
                         let target = self.target.clone();
+                        let worker = self.worker.clone();
                         let deadline = Instant::now() + self.timeout;
                         tokio::spawn(async move {
-                            let _ = reply
-                                .send(read_with_retry(&target, &reader, &read, deadline).await);
+                            let answer =
+                                read_with_retry(&target, &reader, &read, &worker, deadline).await;
+                            let _ = reply.send(answer);
                         });
+                    }
+                    Job::Claim {
+                        workflows,
+                        limit,
+                        reply,
+                    } => {
+                        let _ = reply.send(self.claim(workflows, limit).await);
                     }
                     Job::Release { reply } => {
                         let _ = reply.send(self.release().await);
@@ -499,7 +608,9 @@ impl Server {
         }
         let deadline = Instant::now() + self.timeout;
         let result = self
-            .with_writer(deadline, |conn, epoch| apply_many(conn, epoch, ops.clone()))
+            .with_writer(deadline, |conn, worker| {
+                apply_many(conn, worker, ops.clone())
+            })
             .await;
         if result.is_ok() {
             self.unflushed.extend(ops);
@@ -522,11 +633,20 @@ impl Server {
             return Err(Error::Store(failed.clone()));
         }
         let deadline = Instant::now() + self.timeout;
-        let created = self
-            .with_writer(deadline, |conn, epoch| apply(conn, epoch, op.clone()))
+        let done = self
+            .with_writer(deadline, |conn, worker| apply(conn, worker, op.clone()))
             .await?;
+        match &op {
+            Op::Create { id, .. } if done => {
+                lock(&self.owned).insert(id.clone());
+            }
+            Op::Remove { id } => {
+                lock(&self.owned).remove(id);
+            }
+            _ => {}
+        }
         self.unflushed.push(op);
-        Ok(created)
+        Ok(done)
     }
 
     async fn flush(&mut self) -> Result<()> {
@@ -534,11 +654,45 @@ impl Server {
             return Err(Error::Store(failed.clone()));
         }
         let deadline = Instant::now() + self.timeout;
-        let sql = lease::renew_sql(&self.target.schema, self.epoch, self.lease);
+        let sql = lease::renew_sql(&self.target.schema, &self.worker, self.lease);
         self.with_writer(deadline, |conn, _| renew(conn, sql.clone()))
             .await?;
         self.unflushed.clear();
         Ok(())
+    }
+
+    /// Claims up to `limit` instances whose owner is gone, then flushes.
+    async fn claim(&mut self, workflows: Vec<String>, limit: i64) -> Result<Vec<String>> {
+        if let Some(failed) = &self.failed {
+            return Err(Error::Store(failed.clone()));
+        }
+        let deadline = Instant::now() + self.timeout;
+        let claimed = self
+            .with_writer(deadline, |conn, worker| {
+                let workflows = workflows.clone();
+                async move {
+                    let rows = conn
+                        .client
+                        .query(&conn.claim, &[&&*worker, &workflows, &limit])
+                        .await?;
+                    Ok(rows
+                        .iter()
+                        .map(|row| row.get::<_, String>(0))
+                        .collect::<Vec<_>>())
+                }
+            })
+            .await?;
+        if claimed.is_empty() {
+            return Ok(claimed);
+        }
+        self.flush().await?;
+        lock(&self.owned).extend(claimed.iter().cloned());
+        tracing::info!(
+            worker = %self.worker,
+            instances = claimed.len(),
+            "claimed instances whose worker is gone; resuming them"
+        );
+        Ok(claimed)
     }
 
     async fn release(&mut self) -> Result<()> {
@@ -546,11 +700,19 @@ impl Server {
             return Ok(());
         }
         self.flush().await?;
-        let sql = lease::release_sql(&self.target.schema, self.epoch);
-        if let Some(conn) = &self.writer {
-            conn.client.batch_execute(&sql).await.map_err(db_error)?;
-        }
+        self.leave().await;
         Ok(())
+    }
+
+    /// Ends this worker's lease now, so others claim its instances at once.
+    async fn leave(&mut self) {
+        lock(&self.owned).clear();
+        let sql = lease::leave_sql(&self.target.schema, &self.worker);
+        if let Some(conn) = &self.writer
+            && let Err(e) = conn.client.batch_execute(&sql).await
+        {
+            tracing::warn!(error = %e, "could not end this worker's lease; its instances are claimed once it expires");
+        }
     }
 
     /// Runs `f` on the write connection; on a broken connection, connects
@@ -558,7 +720,7 @@ impl Server {
     /// `deadline`.
     async fn with_writer<T, F, Fut>(&mut self, deadline: Instant, f: F) -> Result<T>
     where
-        F: Fn(Arc<Conn>, i64) -> Fut,
+        F: Fn(Arc<Conn>, Arc<str>) -> Fut,
         Fut: Future<Output = std::result::Result<T, Failure>>,
     {
         if self.fenced {
@@ -567,10 +729,12 @@ impl Server {
         let mut backoff = Duration::from_millis(20);
         loop {
             let failure = match self.writer.as_ref() {
-                Some(conn) if !conn.client.is_closed() => match f(conn.clone(), self.epoch).await {
-                    Ok(value) => return Ok(value),
-                    Err(failure) => failure,
-                },
+                Some(conn) if !conn.client.is_closed() => {
+                    match f(conn.clone(), self.worker.clone()).await {
+                        Ok(value) => return Ok(value),
+                        Err(failure) => failure,
+                    }
+                }
                 _ => match self.reconnect().await {
                     Ok(()) => continue,
                     Err(failure) => failure,
@@ -581,8 +745,10 @@ impl Server {
                     self.fenced = true;
                     tracing::error!(
                         schema = %self.target.schema,
-                        "another worker took over this worker's lease: it writes nothing more; restart it"
+                        worker = %self.worker,
+                        "this worker's lease ran out and other workers may have taken over its instances: it writes nothing more; restart it"
                     );
+                    self.leave().await;
                     return Err(lease::fenced(&self.target.schema));
                 }
                 Failure::Other(e) => return Err(e),
@@ -609,57 +775,110 @@ impl Server {
         let conn = self.target.connect_writer().await?;
         let conn = Arc::new(conn);
         for op in &self.unflushed {
-            apply(conn.clone(), self.epoch, op.clone()).await?;
+            apply(conn.clone(), self.worker.clone(), op.clone()).await?;
         }
         self.writer = Some(conn);
         Ok(())
     }
 }
 
-/// One write, with its fencing check. `true` for a create that created.
-async fn apply(conn: Arc<Conn>, epoch: i64, op: Op) -> std::result::Result<bool, Failure> {
-    let row = match &op {
+/// One write, with its fencing check: `true` for a create that created,
+/// a remove that removed.
+async fn apply(conn: Arc<Conn>, worker: Arc<str>, op: Op) -> std::result::Result<bool, Failure> {
+    let worker: &str = &worker;
+    let c = &conn.client;
+    match op {
         Op::Create { id, index, record } => {
-            conn.client
-                .query_one(&conn.create, &[id, index, record, &epoch])
-                .await?
+            let row = c
+                .query_one(
+                    &conn.create,
+                    &[
+                        &id,
+                        &index.summary,
+                        &record,
+                        &index.workflow,
+                        &index.status,
+                        &index.active,
+                        &worker,
+                    ],
+                )
+                .await?;
+            Ok(row.get::<_, i64>(0) == 1 && row.get::<_, i64>(1) == 1)
         }
         Op::Append { id, seq, record } => {
-            conn.client
-                .query_one(&conn.append, &[id, seq, record, &epoch])
-                .await?
+            let row = c
+                .query_one(&conn.append, &[&id, &seq, &record, &worker])
+                .await?;
+            appended(&row, &id, seq)
         }
-        Op::PutIndex { id, summary } => {
-            conn.client
-                .query_one(&conn.put_index, &[id, summary, &epoch])
-                .await?
+        Op::AppendIndexed {
+            id,
+            seq,
+            record,
+            index,
+        } => {
+            let row = c
+                .query_one(
+                    &conn.append_indexed,
+                    &[
+                        &id,
+                        &seq,
+                        &record,
+                        &worker,
+                        &index.summary,
+                        &index.workflow,
+                        &index.status,
+                        &index.active,
+                    ],
+                )
+                .await?;
+            appended(&row, &id, seq)
         }
-        Op::Remove { id } => conn.client.query_one(&conn.remove, &[id, &epoch]).await?,
-    };
-    let fence: i64 = row.get(0);
-    if fence == 0 {
+        Op::PutIndex { id, index } => {
+            c.execute(
+                &conn.put_index,
+                &[
+                    &id,
+                    &index.summary,
+                    &index.workflow,
+                    &index.status,
+                    &index.active,
+                    &worker,
+                ],
+            )
+            .await?;
+            Ok(true)
+        }
+        Op::Remove { id } => {
+            let row = c.query_one(&conn.remove, &[&id, &worker]).await?;
+            Ok(row.get::<_, i64>(0) == 1)
+        }
+    }
+}
+
+/// The answer of an append: (owned, inserted, same bytes there).
+fn appended(row: &tokio_postgres::Row, id: &str, seq: i64) -> std::result::Result<bool, Failure> {
+    if row.get::<_, i64>(0) == 0 {
         return Err(Failure::Fenced);
     }
-    match op {
-        Op::Create { .. } => Ok(row.get::<_, i64>(1) == 1),
-        Op::Append { id, seq, .. } => {
-            let inserted: i64 = row.get(1);
-            let same: Option<bool> = row.get(2);
-            if inserted == 1 || same == Some(true) {
-                Ok(true)
-            } else {
-                Err(Failure::Other(Error::Corrupt {
-                    what: format!("journal record {seq} of instance {id:?}"),
-                    detail: "the database holds another record under this sequence number".into(),
-                }))
-            }
-        }
-        Op::PutIndex { .. } | Op::Remove { .. } => Ok(true),
+    let inserted: i64 = row.get(1);
+    let same: Option<bool> = row.get(2);
+    if inserted == 1 || same == Some(true) {
+        Ok(true)
+    } else {
+        Err(Failure::Other(Error::Corrupt {
+            what: format!("journal record {seq} of instance {id:?}"),
+            detail: "the database holds another record under this sequence number".into(),
+        }))
     }
 }
 
 /// Appends, in one statement with one fencing check.
-async fn apply_many(conn: Arc<Conn>, epoch: i64, ops: Vec<Op>) -> std::result::Result<(), Failure> {
+async fn apply_many(
+    conn: Arc<Conn>,
+    worker: Arc<str>,
+    ops: Vec<Op>,
+) -> std::result::Result<(), Failure> {
     let mut ids = Vec::with_capacity(ops.len());
     let mut seqs = Vec::with_capacity(ops.len());
     let mut records = Vec::with_capacity(ops.len());
@@ -672,10 +891,11 @@ async fn apply_many(conn: Arc<Conn>, epoch: i64, ops: Vec<Op>) -> std::result::R
     }
     let row = conn
         .client
-        .query_one(&conn.append_many, &[&ids, &seqs, &records, &epoch])
+        .query_one(&conn.append_many, &[&ids, &seqs, &records, &&*worker])
         .await?;
-    let fence: i64 = row.get(0);
-    if fence == 0 {
+    let owned: i64 = row.get(0);
+    let instances = ids.iter().collect::<HashSet<_>>().len();
+    if owned != instances as i64 {
         return Err(Failure::Fenced);
     }
     let inserted: i64 = row.get(1);
@@ -721,6 +941,7 @@ async fn read_with_retry(
     target: &Target,
     reader: &tokio::sync::Mutex<Option<Arc<Conn>>>,
     read: &Read,
+    worker: &str,
     deadline: Instant,
 ) -> Result<ReadAnswer> {
     let mut backoff = Duration::from_millis(20);
@@ -740,7 +961,7 @@ async fn read_with_retry(
             }
         };
         let result = match conn {
-            Ok(conn) => query(&conn, read).await,
+            Ok(conn) => query(&conn, read, worker).await,
             Err(e) => Err(e),
         };
         match result {
@@ -755,7 +976,11 @@ async fn read_with_retry(
     }
 }
 
-async fn query(conn: &Conn, read: &Read) -> std::result::Result<ReadAnswer, tokio_postgres::Error> {
+async fn query(
+    conn: &Conn,
+    read: &Read,
+    worker: &str,
+) -> std::result::Result<ReadAnswer, tokio_postgres::Error> {
     Ok(match read {
         Read::Journal(id) => {
             let rows = conn.client.query(&conn.journal, &[id]).await?;
@@ -777,20 +1002,27 @@ async fn query(conn: &Conn, read: &Read) -> std::result::Result<ReadAnswer, toki
             let rows = conn.client.query(&conn.entries, &[]).await?;
             ReadAnswer::Entries(rows.iter().map(|row| (row.get(0), row.get(1))).collect())
         }
+        Read::EntriesWhere { status, workflow } => {
+            let rows = conn
+                .client
+                .query(&conn.entries_where, &[status, workflow])
+                .await?;
+            ReadAnswer::Entries(rows.iter().map(|row| (row.get(0), row.get(1))).collect())
+        }
         Read::Post { id, intent } => {
             conn.client.execute(&conn.post, &[id, intent]).await?;
             ReadAnswer::Done
         }
         Read::Posts(limit) => {
-            let rows = conn.client.query(&conn.posts, &[limit]).await?;
+            let rows = conn.client.query(&conn.posts, &[limit, &worker]).await?;
             ReadAnswer::Posts(
                 rows.iter()
                     .map(|row| (row.get(0), row.get(1), row.get(2)))
                     .collect(),
             )
         }
-        Read::DonePost { n, epoch } => {
-            conn.client.execute(&conn.done_post, &[n, epoch]).await?;
+        Read::DonePost(n) => {
+            conn.client.execute(&conn.done_post, &[n, &worker]).await?;
             ReadAnswer::Done
         }
     })
@@ -814,12 +1046,16 @@ fn describe(config: &Config) -> String {
     )
 }
 
-/// This worker's name in the lease: host, process and a random part, so
-/// two engines in one process differ too.
-fn owner_name() -> String {
-    let host = std::fs::read_to_string("/etc/hostname")
-        .map(|h| h.trim().to_owned())
-        .unwrap_or_else(|_| "host".into());
+/// This worker's name: host, process and a random part, so two engines in
+/// one process differ too. Plain characters only: it is spliced into SQL.
+fn worker_name() -> String {
+    let host: String = std::fs::read_to_string("/etc/hostname")
+        .unwrap_or_else(|_| "host".into())
+        .trim()
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'))
+        .take(64)
+        .collect();
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.subsec_nanos())
