@@ -10,6 +10,7 @@ mod child;
 #[path = "support/helpers.rs"]
 mod helpers;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -73,6 +74,39 @@ async fn order(ctx: WorkflowContext, item: String) -> Result<u64, WorkflowError>
         return Err(WorkflowError::new("not approved"));
     }
     Ok(charge(&ctx, item).await?)
+}
+
+/// The events of `subscription`, per instance, until `n` instances
+/// completed.
+async fn events_until_completed(
+    subscription: &mut saga_runtime::Subscription,
+    n: usize,
+) -> BTreeMap<String, Vec<saga_runtime::Event>> {
+    let mut seen: BTreeMap<String, Vec<saga_runtime::Event>> = BTreeMap::new();
+    let completed = |seen: &BTreeMap<String, Vec<saga_runtime::Event>>| {
+        let done = |events: &&Vec<saga_runtime::Event>| {
+            events
+                .iter()
+                .any(|e| e.kind == EventKind::InstanceCompleted)
+        };
+        seen.values().filter(done).count()
+    };
+    while completed(&seen) < n {
+        let event = subscription.recv().await.unwrap();
+        seen.entry(event.instance.clone()).or_default().push(event);
+    }
+    seen
+}
+
+/// Asserts that a subscriber was told each instance's history, once and in
+/// order.
+async fn told_as_stored(engine: &Engine, seen: &BTreeMap<String, Vec<saga_runtime::Event>>) {
+    for (id, events) in seen {
+        let history = engine.instance(id).await.unwrap().history().await.unwrap();
+        let told: Vec<_> = events.iter().map(|e| (e.seq, e.kind.clone())).collect();
+        let stored: Vec<_> = history.iter().map(|e| (e.seq, e.kind.clone())).collect();
+        assert_eq!(told, stored, "{id}");
+    }
 }
 
 async fn worker(schema: &str, calls: &Arc<Calls>) -> Engine {
@@ -153,6 +187,13 @@ async fn workers_drive_their_own_instances_and_reach_each_others() {
     let a = worker(&schema, &calls_a).await;
     // Both are workers at once: neither waits for the other.
     let b = within("a second worker", worker(&schema, &calls_b)).await;
+    // A subscriber in a third engine sees both workers' events.
+    let reader = Engine::builder()
+        .postgres_schema(&schema)
+        .connect_read_only(&postgres::database_url())
+        .await
+        .unwrap();
+    let mut events = reader.subscribe();
     let on_a = a.start(order, "on-a", "pen".to_owned()).await.unwrap();
     let on_b = b.start(order, "on-b", "ink".to_owned()).await.unwrap();
     helpers::until_status(&on_a, Status::Waiting).await;
@@ -191,6 +232,11 @@ async fn workers_drive_their_own_instances_and_reach_each_others() {
     assert_eq!(calls_b.charge.load(Ordering::SeqCst), 1, "on-b ran on b");
     assert_eq!(calls_a.reserve.load(Ordering::SeqCst), 1);
     assert_eq!(a.list(&ListFilter::default()).await.unwrap().len(), 2);
+
+    // Every event of both, once, in order, as their histories say.
+    let seen = within("the events", events_until_completed(&mut events, 2)).await;
+    told_as_stored(&a, &seen).await;
+    reader.close().await;
     a.close().await;
     b.close().await;
     postgres::drop_schema(&schema).await;
@@ -341,6 +387,9 @@ async fn lost_connections_are_reconnected_without_ending_an_instance() {
         "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
          WHERE application_name = 'saga:{schema}'"
     );
+    // A subscriber that looks all along, through the lost connections.
+    let mut events = engine.subscribe();
+    let watcher = tokio::spawn(async move { events_until_completed(&mut events, 5).await });
     for i in 0..5 {
         let id = format!("blink-{i}");
         let run = engine.start(order, &id, "mug".to_owned()).await.unwrap();
@@ -358,6 +407,10 @@ async fn lost_connections_are_reconnected_without_ending_an_instance() {
     }
     assert_eq!(calls.reserve.load(Ordering::SeqCst), 5);
     assert_eq!(calls.charge.load(Ordering::SeqCst), 5);
+    // It lost and repeated nothing.
+    let seen = within("the events", watcher).await.unwrap();
+    assert_eq!(seen.len(), 5);
+    told_as_stored(&engine, &seen).await;
     engine.close().await;
     postgres::drop_schema(&schema).await;
 }

@@ -7,7 +7,7 @@
 //! saga pause|resume ID
 //! saga terminate [--rollback] ID
 //! saga restart [--from STEP] ID
-//! saga watch [ID]             (embedded only on sled)
+//! saga watch [ID]             (sled: embedded only; PostgreSQL: any process)
 //! saga check --lock saga.lock
 //! ```
 //!

@@ -30,10 +30,10 @@ impl Backend {
     /// Whether `watch` sees the events of instances another process runs.
     pub(crate) fn watches_from_another_process(&self) -> bool {
         match self {
-            // Only the process that holds the store sees its events; on
-            // PostgreSQL, only the worker that drives the instances (events
-            // do not cross processes yet).
-            Backend::Sled(_) | Backend::Postgres(_) => false,
+            // Only the process that holds the store sees its events.
+            Backend::Sled(_) => false,
+            // Any process follows the journals in the database.
+            Backend::Postgres(_) => true,
         }
     }
 

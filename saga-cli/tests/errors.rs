@@ -4,7 +4,6 @@
 
 mod support;
 
-use std::process::Command;
 
 use saga_runtime::Engine;
 use support::{TempDir, bank_transfer_store, fails};
@@ -106,17 +105,4 @@ fn watch_on_sled_points_at_the_embedded_command() {
         "{}",
         run.stderr
     );
-}
-
-#[test]
-fn watch_on_a_database_url_says_where_to_run_it() {
-    let output = Command::new(env!("CARGO_BIN_EXE_saga"))
-        .args(["watch"])
-        .env("SAGA_DATABASE_URL", "postgres://localhost/saga")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8(output.stderr).unwrap();
-    assert_eq!(output.status.code(), Some(2));
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    assert!(stderr.contains("saga_runtime::cli::run"), "{stderr}");
 }

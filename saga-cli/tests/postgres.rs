@@ -1,7 +1,7 @@
 //! The binary on a PostgreSQL store, beside the worker that drives it:
 //! `list` and `show` read what the worker wrote; control commands are
-//! posted to the worker, which acts on them; a database that does not
-//! answer is one line.
+//! posted to the worker, which acts on them; `watch` shows what the worker
+//! does; a database that does not answer is one line.
 
 mod support;
 
@@ -90,6 +90,30 @@ async fn the_binary_reads_a_schema_while_its_worker_runs() {
             }
         }
     };
+    // A watcher in another process sees what the worker does.
+    let mut watcher = Command::new(env!("CARGO_BIN_EXE_saga"))
+        .args(["--database-url", &url, "watch", "order-7"])
+        .env("SAGA_DATABASE_SCHEMA", &schema)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("the saga binary runs");
+    let (lines_sender, lines) = std::sync::mpsc::channel();
+    let stdout = watcher.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout).lines() {
+            if lines_sender.send(line.unwrap()).is_err() {
+                break;
+            }
+        }
+    });
+    let next_line = || {
+        lines
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .expect("a line from saga watch")
+    };
+    assert!(next_line().starts_with("watching order-7"));
+
     let pause = control(&["pause", "order-7"]).await.unwrap();
     assert_eq!(pause.code, 0, "{}", pause.stderr);
     assert!(
@@ -103,6 +127,16 @@ async fn the_binary_reads_a_schema_while_its_worker_runs() {
     let terminate = control(&["terminate", "order-7"]).await.unwrap();
     assert_eq!(terminate.code, 0, "{}", terminate.stderr);
     until(saga_runtime::Status::Terminated).await;
+    let watched: Vec<String> = std::iter::from_fn(|| Some(next_line()))
+        .take_while(|line| !line.ends_with("terminated"))
+        .collect();
+    assert!(
+        watched.iter().any(|line| line.ends_with("paused")),
+        "{watched:?}"
+    );
+    assert!(watched.iter().all(|line| line.contains("order-7")));
+    watcher.kill().unwrap();
+    watcher.wait().unwrap();
     let unknown = control(&["pause", "order-8"]).await.unwrap();
     assert_eq!(unknown.code, 1, "{}", unknown.stderr);
     assert_eq!(unknown.stderr.lines().count(), 1, "{}", unknown.stderr);

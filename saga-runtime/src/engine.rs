@@ -410,9 +410,10 @@ impl Engine {
     }
 
     /// A stream of lifecycle events of every instance. An event is sent
-    /// only after it is durable.
+    /// only after it is durable. On PostgreSQL it sees every worker's
+    /// instances (see [`Subscription`]).
     pub fn subscribe(&self) -> Subscription {
-        Subscription::new(self.runner().core.journal.subscribe_events())
+        Subscription::new(&self.runner().core)
     }
 
     /// Sends an event to an instance. It is stored durably before this

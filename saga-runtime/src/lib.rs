@@ -126,7 +126,9 @@ pub use crate::send::{EventSender, Sent};
 pub use crate::service::Service;
 pub use crate::status::Status;
 pub use crate::step::StepFuture;
-pub use crate::store::{IndexRow, SledStore, Store, run_conformance_suite};
+pub use crate::store::{
+    IndexRow, SledStore, Store, TailPosition, TailRecords, run_conformance_suite,
+};
 #[doc(hidden)]
 #[cfg(feature = "postgres")]
 #[doc(hidden)]

@@ -1,13 +1,40 @@
 //! The lifecycle event stream.
 
+use std::collections::VecDeque;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
 use tokio::sync::broadcast;
 
+use crate::core::Core;
 use crate::history::Event;
+use crate::journal::Tail;
+
+/// How often a subscriber on a store shared by workers looks for records
+/// that other processes (or this one) wrote.
+const FOLLOW_EVERY: Duration = Duration::from_millis(100);
 
 /// Lifecycle events of every instance, each sent after it is durable: a
 /// subscriber that saw `StepCompleted` knows that step will never run again.
+///
+/// On a store shared by workers (PostgreSQL), a subscription sees the
+/// events of every worker's instances: it follows the journals in the
+/// database, in an order that a late commit never breaks, so it loses and
+/// repeats nothing, across lost connections too. It looks every 100 ms,
+/// and may begin with events from moments before it was made.
 pub struct Subscription {
-    receiver: broadcast::Receiver<Event>,
+    source: Source,
+}
+
+enum Source {
+    /// The events this engine writes, told as they become durable.
+    Local(broadcast::Receiver<Event>),
+    /// The journals of a store that other processes write too.
+    Shared {
+        core: Weak<Core>,
+        tail: Box<Tail>,
+        ready: VecDeque<Event>,
+    },
 }
 
 /// Why [`Subscription::recv`] returned no event.
@@ -23,8 +50,23 @@ pub enum RecvError {
 }
 
 impl Subscription {
-    pub(crate) fn new(receiver: broadcast::Receiver<Event>) -> Self {
-        Subscription { receiver }
+    pub(crate) fn new(core: &Arc<Core>) -> Self {
+        let source = match core.journal.tail() {
+            Ok(Some(tail)) => Source::Shared {
+                core: Arc::downgrade(core),
+                tail: Box::new(tail),
+                ready: VecDeque::new(),
+            },
+            Ok(None) => Source::Local(core.journal.subscribe_events()),
+            Err(e) => {
+                // Answers `Closed` at once rather than never.
+                tracing::error!(error = %e, "could not begin following the journals; this subscription is closed");
+                let (sender, receiver) = broadcast::channel(1);
+                drop(sender);
+                Source::Local(receiver)
+            }
+        };
+        Subscription { source }
     }
 
     /// The next event.
@@ -33,10 +75,32 @@ impl Subscription {
     ///
     /// dropping the future loses no event: the next call receives it.
     pub async fn recv(&mut self) -> Result<Event, RecvError> {
-        self.receiver.recv().await.map_err(|e| match e {
-            broadcast::error::RecvError::Lagged(n) => RecvError::Lagged(n),
-            broadcast::error::RecvError::Closed => RecvError::Closed,
-        })
+        match &mut self.source {
+            Source::Local(receiver) => receiver.recv().await.map_err(|e| match e {
+                broadcast::error::RecvError::Lagged(n) => RecvError::Lagged(n),
+                broadcast::error::RecvError::Closed => RecvError::Closed,
+            }),
+            Source::Shared { core, tail, ready } => loop {
+                if let Some(event) = ready.pop_front() {
+                    return Ok(event);
+                }
+                // Read and folded before any await: a dropped call leaves
+                // what it read in `ready`.
+                {
+                    let Some(core) = core.upgrade().filter(|c| !c.is_closed()) else {
+                        return Err(RecvError::Closed);
+                    };
+                    match core.journal.follow(tail, ready) {
+                        Ok(true) => continue,
+                        Ok(false) => {}
+                        Err(e) => {
+                            tracing::warn!(error = %e, "could not follow the journals; trying again");
+                        }
+                    }
+                }
+                tokio::time::sleep(FOLLOW_EVERY).await;
+            },
+        }
     }
 }
 

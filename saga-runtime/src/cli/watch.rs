@@ -21,6 +21,14 @@ pub(crate) async fn run(
         engine.instance(id).await?;
     }
     let mut events = engine.subscribe();
+    if !args.json {
+        // Said once subscribed: what happens from here on is shown.
+        match &args.id {
+            Some(id) => writeln!(out, "watching {id} (interrupt to stop)")?,
+            None => writeln!(out, "watching every instance (interrupt to stop)")?,
+        }
+        out.flush()?;
+    }
     let mut printed = 0;
     while args.count.is_none_or(|count| printed < count) {
         let event = match events.recv().await {

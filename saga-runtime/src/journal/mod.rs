@@ -16,6 +16,7 @@ mod fold;
 mod index;
 pub(crate) mod legacy;
 mod state;
+mod tail;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,6 +27,7 @@ use tokio::sync::{broadcast, watch};
 pub(crate) use change::{Change, End};
 pub(crate) use index::Summary;
 pub(crate) use state::{CompensationState, InstanceState, SlotKind, SlotRecord, SlotState};
+pub(crate) use tail::Tail;
 
 use self::change::Entry;
 use crate::clock::{Clock, from_millis, to_millis};

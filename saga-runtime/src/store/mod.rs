@@ -65,6 +65,21 @@ impl<'a> IndexRow<'a> {
     }
 }
 
+/// Where a tail of every journal stands ([`Store::tail`]): after the
+/// record `seq` of instance `id` written by transaction `tx`, in the
+/// store's order.
+#[doc(hidden)]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TailPosition {
+    pub tx: i64,
+    pub id: String,
+    pub seq: i64,
+}
+
+/// Records in a tail: instance, sequence number, record.
+#[doc(hidden)]
+pub type TailRecords = Vec<(String, u64, Vec<u8>)>;
+
 /// Durable storage of journals and the index. Not yet a stable API: a
 /// server-backed store will reshape it (async calls).
 ///
@@ -135,6 +150,18 @@ pub trait Store: Send + Sync + 'static {
     /// and it claims the instances of workers that are gone.
     fn shared(&self) -> bool {
         false
+    }
+    /// Where a tail of every journal begins now, on a store whose journals
+    /// other processes write too (`None`: this engine writes every record
+    /// it stores, and tells its subscribers itself).
+    fn tail_start(&self) -> Result<Option<TailPosition>> {
+        Ok(None)
+    }
+    /// Up to `limit` records of any instance after `from`, in an order
+    /// that later records never come before (so a tail loses and repeats
+    /// none), each durable; and the position after the last.
+    fn tail(&self, from: &TailPosition, _limit: usize) -> Result<(TailRecords, TailPosition)> {
+        Ok((Vec::new(), from.clone()))
     }
     /// Whether this engine may write the journal of `id`: always on a
     /// store of one process; on a shared store, while this worker owns the

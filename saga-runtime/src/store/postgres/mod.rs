@@ -58,7 +58,7 @@ use std::time::Duration;
 use tokio::sync::mpsc::UnboundedSender;
 
 use self::server::{Job, Op, Read, ReadAnswer, Row};
-use super::{IndexRow, Store};
+use super::{IndexRow, Store, TailPosition, TailRecords};
 use crate::error::{Error, Result};
 use crate::lock::lock;
 
@@ -296,6 +296,24 @@ impl Store for PgStore {
         !self.read_only
     }
 
+    fn tail_start(&self) -> Result<Option<TailPosition>> {
+        match self.read(Read::TailStart)? {
+            ReadAnswer::Position(position) => Ok(Some(position)),
+            other => Err(other.unexpected()),
+        }
+    }
+
+    fn tail(&self, from: &TailPosition, limit: usize) -> Result<(TailRecords, TailPosition)> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        match self.read(Read::Tail {
+            from: from.clone(),
+            limit,
+        })? {
+            ReadAnswer::Tail(records, position) => Ok((records, position)),
+            other => Err(other.unexpected()),
+        }
+    }
+
     fn owns(&self, id: &str) -> bool {
         lock(&self.owned).contains(id)
     }
@@ -317,6 +335,7 @@ impl Store for PgStore {
         match self.read(Read::Post {
             id: id.to_owned(),
             intent: intent.to_vec(),
+            token: post_token(),
         })? {
             ReadAnswer::Done => Ok(()),
             other => Err(other.unexpected()),
@@ -356,6 +375,17 @@ impl Drop for PgStore {
     fn drop(&mut self) {
         self.close();
     }
+}
+
+/// A token no other post has: this process, the time, and a count.
+fn post_token() -> String {
+    static COUNT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let n = COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{}-{nanos:x}-{n}", std::process::id())
 }
 
 fn to_db_seq(seq: u64) -> Result<i64> {

@@ -55,6 +55,13 @@ const MIGRATIONS: &[&str] = &[
      CREATE INDEX instances_status ON {s}.instances (status, workflow);
      CREATE INDEX inbox_instance ON {s}.inbox (id);
      DROP TABLE {s}.lease;",
+    // 4: the transaction that wrote each journal row, so a subscriber in
+    // any process tails the journals by snapshot (it loses and repeats
+    // nothing: see `tail`); a token per post, so a post retried after a
+    // lost connection is stored once.
+    "ALTER TABLE {s}.journal ADD COLUMN tx xid8 NOT NULL DEFAULT pg_current_xact_id();
+     CREATE INDEX journal_tail ON {s}.journal (tx, id, seq);
+     ALTER TABLE {s}.inbox ADD COLUMN token text UNIQUE;",
 ];
 
 /// The newest schema version this release knows.

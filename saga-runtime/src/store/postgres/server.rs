@@ -22,6 +22,7 @@ use super::{PgOptions, db_error, is_connection_error, lease, schema};
 const MAX_BATCH: usize = 1024;
 use crate::error::{Error, Result};
 use crate::lock::lock;
+use crate::store::{TailPosition, TailRecords};
 
 /// A write, kept until a flush made it durable (to apply again on a new
 /// connection).
@@ -85,9 +86,18 @@ pub(super) enum Read {
         status: Option<String>,
         workflow: Option<String>,
     },
+    /// A post, stored once however often it is sent (its `token`).
     Post {
         id: String,
         intent: Vec<u8>,
+        token: String,
+    },
+    /// Where a tail of every journal begins now.
+    TailStart,
+    /// Records after a position, durable.
+    Tail {
+        from: TailPosition,
+        limit: i64,
     },
     /// Posts for the instances this worker owns.
     Posts(i64),
@@ -101,6 +111,8 @@ pub(super) enum ReadAnswer {
     Index(Option<Vec<u8>>),
     Entries(Vec<(String, Vec<u8>)>),
     Posts(Vec<(i64, String, Vec<u8>)>),
+    Position(TailPosition),
+    Tail(TailRecords, TailPosition),
     Done,
 }
 
@@ -210,6 +222,8 @@ struct Conn {
     index: Statement,
     entries: Statement,
     entries_where: Statement,
+    tail_start: Statement,
+    tail: Statement,
     post: Statement,
     posts: Statement,
     done_post: Statement,
@@ -337,9 +351,25 @@ impl Target {
                  ORDER BY id COLLATE \"C\""
             ))
             .await?;
+        // Tail by snapshot: only rows of transactions older than every one
+        // still running, which are final, in (tx, id, seq) order; a row
+        // that commits later belongs to a newer transaction, so it comes
+        // after every row read so far.
+        let tail_start = client
+            .prepare("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
+            .await?;
+        let tail = client
+            .prepare(&format!(
+                "SELECT tx::text::bigint, id, seq, record FROM {s}.journal
+                 WHERE tx < pg_snapshot_xmin(pg_current_snapshot())
+                   AND (tx, id, seq) > ($1::text::xid8, $2, $3)
+                 ORDER BY tx, id, seq LIMIT $4"
+            ))
+            .await?;
         let post = client
             .prepare(&format!(
-                "INSERT INTO {s}.inbox (id, intent) VALUES ($1, $2)"
+                "INSERT INTO {s}.inbox (id, intent, token) VALUES ($1, $2, $3)
+                 ON CONFLICT (token) DO NOTHING"
             ))
             .await?;
         let posts = client
@@ -389,6 +419,8 @@ impl Target {
             index,
             entries,
             entries_where,
+            tail_start,
+            tail,
         })
     }
 
@@ -1009,9 +1041,49 @@ async fn query(
                 .await?;
             ReadAnswer::Entries(rows.iter().map(|row| (row.get(0), row.get(1))).collect())
         }
-        Read::Post { id, intent } => {
-            conn.client.execute(&conn.post, &[id, intent]).await?;
+        Read::Post { id, intent, token } => {
+            conn.client
+                .execute(&conn.post, &[id, intent, token])
+                .await?;
             ReadAnswer::Done
+        }
+        Read::TailStart => {
+            let row = conn.client.query_one(&conn.tail_start, &[]).await?;
+            ReadAnswer::Position(TailPosition {
+                tx: row.get(0),
+                id: String::new(),
+                seq: -1,
+            })
+        }
+        Read::Tail { from, limit } => {
+            let rows = conn
+                .client
+                .query(
+                    &conn.tail,
+                    &[&from.tx.to_string(), &from.id, &from.seq, limit],
+                )
+                .await?;
+            let Some(last) = rows.last() else {
+                return Ok(ReadAnswer::Tail(Vec::new(), from.clone()));
+            };
+            let position = TailPosition {
+                tx: last.get(0),
+                id: last.get(1),
+                seq: last.get(2),
+            };
+            let records = rows
+                .iter()
+                .map(|row| (row.get(1), row.get::<_, i64>(2) as u64, row.get(3)))
+                .collect();
+            // Committed, maybe not yet on disk (writes commit without
+            // waiting for it): a transaction committed synchronously after
+            // them makes them durable, as a flush does.
+            conn.client
+                .simple_query(
+                    "BEGIN; SET LOCAL synchronous_commit TO on; SELECT pg_current_xact_id(); COMMIT",
+                )
+                .await?;
+            ReadAnswer::Tail(records, position)
         }
         Read::Posts(limit) => {
             let rows = conn.client.query(&conn.posts, &[limit, &worker]).await?;

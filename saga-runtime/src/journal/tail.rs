@@ -1,0 +1,129 @@
+//! Following every journal of a store that other processes write too: a
+//! subscriber's side of a store shared by workers.
+//!
+//! The store hands over records in an order that later commits never come
+//! before ([`Store::tail`](crate::store::Store::tail)), each durable; this
+//! folds them, per instance, into the lifecycle events that a subscriber
+//! of the writing process would have seen. An instance met for the first
+//! time in the middle of its journal is folded from its start (without
+//! telling) to know where it is; one that ended is let go, and folded
+//! again if it runs again.
+
+use std::collections::{HashMap, VecDeque};
+
+use super::Journal;
+use super::fold::Fold;
+use crate::clock::from_millis;
+use crate::error::Result;
+use crate::history::Event;
+use crate::store::TailPosition;
+
+/// The most records read at once.
+const BATCH: usize = 512;
+
+/// A tail of every journal, and where each instance it met stands.
+pub(crate) struct Tail {
+    position: TailPosition,
+    instances: HashMap<String, Followed>,
+}
+
+/// An instance being followed: its fold, the next record expected, and
+/// how many events it made so far.
+struct Followed {
+    fold: Fold,
+    next_seq: u64,
+    events: u64,
+}
+
+impl Journal {
+    /// A tail from now, or `None` when this engine tells its subscribers
+    /// itself (it writes every record of its store).
+    pub(crate) fn tail(&self) -> Result<Option<Tail>> {
+        Ok(self.store.tail_start()?.map(|position| Tail {
+            position,
+            instances: HashMap::new(),
+        }))
+    }
+
+    /// Reads what was written after the tail's position, appending its
+    /// events to `out`; answers whether there was any.
+    pub(crate) fn follow(&self, tail: &mut Tail, out: &mut VecDeque<Event>) -> Result<bool> {
+        let (records, position) = self.store.tail(&tail.position, BATCH)?;
+        let any = !records.is_empty();
+        for (id, seq, bytes) in records {
+            // A journal that does not fold is left out, not read again:
+            // every call on it says why (`Error::Corrupt`).
+            if let Err(e) = self.follow_record(tail, &id, seq, &bytes, out) {
+                tracing::warn!(instance = %id, seq, error = %e, "a subscriber skips a record it cannot fold");
+                tail.instances.remove(&id);
+            }
+        }
+        tail.position = position;
+        Ok(any)
+    }
+
+    fn follow_record(
+        &self,
+        tail: &mut Tail,
+        id: &str,
+        seq: u64,
+        bytes: &[u8],
+        out: &mut VecDeque<Event>,
+    ) -> Result<()> {
+        if tail.instances.get(id).is_none_or(|f| f.next_seq != seq) {
+            // First met (or met again) here: fold what came before.
+            match self.followed_until(id, seq)? {
+                Some(followed) => tail.instances.insert(id.to_owned(), followed),
+                // Removed since (retention): nothing to tell.
+                None => return Ok(()),
+            };
+        }
+        let Some(followed) = tail.instances.get_mut(id) else {
+            return Ok(());
+        };
+        let (entry, kinds) = followed.fold.record(id, seq, bytes)?;
+        followed.next_seq = seq + 1;
+        for kind in kinds {
+            out.push_back(Event {
+                instance: id.to_owned(),
+                seq: followed.events,
+                at: from_millis(entry.at),
+                kind,
+            });
+            followed.events += 1;
+        }
+        if followed
+            .fold
+            .state
+            .as_ref()
+            .is_some_and(|s| s.status.is_terminal())
+        {
+            tail.instances.remove(id);
+        }
+        Ok(())
+    }
+
+    /// The fold of `id`'s records before `seq`, with the count of events
+    /// they made; `None` when the instance is gone.
+    fn followed_until(&self, id: &str, seq: u64) -> Result<Option<Followed>> {
+        let mut fold = Fold::default();
+        let mut events = 0;
+        let mut next_seq = 0;
+        for (s, bytes) in self.store.journal(id)? {
+            if s >= seq {
+                break;
+            }
+            events += fold.record(id, s, &bytes)?.1.len() as u64;
+            next_seq = s + 1;
+        }
+        if next_seq != seq {
+            // Its start is gone: removed, or removed and created again.
+            return Ok(None);
+        }
+        Ok(Some(Followed {
+            fold,
+            next_seq,
+            events,
+        }))
+    }
+}
