@@ -4,7 +4,6 @@
 
 mod support;
 
-
 use saga_runtime::Engine;
 use support::{TempDir, bank_transfer_store, fails};
 
