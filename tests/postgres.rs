@@ -243,6 +243,40 @@ async fn workers_drive_their_own_instances_and_reach_each_others() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn posts_and_ends_are_told_at_once() {
+    let schema = postgres::fresh_schema("notify").await;
+    let calls = Arc::new(Calls::default());
+    // Nobody polls within the test's patience: only notifications move.
+    let hour = Duration::from_secs(3600);
+    let engine = Engine::builder()
+        .postgres_schema(&schema)
+        .poll_interval(hour)
+        .provide_arc(calls.clone())
+        .register(order)
+        .connect(&postgres::database_url())
+        .await
+        .unwrap();
+    let reader = Engine::builder()
+        .postgres_schema(&schema)
+        .poll_interval(hour)
+        .connect_read_only(&postgres::database_url())
+        .await
+        .unwrap();
+    let run = engine.start(order, "told", "pen".to_owned()).await.unwrap();
+    helpers::until_status(&run, Status::Waiting).await;
+    // The worker is told of the post, and the reader of the end.
+    reader.send_event("told", "go", &true).await.unwrap();
+    let remote = reader.instance("told").await.unwrap();
+    assert_eq!(
+        within("the result", remote.result::<u64>()).await.unwrap(),
+        3
+    );
+    reader.close().await;
+    engine.close().await;
+    postgres::drop_schema(&schema).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_closed_workers_instances_are_claimed_by_another() {
     let schema = postgres::fresh_schema("claim").await;
     let calls = Arc::new(Calls::default());

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use serde::Serialize;
 use tokio::runtime::Handle;
@@ -26,6 +27,10 @@ pub(crate) struct Core {
     pub(crate) max_payload: usize,
     /// What `EngineBuilder::provide` gave, handed to steps by type.
     pub(crate) services: Arc<Services>,
+    /// On a store shared by workers: how often this engine looks at what
+    /// other processes did (claims, posts, their instances' ends), besides
+    /// when the store tells of it.
+    pub(crate) poll: Duration,
     closed: AtomicBool,
     /// Set by `Engine::close_within`: no step starts any more.
     draining: AtomicBool,
@@ -45,6 +50,7 @@ impl Core {
         runtime: Handle,
         max_payload: usize,
         services: Services,
+        poll: Duration,
     ) -> Core {
         Core {
             journal,
@@ -52,6 +58,7 @@ impl Core {
             runtime,
             max_payload,
             services: Arc::new(services),
+            poll,
             closed: AtomicBool::new(false),
             draining: AtomicBool::new(false),
             steps_in_flight: Arc::default(),

@@ -28,6 +28,10 @@ pub const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long finished instances are kept by default.
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 60 * 60);
 
+/// How often an engine on a store shared by workers looks at what other
+/// processes did, besides being told (see `EngineBuilder::poll_interval`).
+const DEFAULT_POLL: Duration = Duration::from_millis(200);
+
 /// The durable workflow engine.
 ///
 /// Cheap to clone; every clone is the same engine. Dropping the last clone
@@ -91,6 +95,7 @@ pub struct EngineBuilder {
     postgres_schema: String,
     #[cfg(feature = "postgres")]
     lease: Duration,
+    poll: Duration,
 }
 
 impl EngineBuilder {
@@ -234,6 +239,18 @@ impl EngineBuilder {
         self
     }
 
+    /// How often a PostgreSQL worker looks for the instances of workers
+    /// that are gone, for events and control calls posted to it, and (for
+    /// `result()` and subscribers) at other workers' instances: default
+    /// 200 ms. It is also told of posts and of ends at once (LISTEN/NOTIFY),
+    /// so this is the fallback for a lost notification, and how soon a
+    /// dead worker's instances are claimed once its lease ran out.
+    #[cfg(feature = "postgres")]
+    pub fn poll_interval(mut self, every: Duration) -> Self {
+        self.poll = every;
+        self
+    }
+
     /// An engine on a temporary store, removed when the engine is dropped.
     pub fn temporary(self) -> Result<Engine> {
         let runtime = Handle::try_current().map_err(|_| Error::NoRuntime)?;
@@ -268,6 +285,7 @@ impl EngineBuilder {
             runtime,
             self.max_payload,
             self.services,
+            self.poll,
         ));
         let runner = Arc::new(Runner::new(core, self.retention, path));
         let engine = Engine {
@@ -319,6 +337,7 @@ impl Engine {
             postgres_schema: crate::store::DEFAULT_SCHEMA.to_owned(),
             #[cfg(feature = "postgres")]
             lease: crate::store::DEFAULT_LEASE,
+            poll: DEFAULT_POLL,
         }
     }
 

@@ -1,11 +1,10 @@
-//! A worker's side of a store shared by workers: a task that, every
-//! 200 ms, claims the instances whose worker is gone (and resumes them),
-//! then takes the inbox of the instances it owns, oldest first, acting on
-//! each post through the same calls a local user would make before it
-//! removes it (see `intent`).
+//! A worker's side of a store shared by workers: a task that, every poll
+//! interval (and at once when the store tells of a post), claims the
+//! instances whose worker is gone (and resumes them), then takes the inbox
+//! of the instances it owns, oldest first, acting on each post through the
+//! same calls a local user would make before it removes it (see `intent`).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::codec::decode_record;
 use crate::error::{Error, Result};
@@ -13,8 +12,6 @@ use crate::instance::Instance;
 use crate::intent::Intent;
 use crate::runner::Runner;
 
-/// How often a worker claims and looks at its inbox.
-const POLL_EVERY: Duration = Duration::from_millis(200);
 /// The most posts taken, and instances claimed, at once: a worker that
 /// claims a batch at a time leaves the rest of a dead worker's instances
 /// to the others.
@@ -27,13 +24,18 @@ pub(crate) fn spawn_inbox_reader(runner: &Arc<Runner>) {
         return;
     }
     let weak = Arc::downgrade(runner);
+    let mut told = runner.core.journal.changes(crate::store::Told::Posts);
+    let poll = runner.core.poll;
     let task = runner.core.runtime.spawn(async move {
         // Real time: leases and the inbox are the database's, not the
         // engine clock's.
-        let mut every = tokio::time::interval(POLL_EVERY);
+        let mut every = tokio::time::interval(poll);
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            every.tick().await;
+            tokio::select! {
+                _ = every.tick() => {}
+                Some(()) = crate::journal::told_of_change(&mut told) => every.reset(),
+            }
             let Some(runner) = weak.upgrade() else { return };
             if runner.core.is_closed() || runner.core.is_draining() {
                 return;

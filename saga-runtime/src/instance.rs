@@ -16,9 +16,6 @@ use crate::live::Interrupt;
 use crate::runner::Runner;
 use crate::status::Status;
 
-/// How often `result()` looks at an instance another worker drives.
-const ELSEWHERE_POLL: std::time::Duration = std::time::Duration::from_millis(100);
-
 /// A handle on one instance. Cheap to clone.
 #[derive(Clone)]
 pub struct Instance {
@@ -159,6 +156,7 @@ impl Instance {
     /// dropping the future changes nothing: the instance runs on.
     pub async fn result<O: DeserializeOwned>(&self) -> Result<O> {
         let mut ended = self.journal().subscribe_ends();
+        let mut told = self.journal().changes(crate::store::Told::Stops);
         loop {
             ended.borrow_and_update();
             // Only the outcome is read, not a copy of the whole state: this
@@ -188,7 +186,8 @@ impl Instance {
                     changed = ended.changed() => if changed.is_err() {
                         return Err(Error::Closed);
                     },
-                    () = tokio::time::sleep(ELSEWHERE_POLL) => {}
+                    Some(()) = crate::journal::told_of_change(&mut told) => {}
+                    () = tokio::time::sleep(self.runner.core.poll) => {}
                 }
                 continue;
             }

@@ -127,7 +127,7 @@ pub use crate::service::Service;
 pub use crate::status::Status;
 pub use crate::step::StepFuture;
 pub use crate::store::{
-    IndexRow, SledStore, Store, TailPosition, TailRecords, run_conformance_suite,
+    IndexRow, SledStore, Store, TailPosition, TailRecords, Told, run_conformance_suite,
 };
 #[doc(hidden)]
 #[cfg(feature = "postgres")]

@@ -10,18 +10,16 @@ use crate::core::Core;
 use crate::history::Event;
 use crate::journal::Tail;
 
-/// How often a subscriber on a store shared by workers looks for records
-/// that other processes (or this one) wrote.
-const FOLLOW_EVERY: Duration = Duration::from_millis(100);
-
 /// Lifecycle events of every instance, each sent after it is durable: a
 /// subscriber that saw `StepCompleted` knows that step will never run again.
 ///
 /// On a store shared by workers (PostgreSQL), a subscription sees the
 /// events of every worker's instances: it follows the journals in the
 /// database, in an order that a late commit never breaks, so it loses and
-/// repeats nothing, across lost connections too. It looks every 100 ms,
-/// and may begin with events from moments before it was made.
+/// repeats nothing, across lost connections too. It looks twice per poll
+/// interval (`EngineBuilder::poll_interval`, every 100 ms by default), and
+/// at once when an instance ends; it may begin with events from moments
+/// before it was made.
 pub struct Subscription {
     source: Source,
 }
@@ -34,6 +32,7 @@ enum Source {
         core: Weak<Core>,
         tail: Box<Tail>,
         ready: VecDeque<Event>,
+        told: Option<tokio::sync::watch::Receiver<u64>>,
     },
 }
 
@@ -56,6 +55,7 @@ impl Subscription {
                 core: Arc::downgrade(core),
                 tail: Box::new(tail),
                 ready: VecDeque::new(),
+                told: core.journal.changes(crate::store::Told::Stops),
             },
             Ok(None) => Source::Local(core.journal.subscribe_events()),
             Err(e) => {
@@ -80,7 +80,12 @@ impl Subscription {
                 broadcast::error::RecvError::Lagged(n) => RecvError::Lagged(n),
                 broadcast::error::RecvError::Closed => RecvError::Closed,
             }),
-            Source::Shared { core, tail, ready } => loop {
+            Source::Shared {
+                core,
+                tail,
+                ready,
+                told,
+            } => loop {
                 if let Some(event) = ready.pop_front() {
                     return Ok(event);
                 }
@@ -98,7 +103,12 @@ impl Subscription {
                         }
                     }
                 }
-                tokio::time::sleep(FOLLOW_EVERY).await;
+                // Twice per poll interval: records are not told of.
+                let every = core.upgrade().map_or(Duration::ZERO, |c| c.poll / 2);
+                tokio::select! {
+                    () = tokio::time::sleep(every) => {}
+                    Some(()) = crate::journal::told_of_change(told) => {}
+                }
             },
         }
     }

@@ -36,7 +36,7 @@ use crate::error::{Error, Result};
 use crate::history::Event;
 use crate::lock::lock;
 use crate::status::Status;
-use crate::store::{Flusher, Store};
+use crate::store::{Flusher, Store, Told};
 
 pub(crate) struct Journal {
     store: Arc<dyn Store>,
@@ -343,6 +343,12 @@ impl Journal {
         self.store.shared()
     }
 
+    /// A count that moves when another process may have changed `what`
+    /// this engine waits for (see [`Store::changes`]).
+    pub(crate) fn changes(&self, what: Told) -> Option<watch::Receiver<u64>> {
+        self.store.changes(what)
+    }
+
     /// Whether this engine writes the journal of `id` (on a shared store:
     /// this worker owns it; else its events and control calls are posted).
     pub(crate) fn owns(&self, id: &str) -> bool {
@@ -438,7 +444,17 @@ impl Journal {
         self.evict_if_idle(id);
         let read = read?;
         self.flusher.durable(ticket).await?;
+        self.settle_unless_owned(id)?;
         Ok(read)
+    }
+
+    /// An instance another process writes may show a commit that is not
+    /// yet durable: the store makes it so before a user sees it.
+    fn settle_unless_owned(&self, id: &str) -> Result<()> {
+        if self.store.owns(id) {
+            return Ok(());
+        }
+        self.store.settle()
     }
 
     /// The history of `id`, as users see it.
@@ -454,6 +470,7 @@ impl Journal {
         self.evict_if_idle(id);
         let history = self.fold_history(id, records?)?;
         self.flusher.durable(ticket).await?;
+        self.settle_unless_owned(id)?;
         Ok(history)
     }
 
@@ -664,6 +681,21 @@ impl Journal {
 impl Drop for Journal {
     fn drop(&mut self) {
         self.flusher.stop();
+    }
+}
+
+/// Waits until the store tells of a change; `None` (never) when it does
+/// not tell.
+pub(crate) async fn told_of_change(told: &mut Option<watch::Receiver<u64>>) -> Option<()> {
+    match told {
+        Some(receiver) => match receiver.changed().await {
+            Ok(()) => Some(()),
+            Err(_) => {
+                *told = None;
+                std::future::pending().await
+            }
+        },
+        None => std::future::pending().await,
     }
 }
 

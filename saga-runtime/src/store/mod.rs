@@ -80,6 +80,16 @@ pub struct TailPosition {
 #[doc(hidden)]
 pub type TailRecords = Vec<(String, u64, Vec<u8>)>;
 
+/// What a store shared by workers tells its engines of ([`Store::changes`]).
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Told {
+    /// Something was posted for an instance this worker owns.
+    Posts,
+    /// An instance stopped needing a driver: it ended, or was paused.
+    Stops,
+}
+
 /// Durable storage of journals and the index. Not yet a stable API: a
 /// server-backed store will reshape it (async calls).
 ///
@@ -137,6 +147,12 @@ pub trait Store: Send + Sync + 'static {
     fn remove(&self, id: &str) -> Result<()>;
     /// Blocks until every write made before the call is durable.
     fn flush(&self) -> Result<()>;
+    /// Blocks until every write this engine has read so far is durable,
+    /// when other processes write the store too (their writes may be
+    /// visible before they are durable); a no-op otherwise.
+    fn settle(&self) -> Result<()> {
+        Ok(())
+    }
     /// The engine is done with the store (its last flush ran): a store
     /// shared by workers lets another take over now. Later calls fail.
     fn close(&self) {}
@@ -162,6 +178,12 @@ pub trait Store: Send + Sync + 'static {
     /// none), each durable; and the position after the last.
     fn tail(&self, from: &TailPosition, _limit: usize) -> Result<(TailRecords, TailPosition)> {
         Ok((Vec::new(), from.clone()))
+    }
+    /// A count that moves when another process may have changed `what`
+    /// this engine waits for, on a store that can tell; waiters look again
+    /// when it moves, and still poll.
+    fn changes(&self, _what: Told) -> Option<tokio::sync::watch::Receiver<u64>> {
+        None
     }
     /// Whether this engine may write the journal of `id`: always on a
     /// store of one process; on a shared store, while this worker owns the

@@ -46,6 +46,7 @@
 //! waits for the answer.
 
 mod lease;
+mod listen;
 mod schema;
 mod server;
 
@@ -58,7 +59,7 @@ use std::time::Duration;
 use tokio::sync::mpsc::UnboundedSender;
 
 use self::server::{Job, Op, Read, ReadAnswer, Row};
-use super::{IndexRow, Store, TailPosition, TailRecords};
+use super::{IndexRow, Store, TailPosition, TailRecords, Told};
 use crate::error::{Error, Result};
 use crate::lock::lock;
 
@@ -104,6 +105,9 @@ pub struct PgStore {
     read_only: bool,
     /// The instances this worker owns; kept by the store's thread.
     owned: Arc<Mutex<HashSet<String>>>,
+    /// How many notifications of each kind this engine heard (see
+    /// `listen`).
+    heard: listen::Heard<tokio::sync::watch::Receiver<u64>>,
     thread: Mutex<Option<JoinHandle<()>>>,
     /// How long a caller waits for the store's thread to answer.
     patience: Duration,
@@ -126,9 +130,10 @@ impl PgStore {
         let read_only = options.read_only;
         let owned = Arc::new(Mutex::new(HashSet::new()));
         let kept = owned.clone();
+        let (told, heard) = listen::channels();
         let thread = std::thread::Builder::new()
             .name("saga-postgres".into())
-            .spawn(move || server::run(options, kept, receiver, ready))
+            .spawn(move || server::run(options, kept, told, receiver, ready))
             .map_err(|e| Error::Store(format!("could not start the PostgreSQL thread: {e}")))?;
         // Cancel safety: dropped here, the receiver tells the thread, which
         // ends the lease it just took; nothing here waits for the thread.
@@ -137,6 +142,7 @@ impl PgStore {
                 jobs,
                 read_only,
                 owned,
+                heard,
                 thread: Mutex::new(Some(thread)),
                 patience,
             }),
@@ -292,6 +298,13 @@ impl Store for PgStore {
         self.read_only
     }
 
+    fn settle(&self) -> Result<()> {
+        match self.read(Read::Settle)? {
+            ReadAnswer::Done => Ok(()),
+            other => Err(other.unexpected()),
+        }
+    }
+
     fn shared(&self) -> bool {
         !self.read_only
     }
@@ -312,6 +325,13 @@ impl Store for PgStore {
             ReadAnswer::Tail(records, position) => Ok((records, position)),
             other => Err(other.unexpected()),
         }
+    }
+
+    fn changes(&self, what: Told) -> Option<tokio::sync::watch::Receiver<u64>> {
+        Some(match what {
+            Told::Posts => self.heard.posts.clone(),
+            Told::Stops => self.heard.stops.clone(),
+        })
     }
 
     fn owns(&self, id: &str) -> bool {

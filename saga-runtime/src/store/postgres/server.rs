@@ -92,6 +92,8 @@ pub(super) enum Read {
         intent: Vec<u8>,
         token: String,
     },
+    /// Makes every commit read so far durable.
+    Settle,
     /// Where a tail of every journal begins now.
     TailStart,
     /// Records after a position, durable.
@@ -175,6 +177,7 @@ impl From<tokio_postgres::Error> for Failure {
 pub(super) fn run(
     options: PgOptions,
     owned: Arc<Mutex<HashSet<String>>>,
+    heard: super::listen::Heard<tokio::sync::watch::Sender<u64>>,
     jobs: UnboundedReceiver<Job>,
     ready: oneshot::Sender<Result<()>>,
 ) {
@@ -193,6 +196,7 @@ pub(super) fn run(
     runtime.block_on(async move {
         match Server::start(options, owned).await {
             Ok(mut server) => {
+                super::listen::spawn(server.target.clone(), server.worker.clone(), heard);
                 if ready.send(Ok(())).is_err() {
                     // The caller of `connect` is gone: end the lease.
                     let _ = server.release().await;
@@ -231,11 +235,11 @@ struct Conn {
 }
 
 /// What every connection is made from.
-struct Target {
-    config: Config,
+pub(super) struct Target {
+    pub(super) config: Config,
     /// The URL without its password, for messages.
     shown: String,
-    schema: String,
+    pub(super) schema: String,
 }
 
 impl Target {
@@ -247,6 +251,7 @@ impl Target {
             }
         });
         let s = &self.schema;
+        let channel = super::listen::channel(s);
         // The instance's row, share-locked, while it names this worker
         // (parameter `$n`): a claim waits for the write, or the write sees
         // the new owner and does nothing.
@@ -275,7 +280,8 @@ impl Target {
             ))
             .await?;
         // A record that changes the index: both in one statement, the
-        // row update being the fence.
+        // row update being the fence. An instance that stops needing a
+        // driver (ended, paused) is told on the schema's channel.
         let append_indexed = client
             .prepare(&format!(
                 "WITH u AS (UPDATE {s}.instances SET summary = $5, workflow = $6, status = $7, active = $8
@@ -283,7 +289,8 @@ impl Target {
                  j AS (INSERT INTO {s}.journal (id, seq, record)
                        SELECT $1, $2, $3 FROM u ON CONFLICT DO NOTHING RETURNING 1)
                  SELECT (SELECT count(*) FROM u), (SELECT count(*) FROM j),
-                        (SELECT record = $3 FROM {s}.journal WHERE id = $1 AND seq = $2)"
+                        (SELECT record = $3 FROM {s}.journal WHERE id = $1 AND seq = $2),
+                        (SELECT count(pg_notify('{channel}', 'stopped')) FROM u WHERE NOT $8)"
             ))
             .await?;
         // Many appends in one statement; the fence has a row per instance.
@@ -366,10 +373,14 @@ impl Target {
                  ORDER BY tx, id, seq LIMIT $4"
             ))
             .await?;
+        // The owner is told on the schema's channel.
         let post = client
             .prepare(&format!(
-                "INSERT INTO {s}.inbox (id, intent, token) VALUES ($1, $2, $3)
-                 ON CONFLICT (token) DO NOTHING"
+                "WITH p AS (INSERT INTO {s}.inbox (id, intent, token) VALUES ($1, $2, $3)
+                            ON CONFLICT (token) DO NOTHING RETURNING 1)
+                 SELECT count(pg_notify('{channel}',
+                        'post:' || coalesce((SELECT owner FROM {s}.instances WHERE id = $1), '')))
+                 FROM p"
             ))
             .await?;
         let posts = client
@@ -1043,8 +1054,12 @@ async fn query(
         }
         Read::Post { id, intent, token } => {
             conn.client
-                .execute(&conn.post, &[id, intent, token])
+                .query_one(&conn.post, &[id, intent, token])
                 .await?;
+            ReadAnswer::Done
+        }
+        Read::Settle => {
+            settle(conn).await?;
             ReadAnswer::Done
         }
         Read::TailStart => {
@@ -1075,14 +1090,7 @@ async fn query(
                 .iter()
                 .map(|row| (row.get(1), row.get::<_, i64>(2) as u64, row.get(3)))
                 .collect();
-            // Committed, maybe not yet on disk (writes commit without
-            // waiting for it): a transaction committed synchronously after
-            // them makes them durable, as a flush does.
-            conn.client
-                .simple_query(
-                    "BEGIN; SET LOCAL synchronous_commit TO on; SELECT pg_current_xact_id(); COMMIT",
-                )
-                .await?;
+            settle(conn).await?;
             ReadAnswer::Tail(records, position)
         }
         Read::Posts(limit) => {
@@ -1098,6 +1106,18 @@ async fn query(
             ReadAnswer::Done
         }
     })
+}
+
+/// Rows read were committed, maybe not yet on disk (writes commit without
+/// waiting for it): a transaction committed synchronously after them
+/// makes them durable, as a flush does.
+async fn settle(conn: &Conn) -> std::result::Result<(), tokio_postgres::Error> {
+    conn.client
+        .simple_query(
+            "BEGIN; SET LOCAL synchronous_commit TO on; SELECT pg_current_xact_id(); COMMIT",
+        )
+        .await
+        .map(drop)
 }
 
 /// The database a config points at, without its password.
