@@ -139,6 +139,31 @@ fn show_json_parses_and_holds_the_same() {
 }
 
 #[test]
+fn human_times_are_in_local_time() {
+    let store = waiting_store();
+    let tokyo = support::saga_in_zone(store.path(), "Asia/Tokyo", &["show", "order-7"]);
+    assert_eq!(tokyo.code, 0, "{}", tokyo.stderr);
+    assert!(
+        tokyo.stdout.contains("wakes 2030-01-01 10:00:00 JST"),
+        "{}",
+        tokyo.stdout
+    );
+    // A POSIX TZ string works too; JSON stays in UTC.
+    let posix = support::saga_in_zone(store.path(), "EST5EDT,M3.2.0,M11.1.0", &["show", "order-7"]);
+    assert!(
+        posix.stdout.contains("wakes 2029-12-31 20:00:00 EST"),
+        "{}",
+        posix.stdout
+    );
+    let json = support::saga_in_zone(store.path(), "Asia/Tokyo", &["show", "order-7", "--json"]);
+    assert!(
+        json.stdout.contains("2030-01-01T01:00:00"),
+        "{}",
+        json.stdout
+    );
+}
+
+#[test]
 fn show_of_a_waiting_instance_has_its_wake_time_and_deadline() {
     let store = waiting_store();
     let timeline = ok(store.path(), &["show", "order-7"]);

@@ -222,12 +222,18 @@ pub struct Saga {
     pub stderr: String,
 }
 
-/// Runs `saga --db <db> <args..>`.
+/// Runs `saga --db <db> <args..>`, in UTC.
 pub fn saga(db: &Path, args: &[&str]) -> Saga {
+    saga_in_zone(db, "UTC", args)
+}
+
+/// Runs `saga --db <db> <args..>` with `TZ` set to `zone`.
+pub fn saga_in_zone(db: &Path, zone: &str, args: &[&str]) -> Saga {
     let output = Command::new(env!("CARGO_BIN_EXE_saga"))
         .arg("--db")
         .arg(db)
         .args(args)
+        .env("TZ", zone)
         .env_remove("SAGA_DATABASE_URL")
         .output()
         .expect("the saga binary runs");

@@ -46,8 +46,9 @@
 //!
 //! # Output
 //!
-//! Times are UTC (`2030-01-01 00:00:07 UTC`), durations and sizes are
-//! rounded for reading. [`run`] writes no colors; [`execute`] with
+//! Times are in local time (`2030-01-01 09:00:07 JST`: `$TZ`, else
+//! `/etc/localtime`, else UTC), durations and sizes are rounded for
+//! reading. [`run`] writes no colors; [`execute`] with
 //! [`Colors::when_terminal`] colors a terminal.
 //!
 //! With `--json`, read commands print one JSON document (`watch`: one per
@@ -96,6 +97,7 @@ mod list;
 mod output;
 mod show;
 mod watch;
+mod zone;
 
 use std::ffi::OsString;
 use std::fmt;

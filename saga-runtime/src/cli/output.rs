@@ -2,8 +2,10 @@
 //! bars. ANSI codes are written by hand: four colors do not need a crate.
 
 use std::io::IsTerminal;
-use std::time::{Duration, SystemTime};
+use std::sync::OnceLock;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use super::zone::Zone;
 use crate::history::Timestamp;
 use crate::status::Status;
 
@@ -82,13 +84,32 @@ impl Style {
     }
 }
 
-/// `2030-01-01 00:00:07 UTC`: local time would need the time zone
-/// database; UTC reads the same on every machine.
+/// `2030-01-01 09:00:07 JST`: in the machine's local time zone (`$TZ`, else
+/// `/etc/localtime`, else UTC), named by its abbreviation.
 pub(crate) fn time(at: SystemTime) -> String {
-    let stamp = Timestamp(at).to_string(); // 2030-01-01T00:00:07.250Z
+    static LOCAL: OnceLock<Zone> = OnceLock::new();
+    time_in(at, LOCAL.get_or_init(Zone::local))
+}
+
+/// [`time`] in `zone`.
+fn time_in(at: SystemTime, zone: &Zone) -> String {
+    let unix = match at.duration_since(UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        Err(e) => -i64::try_from(e.duration().as_secs()).unwrap_or(i64::MAX),
+    };
+    let (offset, name) = zone.at(unix);
+    let shift = Duration::from_secs(u64::from(offset.unsigned_abs()));
+    let local = if offset >= 0 {
+        at.checked_add(shift)
+    } else {
+        at.checked_sub(shift)
+    }
+    .unwrap_or(at);
+    let stamp = Timestamp(local).to_string(); // 2030-01-01T00:00:07.250Z
     let (date, rest) = stamp.split_once('T').unwrap_or((&stamp, ""));
     let clock = rest.split('.').next().unwrap_or(rest);
-    format!("{date} {clock} UTC")
+    let clock = clock.trim_end_matches('Z');
+    format!("{date} {clock} {name}")
 }
 
 /// `2030-01-01T00:00:07.250Z`, for JSON.
@@ -283,7 +304,11 @@ mod tests {
     #[test]
     fn readable_times_durations_and_sizes() {
         let at = std::time::UNIX_EPOCH + Duration::from_millis(1_893_456_007_250);
-        assert_eq!(time(at), "2030-01-01 00:00:07 UTC");
+        assert_eq!(time_in(at, &Zone::utc()), "2030-01-01 00:00:07 UTC");
+        let tokyo = Zone::from_posix("JST-9").unwrap();
+        assert_eq!(time_in(at, &tokyo), "2030-01-01 09:00:07 JST");
+        let new_york = Zone::from_posix("EST5EDT,M3.2.0,M11.1.0").unwrap();
+        assert_eq!(time_in(at, &new_york), "2029-12-31 19:00:07 EST");
         assert_eq!(duration(Duration::from_millis(850)), "850ms");
         assert_eq!(duration(Duration::from_millis(1250)), "1.2s");
         assert_eq!(duration(Duration::from_secs(200)), "3m 20s");
