@@ -142,13 +142,7 @@ async fn workflows_run_and_roll_back_on_postgres() {
     let err = within("the failure", bad.result()).await.unwrap_err();
     assert!(matches!(err, Error::WorkflowFailed { .. }), "{err}");
     assert_eq!(calls.release.load(Ordering::SeqCst), 1);
-    let kinds: Vec<EventKind> = bad
-        .history()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|e| e.kind)
-        .collect();
+    let kinds = helpers::kinds(&bad).await;
     assert!(
         kinds.iter().any(
             |k| matches!(k, EventKind::RollbackStepCompleted { step, .. } if step == "reserve")
