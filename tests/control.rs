@@ -2,6 +2,10 @@
 //! boundary and resume goes on; terminate ends the instance for good;
 //! restart runs it again from the beginning, restart_from from one step;
 //! operations that do not apply to an instance's status are typed errors.
+//!
+//! Every workflow here is written with `#[workflow]` and `#[step]`, as
+//! users write them: none of these tests is about the hand-written API
+//! (`workflow_fn`, `ctx.step`), which other files cover.
 
 #[path = "support/helpers.rs"]
 mod helpers;
@@ -11,10 +15,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use saga_runtime::prelude::*;
-use saga_runtime::{Error, EventKind, Instance, TestClock};
+use saga_runtime::{Engine, Error, EventKind, Instance, TestClock};
 use tokio::sync::Semaphore;
 
-use helpers::{engine_on, kinds, settle, within};
+use helpers::{engine_on, fresh, kinds, settle, within};
 
 const HOUR: u64 = 60 * 60;
 const DAY: u64 = 24 * HOUR;
@@ -40,15 +44,16 @@ async fn count(run: &Instance, pred: impl Fn(&EventKind) -> bool) -> usize {
     kinds(run).await.iter().filter(|k| pred(k)).count()
 }
 
-/// What the steps of `three_steps` did, seen from outside the engine.
+/// What the steps did, seen from outside the engine: a service each test
+/// gives its own engine.
 struct Probe {
     one: AtomicU32,
     two: AtomicU32,
     three: AtomicU32,
-    /// Step "one" takes a permit before it finishes; none are given unless
-    /// the test says so.
+    /// Step "one" of `three_steps` takes a permit before it finishes; none
+    /// are given unless the test says so.
     gate: Semaphore,
-    /// The inputs step "one" was called with.
+    /// The inputs step "one" of `three_steps` was called with.
     inputs: std::sync::Mutex<Vec<u64>>,
 }
 
@@ -74,74 +79,105 @@ impl Probe {
     }
 }
 
-/// Steps "one" (gated), "two", "three" in a row; the output is built from
-/// the input and every step's output.
-fn three_steps(probe: &Arc<Probe>) -> impl Workflow<Input = u64, Output = String> + Clone + use<> {
-    let probe = probe.clone();
-    workflow_fn("three-steps", move |ctx: WorkflowContext, input: u64| {
-        let probe = probe.clone();
-        async move {
-            let p = probe.clone();
-            let one = ctx
-                .step("one", StepConfig::default(), move |_| {
-                    let p = p.clone();
-                    async move {
-                        p.one.fetch_add(1, Ordering::SeqCst);
-                        p.inputs.lock().unwrap().push(input);
-                        p.gate.acquire().await.unwrap().forget();
-                        Ok(input + 1)
-                    }
-                })
-                .await?;
-            let p = probe.clone();
-            let two = ctx
-                .step("two", StepConfig::default(), move |_| {
-                    p.two.fetch_add(1, Ordering::SeqCst);
-                    async move { Ok(one * 10) }
-                })
-                .await?;
-            let p = probe.clone();
-            let three = ctx
-                .step("three", StepConfig::default(), move |_| {
-                    p.three.fetch_add(1, Ordering::SeqCst);
-                    async move { Ok(two + 5) }
-                })
-                .await?;
-            Ok::<_, WorkflowError>(format!("{input}/{one}/{two}/{three}"))
-        }
-    })
+/// An engine on `clock`, on a fresh store, whose steps report to `probe`.
+async fn engine_with(clock: &TestClock, probe: &Arc<Probe>) -> Engine {
+    fresh(
+        Engine::builder()
+            .clock(clock.clone())
+            .provide_arc(probe.clone()),
+    )
+    .await
 }
 
-/// Step "one", a day's sleep, step "two"; counts the runs of "two".
-fn nap_between_steps(
-    twos: &Arc<AtomicU32>,
-) -> impl Workflow<Input = (), Output = ()> + Clone + use<> {
-    let twos = twos.clone();
-    workflow_fn("nap-between", move |ctx: WorkflowContext, (): ()| {
-        let twos = twos.clone();
-        async move {
-            ctx.step("one", StepConfig::default(), |_| async { Ok(()) })
-                .await?;
-            ctx.sleep("nap", "1 day").await?;
-            ctx.step("two", StepConfig::default(), move |_| {
-                twos.fetch_add(1, Ordering::SeqCst);
-                async { Ok(()) }
-            })
-            .await?;
-            Ok::<_, WorkflowError>(())
-        }
-    })
+/// Records its input, waits for a permit of the gate, adds one.
+#[step(name = "one")]
+async fn gated_one(
+    key: IdempotencyKey,
+    probe: Service<Probe>,
+    input: u64,
+) -> Result<u64, StepError> {
+    let _ = key;
+    probe.one.fetch_add(1, Ordering::SeqCst);
+    probe.inputs.lock().unwrap().push(input);
+    probe.gate.acquire().await.unwrap().forget();
+    Ok(input + 1)
+}
+
+#[step(name = "two")]
+async fn times_ten(key: IdempotencyKey, probe: Service<Probe>, one: u64) -> Result<u64, StepError> {
+    let _ = key;
+    probe.two.fetch_add(1, Ordering::SeqCst);
+    Ok(one * 10)
+}
+
+#[step(name = "three")]
+async fn plus_five(key: IdempotencyKey, probe: Service<Probe>, two: u64) -> Result<u64, StepError> {
+    let _ = key;
+    probe.three.fetch_add(1, Ordering::SeqCst);
+    Ok(two + 5)
+}
+
+/// Steps "one" (gated), "two", "three" in a row; the output is built from
+/// the input and every step's output.
+#[workflow(name = "three-steps")]
+async fn three_steps(ctx: WorkflowContext, input: u64) -> Result<String, WorkflowError> {
+    let one = gated_one(&ctx, input).await?;
+    let two = times_ten(&ctx, one).await?;
+    let three = plus_five(&ctx, two).await?;
+    Ok(format!("{input}/{one}/{two}/{three}"))
+}
+
+#[step(name = "one")]
+async fn before_nap(key: IdempotencyKey) -> Result<(), StepError> {
+    let _ = key;
+    Ok(())
+}
+
+#[step(name = "two")]
+async fn after_nap(key: IdempotencyKey, probe: Service<Probe>) -> Result<(), StepError> {
+    let _ = key;
+    probe.two.fetch_add(1, Ordering::SeqCst);
+    Ok(())
+}
+
+/// Step "one", a day's sleep, step "two"; the probe counts the runs of
+/// "two".
+#[workflow(name = "nap-between")]
+async fn nap_between_steps(ctx: WorkflowContext, (): ()) -> Result<(), WorkflowError> {
+    before_nap(&ctx).await?;
+    ctx.sleep("nap", "1 day").await?;
+    after_nap(&ctx).await?;
+    Ok(())
+}
+
+#[step(name = "draft")]
+async fn draft(key: IdempotencyKey) -> Result<u32, StepError> {
+    let _ = key;
+    Ok(1)
+}
+
+#[step(name = "publish")]
+async fn publish(key: IdempotencyKey, decision: String) -> Result<String, StepError> {
+    let _ = key;
+    Ok(format!("published ({decision})"))
+}
+
+/// Step "draft", a wait for an approval, step "publish" with the decision.
+#[workflow(name = "approve")]
+async fn approve(ctx: WorkflowContext, (): ()) -> Result<String, WorkflowError> {
+    draft(&ctx).await?;
+    let decision: String = ctx
+        .wait_for_event("wait-approval", "approval", "7 days")
+        .await?;
+    Ok(publish(&ctx, decision).await?)
 }
 
 #[tokio::test]
 async fn pause_stops_at_the_next_step_boundary_and_resume_goes_on() {
     let clock = TestClock::new();
-    let engine = engine_on(&clock).await;
     let probe = Arc::new(Probe::default());
-    let run = engine
-        .start(three_steps(&probe), "pause-1", 4)
-        .await
-        .unwrap();
+    let engine = engine_with(&clock, &probe).await;
+    let run = engine.start(three_steps, "pause-1", 4).await.unwrap();
     until("step one to run", || async { probe.runs()[0] == 1 }).await;
 
     run.pause().await.unwrap();
@@ -171,10 +207,10 @@ async fn pause_stops_at_the_next_step_boundary_and_resume_goes_on() {
 #[tokio::test]
 async fn a_pause_during_a_sleep_holds_the_instance_after_it() {
     let clock = TestClock::new();
-    let engine = engine_on(&clock).await;
-    let twos = Arc::new(AtomicU32::new(0));
+    let probe = Arc::new(Probe::default());
+    let engine = engine_with(&clock, &probe).await;
     let run = engine
-        .start(nap_between_steps(&twos), "pause-nap-1", ())
+        .start(nap_between_steps, "pause-nap-1", ())
         .await
         .unwrap();
     within("the nap", clock.wait_for_sleepers(1)).await;
@@ -188,20 +224,20 @@ async fn a_pause_during_a_sleep_holds_the_instance_after_it() {
     })
     .await;
     settle().await;
-    assert_eq!(twos.load(Ordering::SeqCst), 0);
+    assert_eq!(probe.two.load(Ordering::SeqCst), 0);
     assert_eq!(run.status().await.unwrap(), Status::Paused);
     run.resume().await.unwrap();
     within("the result", run.result()).await.unwrap();
-    assert_eq!(twos.load(Ordering::SeqCst), 1);
+    assert_eq!(probe.two.load(Ordering::SeqCst), 1);
 }
 
 #[tokio::test]
 async fn a_resumed_instance_is_back_in_its_sleep() {
     let clock = TestClock::new();
-    let engine = engine_on(&clock).await;
-    let twos = Arc::new(AtomicU32::new(0));
+    let probe = Arc::new(Probe::default());
+    let engine = engine_with(&clock, &probe).await;
     let run = engine
-        .start(nap_between_steps(&twos), "resume-nap-1", ())
+        .start(nap_between_steps, "resume-nap-1", ())
         .await
         .unwrap();
     within("the nap", clock.wait_for_sleepers(1)).await;
@@ -213,18 +249,18 @@ async fn a_resumed_instance_is_back_in_its_sleep() {
     assert_eq!(run.status().await.unwrap(), Status::Waiting);
     clock.advance(Duration::from_secs(2 * DAY));
     within("the result", run.result()).await.unwrap();
-    assert_eq!(twos.load(Ordering::SeqCst), 1);
+    assert_eq!(probe.two.load(Ordering::SeqCst), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pause_and_resume_right_after_start_never_lose_the_instance() {
     let clock = TestClock::new();
-    let engine = engine_on(&clock).await;
     let probe = Arc::new(Probe::default());
+    let engine = engine_with(&clock, &probe).await;
     probe.gate.add_permits(100);
     for i in 0..100 {
         let id = format!("quick-{i}");
-        let run = engine.start(three_steps(&probe), &id, 1).await.unwrap();
+        let run = engine.start(three_steps, &id, 1).await.unwrap();
         // The instance may finish before the pause (or the resume) lands:
         // then that call says so, and nothing is lost either.
         let finished_first = |result: Result<(), Error>| match result {
@@ -251,12 +287,9 @@ async fn pause_and_resume_right_after_start_never_lose_the_instance() {
 #[tokio::test]
 async fn terminate_ends_a_waiting_instance_and_no_further_step_runs() {
     let clock = TestClock::new();
-    let engine = engine_on(&clock).await;
-    let twos = Arc::new(AtomicU32::new(0));
-    let run = engine
-        .start(nap_between_steps(&twos), "term-1", ())
-        .await
-        .unwrap();
+    let probe = Arc::new(Probe::default());
+    let engine = engine_with(&clock, &probe).await;
+    let run = engine.start(nap_between_steps, "term-1", ()).await.unwrap();
     within("the nap", clock.wait_for_sleepers(1)).await;
     run.terminate().await.unwrap();
     assert_eq!(run.status().await.unwrap(), Status::Terminated);
@@ -267,7 +300,7 @@ async fn terminate_ends_a_waiting_instance_and_no_further_step_runs() {
     assert_eq!(clock.sleepers(), 0, "the sleep was let go");
     clock.advance(Duration::from_secs(2 * DAY));
     settle().await;
-    assert_eq!(twos.load(Ordering::SeqCst), 0);
+    assert_eq!(probe.two.load(Ordering::SeqCst), 0);
     assert_eq!(run.status().await.unwrap(), Status::Terminated);
     assert_eq!(
         kinds(&run).await.last(),
@@ -282,12 +315,9 @@ async fn terminate_ends_a_waiting_instance_and_no_further_step_runs() {
 #[tokio::test]
 async fn terminate_stops_a_step_in_flight_and_a_paused_instance() {
     let clock = TestClock::new();
-    let engine = engine_on(&clock).await;
     let probe = Arc::new(Probe::default());
-    let run = engine
-        .start(three_steps(&probe), "term-2", 1)
-        .await
-        .unwrap();
+    let engine = engine_with(&clock, &probe).await;
+    let run = engine.start(three_steps, "term-2", 1).await.unwrap();
     until("step one to run", || async { probe.runs()[0] == 1 }).await;
     within("terminate", run.terminate()).await.unwrap();
     assert_eq!(run.status().await.unwrap(), Status::Terminated);
@@ -301,14 +331,10 @@ async fn terminate_stops_a_step_in_flight_and_a_paused_instance() {
     );
 
     // A paused instance has no driver: terminate writes the end itself.
-    // (A new engine: the first registration of a workflow name is the one
-    // that runs, with its own probe.)
-    let engine = engine_on(&clock).await;
+    // (A new engine, with a probe of its own.)
     let probe = Arc::new(Probe::default());
-    let run = engine
-        .start(three_steps(&probe), "term-3", 1)
-        .await
-        .unwrap();
+    let engine = engine_with(&clock, &probe).await;
+    let run = engine.start(three_steps, "term-3", 1).await.unwrap();
     until("step one to run", || async { probe.runs()[0] == 1 }).await;
     run.pause().await.unwrap();
     probe.gate.add_permits(1);
@@ -334,13 +360,10 @@ async fn terminate_stops_a_step_in_flight_and_a_paused_instance() {
 #[tokio::test]
 async fn restart_runs_again_from_the_beginning_with_the_same_input_and_new_history() {
     let clock = TestClock::new();
-    let engine = engine_on(&clock).await;
     let probe = Arc::new(Probe::default());
+    let engine = engine_with(&clock, &probe).await;
     probe.gate.add_permits(2);
-    let run = engine
-        .start(three_steps(&probe), "restart-1", 7)
-        .await
-        .unwrap();
+    let run = engine.start(three_steps, "restart-1", 7).await.unwrap();
     assert_eq!(
         within("the result", run.result()).await.unwrap(),
         "7/8/80/85"
@@ -374,13 +397,10 @@ async fn restart_runs_again_from_the_beginning_with_the_same_input_and_new_histo
 #[tokio::test]
 async fn restart_from_a_step_keeps_the_steps_before_it() {
     let clock = TestClock::new();
-    let engine = engine_on(&clock).await;
     let probe = Arc::new(Probe::default());
+    let engine = engine_with(&clock, &probe).await;
     probe.gate.add_permits(2);
-    let run = engine
-        .start(three_steps(&probe), "restart-2", 3)
-        .await
-        .unwrap();
+    let run = engine.start(three_steps, "restart-2", 3).await.unwrap();
     assert_eq!(
         within("the result", run.result()).await.unwrap(),
         "3/4/40/45"
@@ -420,10 +440,10 @@ async fn restart_from_a_step_keeps_the_steps_before_it() {
 #[tokio::test]
 async fn restart_of_a_waiting_instance_lets_go_of_its_sleep() {
     let clock = TestClock::new();
-    let engine = engine_on(&clock).await;
-    let twos = Arc::new(AtomicU32::new(0));
+    let probe = Arc::new(Probe::default());
+    let engine = engine_with(&clock, &probe).await;
     let run = engine
-        .start(nap_between_steps(&twos), "restart-3", ())
+        .start(nap_between_steps, "restart-3", ())
         .await
         .unwrap();
     within("the nap", clock.wait_for_sleepers(1)).await;
@@ -450,19 +470,16 @@ async fn restart_of_a_waiting_instance_lets_go_of_its_sleep() {
     assert_eq!(run.status().await.unwrap(), Status::Waiting);
     clock.advance(Duration::from_secs(12 * HOUR));
     within("the result", run.result()).await.unwrap();
-    assert_eq!(twos.load(Ordering::SeqCst), 1);
+    assert_eq!(probe.two.load(Ordering::SeqCst), 1);
 }
 
 #[tokio::test]
 async fn control_of_a_finished_or_unknown_instance_is_a_typed_error() {
     let clock = TestClock::new();
-    let engine = engine_on(&clock).await;
     let probe = Arc::new(Probe::default());
+    let engine = engine_with(&clock, &probe).await;
     probe.gate.add_permits(1);
-    let run = engine
-        .start(three_steps(&probe), "done-1", 1)
-        .await
-        .unwrap();
+    let run = engine.start(three_steps, "done-1", 1).await.unwrap();
     within("the result", run.result()).await.unwrap();
     for (what, result) in [
         ("pause", run.pause().await),
@@ -497,21 +514,7 @@ async fn control_of_a_finished_or_unknown_instance_is_a_typed_error() {
 async fn restart_from_delivers_again_the_events_its_discarded_waits_took() {
     let clock = TestClock::new();
     let engine = engine_on(&clock).await;
-    let wf = workflow_fn("approve", |ctx: WorkflowContext, (): ()| async move {
-        ctx.step("draft", StepConfig::default(), |_| async { Ok(1u32) })
-            .await?;
-        let decision: String = ctx
-            .wait_for_event("wait-approval", "approval", "7 days")
-            .await?;
-        let published = ctx
-            .step("publish", StepConfig::default(), move |_| {
-                let decision = decision.clone();
-                async move { Ok(format!("published ({decision})")) }
-            })
-            .await?;
-        Ok::<_, WorkflowError>(published)
-    });
-    let run = engine.start(wf, "approve-1", ()).await.unwrap();
+    let run = engine.start(approve, "approve-1", ()).await.unwrap();
     engine
         .send_event("approve-1", "approval", "yes")
         .await

@@ -2,6 +2,9 @@
 //! to the wait for its type, whether it came before or after the workflow
 //! got there, even across a process restart; a timeout is an error the
 //! workflow may catch; bad sends get typed errors and store nothing.
+//!
+//! The workflows are written as users write them, with `#[workflow]` and
+//! `#[step]`: nothing here needs the hand-written API.
 
 #[path = "support/child.rs"]
 mod child;
@@ -39,27 +42,73 @@ fn wait_started(kind: &EventKind) -> bool {
 }
 
 /// Waits (7 days at most) for one "approval" and returns it.
-fn approval() -> impl Workflow<Input = (), Output = String> + Copy {
-    workflow_fn("approval", |ctx: WorkflowContext, (): ()| async move {
-        let decision: String = ctx
-            .wait_for_event("wait-approval", "approval", "7 days")
-            .await?;
-        Ok::<_, WorkflowError>(decision)
-    })
+#[workflow(name = "approval")]
+async fn approval(ctx: WorkflowContext, (): ()) -> Result<String, WorkflowError> {
+    let decision: String = ctx
+        .wait_for_event("wait-approval", "approval", "7 days")
+        .await?;
+    Ok(decision)
 }
 
 /// Sleeps an hour before it waits for an "approval".
-fn approval_after_a_nap() -> impl Workflow<Input = (), Output = String> + Copy {
-    workflow_fn(
-        "approval-after-nap",
-        |ctx: WorkflowContext, (): ()| async move {
-            ctx.sleep("nap", "1 hour").await?;
-            let decision: String = ctx
-                .wait_for_event("wait-approval", "approval", "7 days")
-                .await?;
-            Ok::<_, WorkflowError>(decision)
-        },
-    )
+#[workflow(name = "approval-after-nap")]
+async fn approval_after_a_nap(ctx: WorkflowContext, (): ()) -> Result<String, WorkflowError> {
+    ctx.sleep("nap", "1 hour").await?;
+    let decision: String = ctx
+        .wait_for_event("wait-approval", "approval", "7 days")
+        .await?;
+    Ok(decision)
+}
+
+/// Shouts the decision it is given.
+#[step(name = "after", read_only)]
+async fn shout(decision: String) -> Result<String, StepError> {
+    Ok(decision.to_uppercase())
+}
+
+/// Waits an hour for an "approval"; on a timeout it goes on with a note
+/// of what timed out. Either way it shouts what it got.
+#[workflow(name = "patient")]
+async fn patient(ctx: WorkflowContext, (): ()) -> Result<String, WorkflowError> {
+    let decision = match ctx
+        .wait_for_event::<String>("wait-approval", "approval", "1 hour")
+        .await
+    {
+        Ok(decision) => decision,
+        Err(WaitError::Timeout { name, event_type }) => {
+            format!("{name}/{event_type} timed out")
+        }
+        Err(other) => return Err(other.into()),
+    };
+    Ok(shout(&ctx, decision).await?)
+}
+
+/// Naps an hour, then takes three "vote" events, one wait each.
+#[workflow(name = "two-votes")]
+async fn two_votes(ctx: WorkflowContext, (): ()) -> Result<Vec<u32>, WorkflowError> {
+    ctx.sleep("nap", "1 hour").await?;
+    let first: u32 = ctx.wait_for_event("first-vote", "vote", "1 day").await?;
+    let second: u32 = ctx.wait_for_event("second-vote", "vote", "1 day").await?;
+    let third: u32 = ctx.wait_for_event("third-vote", "vote", "1 day").await?;
+    Ok(vec![first, second, third])
+}
+
+/// Takes two "hook" events, whatever their payloads.
+#[workflow(name = "two-hooks")]
+async fn two_hooks(ctx: WorkflowContext, (): ()) -> Result<Vec<serde_json::Value>, WorkflowError> {
+    let first: serde_json::Value = ctx.wait_for_event("first", "hook", "1 day").await?;
+    let second: serde_json::Value = ctx.wait_for_event("second", "hook", "1 day").await?;
+    Ok(vec![first, second])
+}
+
+/// Naps an hour, then returns its input.
+#[workflow(name = "echo-map")]
+async fn echo_map(
+    ctx: WorkflowContext,
+    input: serde_json::Value,
+) -> Result<serde_json::Value, WorkflowError> {
+    ctx.sleep("nap", "1 hour").await?;
+    Ok(input)
 }
 
 #[tokio::test]
@@ -67,7 +116,7 @@ async fn an_event_sent_before_the_wait_is_kept_and_delivered() {
     let clock = TestClock::new();
     let engine = engine_on(&clock).await;
     let run = engine
-        .start(approval_after_a_nap(), "early-1", ())
+        .start(approval_after_a_nap, "early-1", ())
         .await
         .unwrap();
     within("the nap", clock.wait_for_sleepers(1)).await;
@@ -100,7 +149,7 @@ async fn an_event_sent_before_the_wait_is_kept_and_delivered() {
 async fn an_event_sent_during_the_wait_is_delivered_and_the_status_is_waiting() {
     let clock = TestClock::new();
     let engine = engine_on(&clock).await;
-    let run = engine.start(approval(), "late-1", ()).await.unwrap();
+    let run = engine.start(approval, "late-1", ()).await.unwrap();
     until_history(&run, wait_started).await;
     settle().await;
     assert_eq!(run.status().await.unwrap(), Status::Waiting);
@@ -123,26 +172,7 @@ async fn an_event_sent_during_the_wait_is_delivered_and_the_status_is_waiting() 
 async fn a_timeout_is_an_error_the_workflow_may_catch_and_go_on() {
     let clock = TestClock::new();
     let engine = engine_on(&clock).await;
-    let wf = workflow_fn("patient", |ctx: WorkflowContext, (): ()| async move {
-        let decision = match ctx
-            .wait_for_event::<String>("wait-approval", "approval", "1 hour")
-            .await
-        {
-            Ok(decision) => decision,
-            Err(WaitError::Timeout { name, event_type }) => {
-                format!("{name}/{event_type} timed out")
-            }
-            Err(other) => return Err(other.into()),
-        };
-        let shout = ctx
-            .step("after", StepConfig::default(), move |_| {
-                let decision = decision.clone();
-                async move { Ok(decision.to_uppercase()) }
-            })
-            .await?;
-        Ok::<_, WorkflowError>(shout)
-    });
-    let run = engine.start(wf, "patient-1", ()).await.unwrap();
+    let run = engine.start(patient, "patient-1", ()).await.unwrap();
     until_history(&run, wait_started).await;
     within("the wait's deadline", clock.wait_for_sleepers(1)).await;
     clock.advance(Duration::from_secs(HOUR - 1));
@@ -165,7 +195,7 @@ async fn a_timeout_is_an_error_the_workflow_may_catch_and_go_on() {
 async fn an_uncaught_timeout_fails_the_workflow() {
     let clock = TestClock::new();
     let engine = engine_on(&clock).await;
-    let run = engine.start(approval(), "impatient-1", ()).await.unwrap();
+    let run = engine.start(approval, "impatient-1", ()).await.unwrap();
     within("the wait's deadline", clock.wait_for_sleepers(1)).await;
     clock.advance(Duration::from_secs(7 * 24 * HOUR));
     match within("the result", run.result()).await {
@@ -180,14 +210,7 @@ async fn an_uncaught_timeout_fails_the_workflow() {
 async fn two_events_of_one_type_go_to_two_waits_in_order() {
     let clock = TestClock::new();
     let engine = engine_on(&clock).await;
-    let wf = workflow_fn("two-votes", |ctx: WorkflowContext, (): ()| async move {
-        ctx.sleep("nap", "1 hour").await?;
-        let first: u32 = ctx.wait_for_event("first-vote", "vote", "1 day").await?;
-        let second: u32 = ctx.wait_for_event("second-vote", "vote", "1 day").await?;
-        let third: u32 = ctx.wait_for_event("third-vote", "vote", "1 day").await?;
-        Ok::<_, WorkflowError>(vec![first, second, third])
-    });
-    let run = engine.start(wf, "votes-1", ()).await.unwrap();
+    let run = engine.start(two_votes, "votes-1", ()).await.unwrap();
     within("the nap", clock.wait_for_sleepers(1)).await;
     engine.send_event("votes-1", "vote", &1u32).await.unwrap();
     engine.send_event("votes-1", "vote", &2u32).await.unwrap();
@@ -217,7 +240,7 @@ async fn events_for_unknown_or_finished_instances_are_typed_errors() {
         Err(Error::InvalidInstanceId { .. }) => {}
         other => panic!("expected InvalidInstanceId, got {other:?}"),
     }
-    let run = engine.start(approval(), "done-1", ()).await.unwrap();
+    let run = engine.start(approval, "done-1", ()).await.unwrap();
     engine.send_event("done-1", "approval", "ok").await.unwrap();
     within("the result", run.result()).await.unwrap();
     match engine.send_event("done-1", "approval", "too late").await {
@@ -236,7 +259,7 @@ async fn events_for_unknown_or_finished_instances_are_typed_errors() {
 async fn a_payload_over_the_limit_is_refused_before_anything_is_stored() {
     let clock = TestClock::new();
     let engine = helpers::fresh(Engine::builder().clock(clock.clone()).max_payload_bytes(64)).await;
-    let run = engine.start(approval(), "big-1", ()).await.unwrap();
+    let run = engine.start(approval, "big-1", ()).await.unwrap();
     until_history(&run, wait_started).await;
     let huge = "x".repeat(1000);
     match engine.send_event("big-1", "approval", &huge).await {
@@ -273,7 +296,7 @@ async fn an_event_sent_while_no_process_runs_the_instance_is_delivered_after_res
         // The child: start the wait, report, and wait to be killed.
         let clock = TestClock::starting_at(start_of_time());
         let engine = Engine::builder().clock(clock.clone()).open(&dir).unwrap();
-        let run = engine.start(approval(), "across-1", ()).await.unwrap();
+        let run = engine.start(approval, "across-1", ()).await.unwrap();
         until_history(&run, wait_started).await;
         report("waiting");
         std::future::pending::<()>().await;
@@ -307,7 +330,7 @@ async fn an_event_sent_while_no_process_runs_the_instance_is_delivered_after_res
     // The next process runs the workflow: the wait takes the stored event.
     let engine = Engine::builder()
         .clock(clock.clone())
-        .register(approval())
+        .register(approval)
         .open(dir.path())
         .unwrap();
     let run = engine.instance("across-1").await.unwrap();
@@ -337,12 +360,7 @@ struct BA {
 async fn an_event_id_sent_twice_is_stored_once_and_reported_a_duplicate() {
     let clock = TestClock::new();
     let engine = engine_on(&clock).await;
-    let wf = workflow_fn("two-hooks", |ctx: WorkflowContext, (): ()| async move {
-        let first: serde_json::Value = ctx.wait_for_event("first", "hook", "1 day").await?;
-        let second: serde_json::Value = ctx.wait_for_event("second", "hook", "1 day").await?;
-        Ok::<_, WorkflowError>(vec![first, second])
-    });
-    let run = engine.start(wf, "hooks-1", ()).await.unwrap();
+    let run = engine.start(two_hooks, "hooks-1", ()).await.unwrap();
     let send = |id: &'static str| engine.event("hooks-1", "hook").id(id);
     assert_eq!(
         send("evt_1").send(&AB { a: 1, b: 2 }).await.unwrap(),
@@ -398,7 +416,7 @@ async fn event_ids_are_remembered_across_a_reopen() {
     let _ = std::fs::remove_dir_all(&dir);
     {
         let engine = Engine::open(&dir).unwrap();
-        engine.start(approval(), "remember-1", ()).await.unwrap();
+        engine.start(approval, "remember-1", ()).await.unwrap();
         let sent = engine
             .event("remember-1", "approval")
             .id("e-1")
@@ -430,7 +448,7 @@ async fn start_with_event_creates_the_instance_and_its_wait_sees_the_event() {
     let (run, sent) = engine
         .event("webhook-1", "approval")
         .id("evt_9")
-        .send_with_start(approval(), (), "approved")
+        .send_with_start(approval, (), "approved")
         .await
         .unwrap();
     assert_eq!(sent, Sent::Delivered);
@@ -452,17 +470,17 @@ async fn start_with_event_creates_the_instance_and_its_wait_sees_the_event() {
     let (again, sent) = engine
         .event("webhook-1", "approval")
         .id("evt_9")
-        .send_with_start(approval(), (), "approved")
+        .send_with_start(approval, (), "approved")
         .await
         .unwrap();
     assert_eq!(sent, Sent::Duplicate);
     assert_eq!(again.result().await.unwrap(), "approved");
 
     // An instance that exists already just gets the event.
-    let run = engine.start(approval(), "webhook-2", ()).await.unwrap();
+    let run = engine.start(approval, "webhook-2", ()).await.unwrap();
     let (_, sent) = engine
         .event("webhook-2", "approval")
-        .send_with_start(approval(), (), "late")
+        .send_with_start(approval, (), "late")
         .await
         .unwrap();
     assert_eq!(sent, Sent::Delivered);
@@ -473,20 +491,13 @@ async fn start_with_event_creates_the_instance_and_its_wait_sees_the_event() {
 async fn start_with_an_existing_id_and_another_input_is_a_typed_error() {
     let clock = TestClock::new();
     let engine = engine_on(&clock).await;
-    let wf = workflow_fn(
-        "echo-map",
-        |ctx: WorkflowContext, input: serde_json::Value| async move {
-            ctx.sleep("nap", "1 hour").await?;
-            Ok::<_, WorkflowError>(input)
-        },
-    );
     let input = serde_json::to_value(AB { a: 1, b: 2 }).unwrap();
-    engine.start(wf, "echo-1", input).await.unwrap();
+    engine.start(echo_map, "echo-1", input).await.unwrap();
     // The same value, its keys in another order: the existing instance.
     let same = serde_json::to_value(BA { b: 2, a: 1 }).unwrap();
-    engine.start(wf, "echo-1", same).await.unwrap();
+    engine.start(echo_map, "echo-1", same).await.unwrap();
     let other = serde_json::to_value(AB { a: 1, b: 9 }).unwrap();
-    match engine.start(wf, "echo-1", other).await {
+    match engine.start(echo_map, "echo-1", other).await {
         Err(Error::InputMismatch { id }) => assert_eq!(id, "echo-1"),
         other => panic!("expected InputMismatch, got {:?}", other.map(|_| ())),
     }
@@ -495,7 +506,7 @@ async fn start_with_an_existing_id_and_another_input_is_a_typed_error() {
     assert!(matches!(
         engine
             .event("echo-1", "ping")
-            .send_with_start(wf, other, "x")
+            .send_with_start(echo_map, other, "x")
             .await,
         Err(Error::InputMismatch { .. })
     ));

@@ -1,7 +1,8 @@
 //! Retention: finished instances are removed, history and all, once they
 //! have been finished for longer than the retention period, by
 //! `sweep_expired()` and by the engine's own hourly sweep on its clock;
-//! instances still running or waiting are kept however old.
+//! instances still running or waiting are kept however old. The workflows
+//! are written with `#[workflow]` and `#[step]`, as users write them.
 
 #[path = "support/helpers.rs"]
 mod helpers;
@@ -27,58 +28,60 @@ async fn is_gone(engine: &Engine, id: &str) -> bool {
     )
 }
 
+/// Returns its input.
+#[step(name = "echo", read_only)]
+async fn echo_step(n: u32) -> Result<u32, StepError> {
+    Ok(n)
+}
+
 /// Completes at once with its input.
-fn echo() -> impl Workflow<Input = u32, Output = u32> + Copy {
-    workflow_fn("echo", |ctx: WorkflowContext, n: u32| async move {
-        let n = ctx
-            .step("echo", StepConfig::default(), move |_| async move { Ok(n) })
-            .await?;
-        Ok::<_, WorkflowError>(n)
-    })
+#[workflow(name = "echo")]
+async fn echo(ctx: WorkflowContext, n: u32) -> Result<u32, WorkflowError> {
+    Ok(echo_step(&ctx, n).await?)
 }
 
 /// Fails at once (no compensation): an `Errored` instance.
-fn doomed() -> impl Workflow<Input = (), Output = ()> + Copy {
-    workflow_fn("doomed", |_ctx: WorkflowContext, (): ()| async move {
-        Err::<(), _>(WorkflowError::new("no luck"))
-    })
+#[workflow(name = "doomed")]
+async fn doomed(_ctx: WorkflowContext, (): ()) -> Result<(), WorkflowError> {
+    Err(WorkflowError::new("no luck"))
 }
 
 /// Sleeps for a year: stays `Waiting`.
-fn sleeper() -> impl Workflow<Input = (), Output = ()> + Copy {
-    workflow_fn("sleeper", |ctx: WorkflowContext, (): ()| async move {
-        ctx.sleep("long-nap", "365 days").await?;
-        Ok::<_, WorkflowError>(())
-    })
+#[workflow(name = "sleeper")]
+async fn sleeper(ctx: WorkflowContext, (): ()) -> Result<(), WorkflowError> {
+    ctx.sleep("long-nap", "365 days").await?;
+    Ok(())
+}
+
+/// Never finishes.
+#[step(name = "forever", read_only)]
+async fn forever() -> Result<(), StepError> {
+    std::future::pending().await
 }
 
 /// Runs a step that never finishes: stays `Running`.
-fn busy() -> impl Workflow<Input = (), Output = ()> + Copy {
-    workflow_fn("busy", |ctx: WorkflowContext, (): ()| async move {
-        ctx.step("forever", StepConfig::default(), |_| async {
-            std::future::pending::<Result<(), StepError>>().await
-        })
-        .await?;
-        Ok::<_, WorkflowError>(())
-    })
+#[workflow(name = "busy")]
+async fn busy(ctx: WorkflowContext, (): ()) -> Result<(), WorkflowError> {
+    forever(&ctx).await?;
+    Ok(())
 }
 
 /// An instance of each kind: `done` (Complete), `failed` (Errored),
 /// `asleep` (Waiting), `busy` (Running), `paused` (Paused), `ended`
 /// (Terminated); returns once each is where it should be.
 async fn one_of_each(engine: &Engine, clock: &TestClock) {
-    let done = engine.start(echo(), "done", 1).await.unwrap();
+    let done = engine.start(echo, "done", 1).await.unwrap();
     within("done", done.result()).await.unwrap();
-    let failed = engine.start(doomed(), "failed", ()).await.unwrap();
+    let failed = engine.start(doomed, "failed", ()).await.unwrap();
     assert!(within("failed", failed.result()).await.is_err());
-    engine.start(sleeper(), "asleep", ()).await.unwrap();
+    engine.start(sleeper, "asleep", ()).await.unwrap();
     within("the sleep", clock.wait_for_sleepers(1)).await;
-    let busy = engine.start(busy(), "busy", ()).await.unwrap();
-    within("the busy step", until_started(&busy)).await;
-    let paused = engine.start(sleeper(), "paused", ()).await.unwrap();
+    let running = engine.start(busy, "busy", ()).await.unwrap();
+    within("the busy step", until_started(&running)).await;
+    let paused = engine.start(sleeper, "paused", ()).await.unwrap();
     within("the second sleep", clock.wait_for_sleepers(2)).await;
     paused.pause().await.unwrap();
-    let ended = engine.start(sleeper(), "ended", ()).await.unwrap();
+    let ended = engine.start(sleeper, "ended", ()).await.unwrap();
     within("the third sleep", clock.wait_for_sleepers(3)).await;
     ended.terminate().await.unwrap();
     assert_eq!(
@@ -91,7 +94,7 @@ async fn one_of_each(engine: &Engine, clock: &TestClock) {
             .unwrap(),
         Status::Waiting
     );
-    assert_eq!(busy.status().await.unwrap(), Status::Running);
+    assert_eq!(running.status().await.unwrap(), Status::Running);
     assert_eq!(paused.status().await.unwrap(), Status::Paused);
     assert_eq!(ended.status().await.unwrap(), Status::Terminated);
 }
@@ -163,13 +166,13 @@ async fn sweep_removes_instances_finished_longer_ago_than_the_retention() {
 async fn a_removed_id_starts_afresh_with_an_empty_history() {
     let clock = TestClock::new();
     let engine = engine_keeping(&clock, Duration::from_secs(DAY)).await;
-    let run = engine.start(echo(), "again", 1).await.unwrap();
+    let run = engine.start(echo, "again", 1).await.unwrap();
     assert_eq!(within("the result", run.result()).await.unwrap(), 1);
     clock.advance(Duration::from_secs(2 * DAY));
     assert_eq!(engine.sweep_expired().await.unwrap(), 1);
 
     // Nothing of the old instance is left: same id, new input, new history.
-    let run = engine.start(echo(), "again", 2).await.unwrap();
+    let run = engine.start(echo, "again", 2).await.unwrap();
     assert_eq!(within("the result", run.result()).await.unwrap(), 2);
     let history = run.history().await.unwrap();
     assert_eq!(history.first().map(|e| e.seq), Some(0));
@@ -203,7 +206,7 @@ async fn the_engine_sweeps_on_its_own_every_hour_of_its_clock() {
     }
 
     // It goes on sweeping: an instance finished now goes a day later.
-    let late = engine.start(echo(), "late", 3).await.unwrap();
+    let late = engine.start(echo, "late", 3).await.unwrap();
     within("late", late.result()).await.unwrap();
     clock.advance(Duration::from_secs(12 * HOUR));
     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -222,7 +225,7 @@ async fn the_default_retention_is_seven_days() {
     assert_eq!(DEFAULT_RETENTION, Duration::from_secs(7 * DAY));
     let clock = TestClock::new();
     let engine = helpers::fresh(Engine::builder().clock(clock.clone())).await;
-    let run = engine.start(echo(), "week", 1).await.unwrap();
+    let run = engine.start(echo, "week", 1).await.unwrap();
     within("the result", run.result()).await.unwrap();
     clock.advance(Duration::from_secs(7 * DAY - 1));
     assert_eq!(engine.sweep_expired().await.unwrap(), 0);

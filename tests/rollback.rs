@@ -1,15 +1,23 @@
 //! Saga rollback, rule by rule, as the seeds define it.
 //!
-//! Every test records what the compensations were given (step, output,
-//! cause, key, attempt) in a log outside the engine, and checks the
-//! lifecycle events the engine stored.
+//! The workflows are written with `#[workflow]`, `#[step]` and
+//! `#[rollback]`, as users write them. Every compensation records what it
+//! was given (step, output, cause, key, attempt) in the test's [`Probe`], a
+//! service the engine provides, and each test checks the lifecycle events
+//! the engine stored.
+//!
+//! One test stays on the hand-written API on purpose:
+//! `sequential_steps_are_compensated_in_reverse_start_order` runs inline
+//! steps (`ctx.step_with_rollback` in a `workflow_fn`) whose compensations
+//! are built with `RollbackRegistration::new`, so that API keeps a test of
+//! the basic rule.
 
 #[path = "support/helpers.rs"]
 mod helpers;
 
 use std::fmt::Debug;
 use std::future::{Future, pending};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -30,18 +38,79 @@ struct Call {
     attempt: u32,
 }
 
-type Calls = Arc<Mutex<Vec<Call>>>;
-
-fn calls(log: &Calls) -> Vec<Call> {
-    log.lock().unwrap().clone()
+/// What a test's steps and compensations share with the test, provided to
+/// its engine as a service: the log of compensation calls, and the
+/// counters and gates of the tests that need them.
+struct Probe {
+    /// Every attempt of a compensation, in order.
+    calls: Mutex<Vec<Call>>,
+    /// Runs of the step bodies a test counts.
+    runs: AtomicU32,
+    /// Tells the test that a step body (or a compensation) began.
+    began: mpsc::UnboundedSender<&'static str>,
+    /// Holds a step body or a compensation until the test lets it go.
+    release: Notify,
+    /// Compensations that ran to their end after being let go.
+    finished: AtomicU32,
+    /// While set, the refund API is down.
+    refund_down: AtomicBool,
+    /// The engine's clock, and the times a compensation's attempts read on it.
+    clock: TestClock,
+    attempt_times: Mutex<Vec<SystemTime>>,
 }
 
-fn steps_compensated(log: &Calls) -> Vec<&'static str> {
-    calls(log).into_iter().map(|c| c.step).collect()
+impl Probe {
+    /// Records one attempt of `step`'s compensation; its attempt number.
+    fn log<T: Debug>(&self, step: &'static str, ctx: &RollbackContext<'_, T>) -> u32 {
+        self.calls.lock().unwrap().push(Call {
+            step,
+            output: ctx.output().map(|o| format!("{o:?}")),
+            cause: ctx.cause().to_string(),
+            key: ctx.key().to_string(),
+            attempt: ctx.attempt(),
+        });
+        ctx.attempt()
+    }
 }
 
-async fn engine() -> Engine {
-    helpers::fresh(Engine::builder().clock(TestClock::auto_advancing())).await
+fn calls(probe: &Probe) -> Vec<Call> {
+    probe.calls.lock().unwrap().clone()
+}
+
+fn steps_compensated(probe: &Probe) -> Vec<&'static str> {
+    calls(probe).into_iter().map(|c| c.step).collect()
+}
+
+/// A test's engine, its probe (provided to the engine), and the receiving
+/// end of the probe's `began`.
+struct World {
+    engine: Engine,
+    probe: Arc<Probe>,
+    began: mpsc::UnboundedReceiver<&'static str>,
+}
+
+async fn world() -> World {
+    world_on(TestClock::auto_advancing()).await
+}
+
+async fn world_on(clock: TestClock) -> World {
+    let (began_tx, began) = mpsc::unbounded_channel();
+    let probe = Arc::new(Probe {
+        calls: Mutex::default(),
+        runs: AtomicU32::new(0),
+        began: began_tx,
+        release: Notify::new(),
+        finished: AtomicU32::new(0),
+        refund_down: AtomicBool::new(false),
+        clock: clock.clone(),
+        attempt_times: Mutex::default(),
+    });
+    let engine = helpers::fresh(Engine::builder().clock(clock).provide_arc(probe.clone())).await;
+    World {
+        engine,
+        probe,
+        began,
+    }
 }
 
 async fn bounded<T>(what: &str, future: impl Future<Output = T>) -> T {
@@ -58,44 +127,6 @@ async fn wait_until<F: Future<Output = bool>>(what: &str, condition: impl Fn() -
         }
     })
     .await;
-}
-
-/// A compensation that records its call and succeeds.
-fn logged<T>(log: &Calls, step: &'static str) -> RollbackRegistration<T>
-where
-    T: Debug + Send + 'static + for<'de> Deserialize<'de>,
-{
-    logged_then(log, step, StepConfig::default(), |_| Ok(()))
-}
-
-/// A compensation that records its call, then answers as `outcome` says
-/// for that attempt.
-fn logged_then<T>(
-    log: &Calls,
-    step: &'static str,
-    config: StepConfig,
-    outcome: impl Fn(u32) -> Result<(), StepError> + Send + Sync + 'static,
-) -> RollbackRegistration<T>
-where
-    T: Debug + Send + 'static + for<'de> Deserialize<'de>,
-{
-    let log = log.clone();
-    let outcome = Arc::new(outcome);
-    RollbackRegistration::new(config, move |input: RollbackInput<T>| {
-        let log = log.clone();
-        let outcome = outcome.clone();
-        Box::pin(async move {
-            let ctx = input.context();
-            log.lock().unwrap().push(Call {
-                step,
-                output: ctx.output().map(|o| format!("{o:?}")),
-                cause: ctx.cause().to_string(),
-                key: ctx.key().to_string(),
-                attempt: ctx.attempt(),
-            });
-            outcome(ctx.attempt())
-        }) as BoxFuture<Result<(), StepError>>
-    })
 }
 
 async fn kinds(instance: &Instance) -> Vec<EventKind> {
@@ -157,15 +188,185 @@ async fn failed_with(
     }
 }
 
+// The compensations that record their call and succeed, one per step name.
+
+#[rollback]
+async fn undo_a(ctx: RollbackContext<'_, u64>, probe: Service<Probe>) -> Result<(), StepError> {
+    probe.log("a", &ctx);
+    Ok(())
+}
+
+#[rollback]
+async fn undo_b(ctx: RollbackContext<'_, u64>, probe: Service<Probe>) -> Result<(), StepError> {
+    probe.log("b", &ctx);
+    Ok(())
+}
+
+#[rollback]
+async fn undo_c(ctx: RollbackContext<'_, u64>, probe: Service<Probe>) -> Result<(), StepError> {
+    probe.log("c", &ctx);
+    Ok(())
+}
+
+#[rollback]
+async fn undo_debit(ctx: RollbackContext<'_, u64>, probe: Service<Probe>) -> Result<(), StepError> {
+    probe.log("debit", &ctx);
+    Ok(())
+}
+
+#[rollback]
+async fn undo_credit(
+    ctx: RollbackContext<'_, u64>,
+    probe: Service<Probe>,
+) -> Result<(), StepError> {
+    probe.log("credit", &ctx);
+    Ok(())
+}
+
+#[rollback]
+async fn undo_charge(
+    ctx: RollbackContext<'_, u64>,
+    probe: Service<Probe>,
+) -> Result<(), StepError> {
+    probe.log("charge", &ctx);
+    Ok(())
+}
+
+#[rollback]
+async fn undo_apply_coupon(
+    ctx: RollbackContext<'_, u64>,
+    probe: Service<Probe>,
+) -> Result<(), StepError> {
+    probe.log("apply-coupon", &ctx);
+    Ok(())
+}
+
+#[rollback]
+async fn undo_capture(
+    ctx: RollbackContext<'_, u64>,
+    probe: Service<Probe>,
+) -> Result<(), StepError> {
+    probe.log("capture", &ctx);
+    Ok(())
+}
+
+#[rollback]
+async fn undo_reserve(
+    ctx: RollbackContext<'_, u64>,
+    probe: Service<Probe>,
+) -> Result<(), StepError> {
+    probe.log("reserve", &ctx);
+    Ok(())
+}
+
+#[rollback]
+async fn undo_one(ctx: RollbackContext<'_, u64>, probe: Service<Probe>) -> Result<(), StepError> {
+    probe.log("one", &ctx);
+    Ok(())
+}
+
+#[rollback]
+async fn undo_first(ctx: RollbackContext<'_, u64>, probe: Service<Probe>) -> Result<(), StepError> {
+    probe.log("first", &ctx);
+    Ok(())
+}
+
+#[rollback]
+async fn undo_second(
+    ctx: RollbackContext<'_, u64>,
+    probe: Service<Probe>,
+) -> Result<(), StepError> {
+    probe.log("second", &ctx);
+    Ok(())
+}
+
+#[rollback]
+async fn undo_third(ctx: RollbackContext<'_, u64>, probe: Service<Probe>) -> Result<(), StepError> {
+    probe.log("third", &ctx);
+    Ok(())
+}
+
+#[rollback]
+async fn undo_book_flight(
+    ctx: RollbackContext<'_, u64>,
+    probe: Service<Probe>,
+) -> Result<(), StepError> {
+    probe.log("book-flight", &ctx);
+    Ok(())
+}
+
+#[rollback]
+async fn undo_book_hotel(
+    ctx: RollbackContext<'_, u64>,
+    probe: Service<Probe>,
+) -> Result<(), StepError> {
+    probe.log("book-hotel", &ctx);
+    Ok(())
+}
+
+#[rollback]
+async fn undo_book_car(
+    ctx: RollbackContext<'_, u64>,
+    probe: Service<Probe>,
+) -> Result<(), StepError> {
+    probe.log("book-car", &ctx);
+    Ok(())
+}
+
+#[rollback]
+async fn undo_hold_seat(
+    ctx: RollbackContext<'_, u64>,
+    probe: Service<Probe>,
+) -> Result<(), StepError> {
+    probe.log("hold-seat", &ctx);
+    Ok(())
+}
+
+#[rollback]
+async fn undo_hold_meal(
+    ctx: RollbackContext<'_, u64>,
+    probe: Service<Probe>,
+) -> Result<(), StepError> {
+    probe.log("hold-meal", &ctx);
+    Ok(())
+}
+
+#[rollback]
+async fn undo_slow(ctx: RollbackContext<'_, u64>, probe: Service<Probe>) -> Result<(), StepError> {
+    probe.log("slow", &ctx);
+    Ok(())
+}
+
+#[rollback]
+async fn undo_fails(ctx: RollbackContext<'_, u64>, probe: Service<Probe>) -> Result<(), StepError> {
+    probe.log("fails", &ctx);
+    Ok(())
+}
+
+/// A hand-written compensation that records its call and succeeds.
+fn logged<T>(probe: &Arc<Probe>, step: &'static str) -> RollbackRegistration<T>
+where
+    T: Debug + Send + 'static + for<'de> Deserialize<'de>,
+{
+    let probe = probe.clone();
+    RollbackRegistration::new(StepConfig::default(), move |input: RollbackInput<T>| {
+        let probe = probe.clone();
+        Box::pin(async move {
+            probe.log(step, &input.context());
+            Ok(())
+        }) as BoxFuture<Result<(), StepError>>
+    })
+}
+
 // Rule: sequential steps are compensated in reverse start order, each given
-// its stored output.
+// its stored output. (Hand-written on purpose: inline steps and
+// `RollbackRegistration` compensations.)
 #[tokio::test]
 async fn sequential_steps_are_compensated_in_reverse_start_order() {
-    let engine = engine().await;
-    let log = Calls::default();
-    let l = log.clone();
+    let World { engine, probe, .. } = world().await;
+    let p = probe.clone();
     let wf = workflow_fn("sequential", move |ctx: WorkflowContext, (): ()| {
-        let log = l.clone();
+        let probe = p.clone();
         async move {
             let reserve = StepConfig::default();
             let a: u64 = ctx
@@ -173,7 +374,7 @@ async fn sequential_steps_are_compensated_in_reverse_start_order() {
                     "reserve",
                     reserve,
                     |_| async { Ok(1) },
-                    logged(&log, "reserve"),
+                    logged(&probe, "reserve"),
                 )
                 .await?;
             let b: u64 = ctx
@@ -181,14 +382,14 @@ async fn sequential_steps_are_compensated_in_reverse_start_order() {
                     "charge",
                     reserve,
                     move |_| async move { Ok(a + 1) },
-                    logged(&log, "charge"),
+                    logged(&probe, "charge"),
                 )
                 .await?;
             ctx.step_with_rollback(
                 "ship",
                 reserve,
                 move |_| async move { Ok(b + 1) },
-                logged(&log, "ship"),
+                logged(&probe, "ship"),
             )
             .await?;
             Err::<u64, _>(WorkflowError::new("the carrier went bankrupt"))
@@ -198,8 +399,8 @@ async fn sequential_steps_are_compensated_in_reverse_start_order() {
     let (failure, rollback_failure) = failed_with(&run).await;
     assert_eq!(failure.message(), "the carrier went bankrupt");
     assert_eq!(rollback_failure, None);
-    assert_eq!(steps_compensated(&log), ["ship", "charge", "reserve"]);
-    let outputs: Vec<_> = calls(&log).into_iter().map(|c| c.output).collect();
+    assert_eq!(steps_compensated(&probe), ["ship", "charge", "reserve"]);
+    let outputs: Vec<_> = calls(&probe).into_iter().map(|c| c.output).collect();
     assert_eq!(
         outputs,
         [Some("3".to_string()), Some("2".into()), Some("1".into())]
@@ -217,45 +418,39 @@ async fn sequential_steps_are_compensated_in_reverse_start_order() {
     assert_eq!(run.status().await.unwrap(), Status::Errored);
 }
 
+/// Finishes only when the test lets it go.
+#[step(name = "a", rollback = undo_a)]
+async fn a_after_b(key: IdempotencyKey, probe: Service<Probe>) -> Result<u64, StepError> {
+    let _ = key;
+    probe.release.notified().await;
+    Ok(10)
+}
+
+#[step(name = "b", rollback = undo_b)]
+async fn b_first(key: IdempotencyKey) -> Result<u64, StepError> {
+    let _ = key;
+    Ok(20)
+}
+
+#[workflow(name = "parallel")]
+async fn parallel(ctx: WorkflowContext, (): ()) -> Result<u64, WorkflowError> {
+    let a = a_after_b(&ctx);
+    let b = b_first(&ctx);
+    let (a, b) = tokio::join!(a, b);
+    let _ = (a?, b?);
+    Err(WorkflowError::new(
+        "both legs booked, then the trip was cancelled",
+    ))
+}
+
 // Rule: with parallel steps the order is reverse *start* (call) order, not
 // reverse completion order: `join!(a, b)` where b finishes first still
 // compensates b, then a.
 #[tokio::test]
 async fn parallel_steps_are_compensated_in_reverse_call_order_not_completion_order() {
-    let engine = engine().await;
-    let log = Calls::default();
-    let release_a = Arc::new(Notify::new());
-    let (l, r) = (log.clone(), release_a.clone());
-    let wf = workflow_fn("parallel", move |ctx: WorkflowContext, (): ()| {
-        let (log, release_a) = (l.clone(), r.clone());
-        async move {
-            let a = ctx.step_with_rollback(
-                "a",
-                StepConfig::default(),
-                move |_| {
-                    let release_a = release_a.clone();
-                    async move {
-                        release_a.notified().await;
-                        Ok(10u64)
-                    }
-                },
-                logged(&log, "a"),
-            );
-            let b = ctx.step_with_rollback(
-                "b",
-                StepConfig::default(),
-                |_| async { Ok(20u64) },
-                logged(&log, "b"),
-            );
-            let (a, b) = tokio::join!(a, b);
-            let _ = (a?, b?);
-            Err::<u64, _>(WorkflowError::new(
-                "both legs booked, then the trip was cancelled",
-            ))
-        }
-    });
+    let World { engine, probe, .. } = world().await;
     let mut events = engine.subscribe();
-    let run = engine.start(wf, "par-1", ()).await.unwrap();
+    let run = engine.start(parallel, "par-1", ()).await.unwrap();
     // Let `a` finish only once `b`'s completion is durable.
     bounded("b to complete", async {
         loop {
@@ -268,7 +463,7 @@ async fn parallel_steps_are_compensated_in_reverse_call_order_not_completion_ord
         }
     })
     .await;
-    release_a.notify_one();
+    probe.release.notify_one();
     failed_with(&run).await;
 
     let history = kinds(&run).await;
@@ -282,39 +477,36 @@ async fn parallel_steps_are_compensated_in_reverse_call_order_not_completion_ord
         completed_at("b") < completed_at("a"),
         "the test needs b to complete first: {history:?}"
     );
-    assert_eq!(steps_compensated(&log), ["b", "a"]);
-    let outputs: Vec<_> = calls(&log).into_iter().map(|c| c.output).collect();
+    assert_eq!(steps_compensated(&probe), ["b", "a"]);
+    let outputs: Vec<_> = calls(&probe).into_iter().map(|c| c.output).collect();
     assert_eq!(outputs, [Some("20".to_string()), Some("10".into())]);
+}
+
+#[step(name = "debit", rollback = undo_debit)]
+async fn debit(key: IdempotencyKey) -> Result<u64, StepError> {
+    let _ = key;
+    Ok(7)
+}
+
+#[step(name = "credit", rollback = undo_credit)]
+async fn credit_refused(key: IdempotencyKey) -> Result<u64, StepError> {
+    let _ = key;
+    Err(StepError::fatal("account closed"))
+}
+
+#[workflow(name = "failed-step")]
+async fn failed_step(ctx: WorkflowContext, (): ()) -> Result<u64, WorkflowError> {
+    debit(&ctx).await?;
+    credit_refused(&ctx).await?;
+    Ok(0)
 }
 
 // Rule: a failed step with a handler is eligible; its handler gets no
 // output, completed ones get theirs.
 #[tokio::test]
 async fn a_failed_step_is_compensated_with_no_output() {
-    let engine = engine().await;
-    let log = Calls::default();
-    let l = log.clone();
-    let wf = workflow_fn("failed-step", move |ctx: WorkflowContext, (): ()| {
-        let log = l.clone();
-        async move {
-            ctx.step_with_rollback(
-                "debit",
-                StepConfig::default(),
-                |_| async { Ok(7u64) },
-                logged(&log, "debit"),
-            )
-            .await?;
-            ctx.step_with_rollback(
-                "credit",
-                StepConfig::default(),
-                |_| async { Err::<u64, _>(StepError::fatal("account closed")) },
-                logged(&log, "credit"),
-            )
-            .await?;
-            Ok::<u64, WorkflowError>(0)
-        }
-    });
-    let run = engine.start(wf, "failed-1", ()).await.unwrap();
+    let World { engine, probe, .. } = world().await;
+    let run = engine.start(failed_step, "failed-1", ()).await.unwrap();
     let (failure, _) = failed_with(&run).await;
     assert_eq!(
         failure.kind(),
@@ -323,7 +515,7 @@ async fn a_failed_step_is_compensated_with_no_output() {
         }
     );
     assert!(failure.message().contains("account closed"), "{failure}");
-    let got = calls(&log);
+    let got = calls(&probe);
     assert_eq!(
         got.iter()
             .map(|c| (c.step, c.output.clone()))
@@ -332,39 +524,33 @@ async fn a_failed_step_is_compensated_with_no_output() {
     );
 }
 
+#[step(name = "charge", rollback = undo_charge)]
+async fn charge(key: IdempotencyKey) -> Result<u64, StepError> {
+    let _ = key;
+    Ok(5)
+}
+
+#[step(name = "apply-coupon", rollback = undo_apply_coupon)]
+async fn apply_coupon(key: IdempotencyKey) -> Result<u64, StepError> {
+    let _ = key;
+    Err(StepError::fatal("coupon expired"))
+}
+
+#[workflow(name = "caught")]
+async fn caught(ctx: WorkflowContext, (): ()) -> Result<u64, WorkflowError> {
+    let paid = charge(&ctx).await?;
+    let coupon = apply_coupon(&ctx).await.unwrap_or(0);
+    Ok(paid + coupon)
+}
+
 // Rule: a step error the workflow catches does not start rollback.
 #[tokio::test]
 async fn a_caught_step_error_does_not_start_rollback() {
-    let engine = engine().await;
-    let log = Calls::default();
-    let l = log.clone();
-    let wf = workflow_fn("caught", move |ctx: WorkflowContext, (): ()| {
-        let log = l.clone();
-        async move {
-            let paid: u64 = ctx
-                .step_with_rollback(
-                    "charge",
-                    StepConfig::default(),
-                    |_| async { Ok(5) },
-                    logged(&log, "charge"),
-                )
-                .await?;
-            let coupon = ctx
-                .step_with_rollback(
-                    "apply-coupon",
-                    StepConfig::default(),
-                    |_| async { Err::<u64, _>(StepError::fatal("coupon expired")) },
-                    logged(&log, "apply-coupon"),
-                )
-                .await
-                .unwrap_or(0);
-            Ok::<u64, WorkflowError>(paid + coupon)
-        }
-    });
-    let run = engine.start(wf, "caught-1", ()).await.unwrap();
+    let World { engine, probe, .. } = world().await;
+    let run = engine.start(caught, "caught-1", ()).await.unwrap();
     assert_eq!(bounded("the result", run.result()).await.unwrap(), 5);
     assert_eq!(run.status().await.unwrap(), Status::Complete);
-    assert!(calls(&log).is_empty(), "{:?}", calls(&log));
+    assert!(calls(&probe).is_empty(), "{:?}", calls(&probe));
     let history = kinds(&run).await;
     assert!(
         history
@@ -375,47 +561,40 @@ async fn a_caught_step_error_does_not_start_rollback() {
     assert_eq!(history.last(), Some(&EventKind::InstanceCompleted));
 }
 
+#[step(name = "capture", rollback = undo_capture)]
+async fn capture(key: IdempotencyKey) -> Result<u64, StepError> {
+    let _ = key;
+    Err(StepError::fatal("gateway timeout"))
+}
+
+#[step(name = "reserve", rollback = undo_reserve)]
+async fn reserve(key: IdempotencyKey) -> Result<u64, StepError> {
+    let _ = key;
+    Ok(9)
+}
+
+#[workflow(name = "caught-then-fail")]
+async fn caught_then_fail(ctx: WorkflowContext, (): ()) -> Result<u64, WorkflowError> {
+    charge(&ctx).await?;
+    // The payment provider may have captured the charge before the step
+    // failed: its compensation must still run.
+    let _caught = capture(&ctx).await;
+    reserve(&ctx).await?;
+    Err(WorkflowError::new("fraud check rejected the order"))
+}
+
 // Rule: a step whose error was caught is still compensated (with no output)
 // when the workflow later fails for another reason.
 #[tokio::test]
 async fn a_caught_failed_step_is_compensated_when_the_workflow_fails_later() {
-    let engine = engine().await;
-    let log = Calls::default();
-    let l = log.clone();
-    let wf = workflow_fn("caught-then-fail", move |ctx: WorkflowContext, (): ()| {
-        let log = l.clone();
-        async move {
-            ctx.step_with_rollback(
-                "charge",
-                StepConfig::default(),
-                |_| async { Ok(5u64) },
-                logged(&log, "charge"),
-            )
-            .await?;
-            // The payment provider may have captured the charge before the
-            // step failed: its compensation must still run.
-            let _caught = ctx
-                .step_with_rollback(
-                    "capture",
-                    StepConfig::default(),
-                    |_| async { Err::<u64, _>(StepError::fatal("gateway timeout")) },
-                    logged(&log, "capture"),
-                )
-                .await;
-            ctx.step_with_rollback(
-                "reserve",
-                StepConfig::default(),
-                |_| async { Ok(9u64) },
-                logged(&log, "reserve"),
-            )
-            .await?;
-            Err::<u64, _>(WorkflowError::new("fraud check rejected the order"))
-        }
-    });
-    let run = engine.start(wf, "caught-2", ()).await.unwrap();
+    let World { engine, probe, .. } = world().await;
+    let run = engine
+        .start(caught_then_fail, "caught-2", ())
+        .await
+        .unwrap();
     let (failure, _) = failed_with(&run).await;
     assert_eq!(failure.message(), "fraud check rejected the order");
-    let got: Vec<_> = calls(&log)
+    let got: Vec<_> = calls(&probe)
         .into_iter()
         .map(|c| (c.step, c.output))
         .collect();
@@ -429,44 +608,47 @@ async fn a_caught_failed_step_is_compensated_when_the_workflow_fails_later() {
     );
 }
 
+#[step(name = "one", rollback = undo_one)]
+async fn one(key: IdempotencyKey) -> Result<u64, StepError> {
+    let _ = key;
+    Ok(1)
+}
+
+#[workflow(name = "ok")]
+async fn succeeds(ctx: WorkflowContext, (): ()) -> Result<u64, WorkflowError> {
+    let n = one(&ctx).await?;
+    Ok(n)
+}
+
 // Rule: rollback starts only when the workflow is about to end `Errored`:
 // a workflow that returns Ok compensates nothing.
 #[tokio::test]
 async fn a_successful_workflow_runs_no_compensation() {
-    let engine = engine().await;
-    let log = Calls::default();
-    let l = log.clone();
-    let wf = workflow_fn("ok", move |ctx: WorkflowContext, (): ()| {
-        let log = l.clone();
-        async move {
-            let n: u64 = ctx
-                .step_with_rollback(
-                    "one",
-                    StepConfig::default(),
-                    |_| async { Ok(1) },
-                    logged(&log, "one"),
-                )
-                .await?;
-            Ok::<u64, WorkflowError>(n)
-        }
-    });
-    let run = engine.start(wf, "ok-1", ()).await.unwrap();
+    let World { engine, probe, .. } = world().await;
+    let run = engine.start(succeeds, "ok-1", ()).await.unwrap();
     assert_eq!(bounded("the result", run.result()).await.unwrap(), 1);
-    assert!(calls(&log).is_empty());
+    assert!(calls(&probe).is_empty());
     assert!(!kinds(&run).await.iter().any(is_rollback_event));
+}
+
+#[step(name = "one")]
+async fn one_without_undo(key: IdempotencyKey) -> Result<u64, StepError> {
+    let _ = key;
+    Ok(1)
+}
+
+#[workflow(name = "no-handlers")]
+async fn no_handlers(ctx: WorkflowContext, (): ()) -> Result<u64, WorkflowError> {
+    one_without_undo(&ctx).await?;
+    Err(WorkflowError::new("nothing to undo"))
 }
 
 // Rule: a failing workflow with no compensation registered ends `Errored`
 // without any rollback event.
 #[tokio::test]
 async fn a_failure_without_handlers_ends_errored_without_rollback_events() {
-    let engine = engine().await;
-    let wf = workflow_fn("no-handlers", |ctx: WorkflowContext, (): ()| async move {
-        ctx.step("one", StepConfig::default(), |_| async { Ok(1u64) })
-            .await?;
-        Err::<u64, _>(WorkflowError::new("nothing to undo"))
-    });
-    let run = engine.start(wf, "plain-1", ()).await.unwrap();
+    let World { engine, .. } = world().await;
+    let run = engine.start(no_handlers, "plain-1", ()).await.unwrap();
     let (failure, rollback_failure) = failed_with(&run).await;
     assert_eq!(failure.message(), "nothing to undo");
     assert_eq!(rollback_failure, None);
@@ -481,42 +663,71 @@ async fn a_failure_without_handlers_ends_errored_without_rollback_events() {
     assert_eq!(run.info().await.unwrap().rollback_failure, None);
 }
 
+#[workflow(name = "panics")]
+async fn panics(ctx: WorkflowContext, (): ()) -> Result<u64, WorkflowError> {
+    let n = one(&ctx).await?;
+    if n == 1 {
+        panic!("invariant broken: n = {n}");
+    }
+    Ok(n)
+}
+
 // Rule: a panicking workflow body is a failure like a returned error: the
 // started steps are compensated.
 #[tokio::test]
 async fn a_panicking_workflow_is_rolled_back() {
-    let engine = engine().await;
-    let log = Calls::default();
-    let l = log.clone();
-    let wf = workflow_fn("panics", move |ctx: WorkflowContext, (): ()| {
-        let log = l.clone();
-        async move {
-            let n: u64 = ctx
-                .step_with_rollback(
-                    "one",
-                    StepConfig::default(),
-                    |_| async { Ok(1) },
-                    logged(&log, "one"),
-                )
-                .await?;
-            if n == 1 {
-                panic!("invariant broken: n = {n}");
-            }
-            Ok::<u64, WorkflowError>(n)
-        }
-    });
-    let run = engine.start(wf, "panic-1", ()).await.unwrap();
+    let World { engine, probe, .. } = world().await;
+    let run = engine.start(panics, "panic-1", ()).await.unwrap();
     let (failure, _) = failed_with(&run).await;
     assert_eq!(failure.kind(), &FailureKind::Panic);
     assert!(
         failure.message().contains("invariant broken: n = 1"),
         "{failure}"
     );
-    let got = calls(&log);
+    let got = calls(&probe);
     assert_eq!(got.len(), 1, "{got:?}");
     assert_eq!(got[0].step, "one");
     assert_eq!(got[0].cause, failure.message());
     assert_eq!(run.status().await.unwrap(), Status::Errored);
+}
+
+#[step(name = "first", rollback = undo_first)]
+async fn first(key: IdempotencyKey) -> Result<u64, StepError> {
+    let _ = key;
+    Ok(1)
+}
+
+#[step(name = "second", rollback = refund_service_down)]
+async fn second_refund_down(key: IdempotencyKey) -> Result<u64, StepError> {
+    let _ = key;
+    Ok(2)
+}
+
+/// Records its call and the engine's time, then fails: the refund service
+/// is down.
+#[rollback(retries = 3, delay = "10 seconds", backoff = "exponential")]
+async fn refund_service_down(
+    ctx: RollbackContext<'_, u64>,
+    probe: Service<Probe>,
+) -> Result<(), StepError> {
+    probe.log("second", &ctx);
+    let now = saga_runtime::Clock::now(&probe.clock);
+    probe.attempt_times.lock().unwrap().push(now);
+    Err(StepError::retryable("refund service down"))
+}
+
+#[step(name = "third", rollback = undo_third)]
+async fn third(key: IdempotencyKey) -> Result<u64, StepError> {
+    let _ = key;
+    Ok(3)
+}
+
+#[workflow(name = "gives-up")]
+async fn gives_up(ctx: WorkflowContext, (): ()) -> Result<u64, WorkflowError> {
+    first(&ctx).await?;
+    second_refund_down(&ctx).await?;
+    third(&ctx).await?;
+    Err(WorkflowError::new("the original error"))
 }
 
 // Rule: a compensation that exhausts its own retries (its own delay and
@@ -525,46 +736,8 @@ async fn a_panicking_workflow_is_rolled_back() {
 // original one, the rollback failure recorded beside it.
 #[tokio::test]
 async fn a_compensation_that_gives_up_stops_the_rest_and_keeps_the_original_error() {
-    let clock = TestClock::auto_advancing();
-    let engine = helpers::fresh(Engine::builder().clock(clock.clone())).await;
-    let log = Calls::default();
-    let attempt_times: Arc<Mutex<Vec<SystemTime>>> = Arc::default();
-    let (l, times, c) = (log.clone(), attempt_times.clone(), clock.clone());
-    let wf = workflow_fn("gives-up", move |ctx: WorkflowContext, (): ()| {
-        let (log, times, clock) = (l.clone(), times.clone(), c.clone());
-        async move {
-            ctx.step_with_rollback(
-                "first",
-                StepConfig::default(),
-                |_| async { Ok(1u64) },
-                logged(&log, "first"),
-            )
-            .await?;
-            let refund = StepConfig::default()
-                .retries(3)
-                .delay(Duration::from_secs(10))
-                .backoff(Backoff::Exponential);
-            ctx.step_with_rollback(
-                "second",
-                StepConfig::default(),
-                |_| async { Ok(2u64) },
-                logged_then(&log, "second", refund, move |_| {
-                    times.lock().unwrap().push(saga_runtime::Clock::now(&clock));
-                    Err(StepError::retryable("refund service down"))
-                }),
-            )
-            .await?;
-            ctx.step_with_rollback(
-                "third",
-                StepConfig::default(),
-                |_| async { Ok(3u64) },
-                logged(&log, "third"),
-            )
-            .await?;
-            Err::<u64, _>(WorkflowError::new("the original error"))
-        }
-    });
-    let run = engine.start(wf, "gives-up-1", ()).await.unwrap();
+    let World { engine, probe, .. } = world().await;
+    let run = engine.start(gives_up, "gives-up-1", ()).await.unwrap();
     let (failure, rollback_failure) = failed_with(&run).await;
 
     assert_eq!(failure.message(), "the original error");
@@ -583,7 +756,7 @@ async fn a_compensation_that_gives_up_stops_the_rest_and_keeps_the_original_erro
 
     // 1 attempt + 3 retries, then nothing of "first".
     assert_eq!(
-        calls(&log)
+        calls(&probe)
             .iter()
             .map(|c| (c.step, c.attempt))
             .collect::<Vec<_>>(),
@@ -595,7 +768,7 @@ async fn a_compensation_that_gives_up_stops_the_rest_and_keeps_the_original_erro
             ("second", 4)
         ]
     );
-    let times = attempt_times.lock().unwrap().clone();
+    let times = probe.attempt_times.lock().unwrap().clone();
     let delays: Vec<_> = times
         .windows(2)
         .map(|w| w[1].duration_since(w[0]).unwrap().as_secs())
@@ -633,40 +806,39 @@ async fn a_compensation_that_gives_up_stops_the_rest_and_keeps_the_original_erro
     );
 }
 
+#[step(name = "second", rollback = refund_refused)]
+async fn second_refund_refused(key: IdempotencyKey) -> Result<u64, StepError> {
+    let _ = key;
+    Ok(2)
+}
+
+/// Records its call, then fails for good.
+#[rollback(retries = 5)]
+async fn refund_refused(
+    ctx: RollbackContext<'_, u64>,
+    probe: Service<Probe>,
+) -> Result<(), StepError> {
+    probe.log("second", &ctx);
+    Err(StepError::fatal("refund refused"))
+}
+
+#[workflow(name = "fatal-refund")]
+async fn fatal_refund(ctx: WorkflowContext, (): ()) -> Result<u64, WorkflowError> {
+    first(&ctx).await?;
+    second_refund_refused(&ctx).await?;
+    Err(WorkflowError::new("boom"))
+}
+
 // Rule: a fatal error from a compensation skips its remaining retries.
 #[tokio::test]
 async fn a_fatal_compensation_error_skips_its_retries() {
-    let engine = engine().await;
-    let log = Calls::default();
-    let l = log.clone();
-    let wf = workflow_fn("fatal-refund", move |ctx: WorkflowContext, (): ()| {
-        let log = l.clone();
-        async move {
-            ctx.step_with_rollback(
-                "first",
-                StepConfig::default(),
-                |_| async { Ok(1u64) },
-                logged(&log, "first"),
-            )
-            .await?;
-            ctx.step_with_rollback(
-                "second",
-                StepConfig::default(),
-                |_| async { Ok(2u64) },
-                logged_then(&log, "second", StepConfig::default().retries(5), |_| {
-                    Err(StepError::fatal("refund refused"))
-                }),
-            )
-            .await?;
-            Err::<u64, _>(WorkflowError::new("boom"))
-        }
-    });
-    let run = engine.start(wf, "fatal-rb-1", ()).await.unwrap();
+    let World { engine, probe, .. } = world().await;
+    let run = engine.start(fatal_refund, "fatal-rb-1", ()).await.unwrap();
     let (failure, rollback_failure) = failed_with(&run).await;
     assert_eq!(failure.message(), "boom");
     assert!(rollback_failure.is_some());
     assert_eq!(
-        calls(&log)
+        calls(&probe)
             .iter()
             .map(|c| (c.step, c.attempt))
             .collect::<Vec<_>>(),
@@ -674,45 +846,49 @@ async fn a_fatal_compensation_error_skips_its_retries() {
     );
 }
 
+#[step(name = "charge", rollback = refund_flaky)]
+async fn charge_n(key: IdempotencyKey, n: u64) -> Result<u64, StepError> {
+    let _ = key;
+    Ok(n)
+}
+
+/// Records its call; its first attempt fails, the retry succeeds.
+#[rollback(retries = 2, delay = "1 second")]
+async fn refund_flaky(
+    ctx: RollbackContext<'_, u64>,
+    probe: Service<Probe>,
+) -> Result<(), StepError> {
+    if probe.log("charge", &ctx) == 1 {
+        Err(StepError::retryable("flaky"))
+    } else {
+        Ok(())
+    }
+}
+
+#[step(name = "check")]
+async fn check_limit(key: IdempotencyKey) -> Result<(), StepError> {
+    let _ = key;
+    Err(StepError::fatal("limit exceeded"))
+}
+
+#[workflow(name = "keys")]
+async fn charged_thrice(ctx: WorkflowContext, (): ()) -> Result<u64, WorkflowError> {
+    for n in 0..3u64 {
+        charge_n(&ctx, n).await?;
+    }
+    check_limit(&ctx).await?;
+    Ok(0)
+}
+
 // Rule: every handler gets the cause, and its own key
 // `"{instance}:rollback:{step}"` (`#n` from the second occurrence on), the
 // same on every attempt.
 #[tokio::test]
 async fn compensations_get_the_cause_and_their_own_stable_key() {
-    let engine = engine().await;
-    let log = Calls::default();
-    let l = log.clone();
-    let wf = workflow_fn("keys", move |ctx: WorkflowContext, (): ()| {
-        let log = l.clone();
-        async move {
-            for n in 0..3u64 {
-                let retry_once = StepConfig::default()
-                    .retries(2)
-                    .delay(Duration::from_secs(1));
-                ctx.step_with_rollback(
-                    "charge",
-                    StepConfig::default(),
-                    move |_| async move { Ok(n) },
-                    logged_then(&log, "charge", retry_once, |attempt| {
-                        if attempt == 1 {
-                            Err(StepError::retryable("flaky"))
-                        } else {
-                            Ok(())
-                        }
-                    }),
-                )
-                .await?;
-            }
-            ctx.step("check", StepConfig::default(), |_| async {
-                Err::<(), _>(StepError::fatal("limit exceeded"))
-            })
-            .await?;
-            Ok::<u64, WorkflowError>(0)
-        }
-    });
-    let run = engine.start(wf, "keys-1", ()).await.unwrap();
+    let World { engine, probe, .. } = world().await;
+    let run = engine.start(charged_thrice, "keys-1", ()).await.unwrap();
     let (failure, _) = failed_with(&run).await;
-    let got = calls(&log);
+    let got = calls(&probe);
     let expected: Vec<_> = [
         ("keys-1:rollback:charge#2", "2"),
         ("keys-1:rollback:charge#1", "1"),
@@ -745,37 +921,39 @@ async fn compensations_get_the_cause_and_their_own_stable_key() {
     assert_eq!(occurrences, [2, 1, 0]);
 }
 
+#[step(name = "a", rollback = undo_a)]
+async fn a_one(key: IdempotencyKey) -> Result<u64, StepError> {
+    let _ = key;
+    Ok(1)
+}
+
+#[step(name = "no-undo")]
+async fn no_undo(key: IdempotencyKey) -> Result<u64, StepError> {
+    let _ = key;
+    Ok(2)
+}
+
+#[step(name = "b", rollback = undo_b)]
+async fn b_three(key: IdempotencyKey) -> Result<u64, StepError> {
+    let _ = key;
+    Ok(3)
+}
+
+#[workflow(name = "events")]
+async fn lifecycle(ctx: WorkflowContext, (): ()) -> Result<u64, WorkflowError> {
+    a_one(&ctx).await?;
+    no_undo(&ctx).await?;
+    b_three(&ctx).await?;
+    Err(WorkflowError::new("stop"))
+}
+
 // Rule: the lifecycle events come in order, stored in history and sent to
 // subscribers (after they are durable), the instance's end last.
 #[tokio::test]
 async fn lifecycle_events_are_stored_and_streamed_in_order() {
-    let engine = engine().await;
-    let log = Calls::default();
-    let l = log.clone();
-    let wf = workflow_fn("events", move |ctx: WorkflowContext, (): ()| {
-        let log = l.clone();
-        async move {
-            ctx.step_with_rollback(
-                "a",
-                StepConfig::default(),
-                |_| async { Ok(1u64) },
-                logged(&log, "a"),
-            )
-            .await?;
-            ctx.step("no-undo", StepConfig::default(), |_| async { Ok(2u64) })
-                .await?;
-            ctx.step_with_rollback(
-                "b",
-                StepConfig::default(),
-                |_| async { Ok(3u64) },
-                logged(&log, "b"),
-            )
-            .await?;
-            Err::<u64, _>(WorkflowError::new("stop"))
-        }
-    });
+    let World { engine, .. } = world().await;
     let mut subscription = engine.subscribe();
-    let run = engine.start(wf, "events-1", ()).await.unwrap();
+    let run = engine.start(lifecycle, "events-1", ()).await.unwrap();
     let streamed = bounded("the streamed end", async {
         let mut seen = Vec::new();
         loop {
@@ -815,17 +993,33 @@ async fn lifecycle_events_are_stored_and_streamed_in_order() {
     assert_eq!(seqs, (0..streamed.len() as u64).collect::<Vec<_>>());
 }
 
-/// A step body that tells the test it began, then never finishes.
-fn blocks_forever(
-    began: mpsc::UnboundedSender<&'static str>,
-    name: &'static str,
-    runs: Arc<AtomicU32>,
-) -> impl FnMut(IdempotencyKey) -> BoxFuture<Result<u64, StepError>> + Send + 'static {
-    move |_| {
-        runs.fetch_add(1, Ordering::SeqCst);
-        let _ = began.send(name);
-        Box::pin(pending())
-    }
+#[step(name = "book-flight", rollback = undo_book_flight)]
+async fn book_flight(key: IdempotencyKey) -> Result<u64, StepError> {
+    let _ = key;
+    Ok(1)
+}
+
+#[step(name = "book-hotel", rollback = undo_book_hotel)]
+async fn book_hotel(key: IdempotencyKey) -> Result<u64, StepError> {
+    let _ = key;
+    Ok(2)
+}
+
+/// Counts its run, tells the test it began, then never finishes.
+#[step(name = "book-car", rollback = undo_book_car)]
+async fn book_car(key: IdempotencyKey, probe: Service<Probe>) -> Result<u64, StepError> {
+    let _ = key;
+    probe.runs.fetch_add(1, Ordering::SeqCst);
+    let _ = probe.began.send("book-car");
+    pending().await
+}
+
+#[workflow(name = "terminate-step")]
+async fn terminate_step(ctx: WorkflowContext, (): ()) -> Result<u64, WorkflowError> {
+    book_flight(&ctx).await?;
+    book_hotel(&ctx).await?;
+    book_car(&ctx).await?;
+    Ok(0)
 }
 
 // Rule: `terminate_with_rollback()` on an instance blocked in a step
@@ -833,39 +1027,12 @@ fn blocks_forever(
 // output) and ends it `Terminated`.
 #[tokio::test]
 async fn terminate_with_rollback_during_a_step_compensates_and_terminates() {
-    let engine = engine().await;
-    let log = Calls::default();
-    let runs = Arc::new(AtomicU32::new(0));
-    let (began_tx, mut began) = mpsc::unbounded_channel();
-    let (l, r) = (log.clone(), runs.clone());
-    let wf = workflow_fn("terminate-step", move |ctx: WorkflowContext, (): ()| {
-        let (log, runs, began_tx) = (l.clone(), r.clone(), began_tx.clone());
-        async move {
-            ctx.step_with_rollback(
-                "book-flight",
-                StepConfig::default(),
-                |_| async { Ok(1u64) },
-                logged(&log, "book-flight"),
-            )
-            .await?;
-            ctx.step_with_rollback(
-                "book-hotel",
-                StepConfig::default(),
-                |_| async { Ok(2u64) },
-                logged(&log, "book-hotel"),
-            )
-            .await?;
-            ctx.step_with_rollback(
-                "book-car",
-                StepConfig::default(),
-                blocks_forever(began_tx, "book-car", runs),
-                logged(&log, "book-car"),
-            )
-            .await?;
-            Ok::<u64, WorkflowError>(0)
-        }
-    });
-    let run = engine.start(wf, "term-1", ()).await.unwrap();
+    let World {
+        engine,
+        probe,
+        mut began,
+    } = world().await;
+    let run = engine.start(terminate_step, "term-1", ()).await.unwrap();
     assert_eq!(bounded("the step", began.recv()).await, Some("book-car"));
     bounded("terminate", run.terminate_with_rollback())
         .await
@@ -879,7 +1046,7 @@ async fn terminate_with_rollback_during_a_step_compensates_and_terminates() {
         }) => {}
         other => panic!("expected Terminated, got {other:?}"),
     }
-    let got: Vec<_> = calls(&log)
+    let got: Vec<_> = calls(&probe)
         .into_iter()
         .map(|c| (c.step, c.output, c.cause))
         .collect();
@@ -892,7 +1059,7 @@ async fn terminate_with_rollback_during_a_step_compensates_and_terminates() {
             ("book-flight", Some("1".into()), cause.clone()),
         ]
     );
-    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert_eq!(probe.runs.load(Ordering::SeqCst), 1);
     let history = kinds(&run).await;
     assert_eq!(history.last(), Some(&EventKind::InstanceTerminated));
     assert!(history.contains(&EventKind::RollbackCompleted));
@@ -903,38 +1070,35 @@ async fn terminate_with_rollback_during_a_step_compensates_and_terminates() {
     );
 }
 
+#[step(name = "hold-seat", rollback = undo_hold_seat)]
+async fn hold_seat(key: IdempotencyKey) -> Result<u64, StepError> {
+    let _ = key;
+    Ok(1)
+}
+
+#[step(name = "hold-meal", rollback = undo_hold_meal)]
+async fn hold_meal(key: IdempotencyKey) -> Result<u64, StepError> {
+    let _ = key;
+    Ok(2)
+}
+
+#[workflow(name = "terminate-wait")]
+async fn terminate_wait(ctx: WorkflowContext, (): ()) -> Result<u64, WorkflowError> {
+    hold_seat(&ctx).await?;
+    hold_meal(&ctx).await?;
+    let approved: bool = ctx
+        .wait_for_event("wait-approval", "approval", "7 days")
+        .await?;
+    Ok(u64::from(approved))
+}
+
 // Rule: `terminate_with_rollback()` on an instance waiting for an event
 // compensates the steps it started.
 #[tokio::test]
 async fn terminate_with_rollback_during_an_event_wait_compensates_and_terminates() {
     // A clock that stands still: the wait must not time out on its own.
-    let engine = helpers::fresh(Engine::builder().clock(TestClock::new())).await;
-    let log = Calls::default();
-    let l = log.clone();
-    let wf = workflow_fn("terminate-wait", move |ctx: WorkflowContext, (): ()| {
-        let log = l.clone();
-        async move {
-            ctx.step_with_rollback(
-                "hold-seat",
-                StepConfig::default(),
-                |_| async { Ok(1u64) },
-                logged(&log, "hold-seat"),
-            )
-            .await?;
-            ctx.step_with_rollback(
-                "hold-meal",
-                StepConfig::default(),
-                |_| async { Ok(2u64) },
-                logged(&log, "hold-meal"),
-            )
-            .await?;
-            let approved: bool = ctx
-                .wait_for_event("wait-approval", "approval", "7 days")
-                .await?;
-            Ok::<u64, WorkflowError>(u64::from(approved))
-        }
-    });
-    let run = engine.start(wf, "term-2", ()).await.unwrap();
+    let World { engine, probe, .. } = world_on(TestClock::new()).await;
+    let run = engine.start(terminate_wait, "term-2", ()).await.unwrap();
     wait_until("the event wait", || async {
         run.status().await.unwrap() == Status::Waiting
             && kinds(&run)
@@ -951,7 +1115,7 @@ async fn terminate_with_rollback_during_an_event_wait_compensates_and_terminates
         bounded("the result", run.result()).await,
         Err(Error::Terminated { .. })
     ));
-    assert_eq!(steps_compensated(&log), ["hold-meal", "hold-seat"]);
+    assert_eq!(steps_compensated(&probe), ["hold-meal", "hold-seat"]);
     let tail = rollback_tail(&kinds(&run).await);
     assert_eq!(
         tail.first(),
@@ -965,44 +1129,44 @@ async fn terminate_with_rollback_during_an_event_wait_compensates_and_terminates
     );
 }
 
+/// Counts its run, tells the test it began, then never finishes.
+#[step(name = "slow", rollback = undo_slow)]
+async fn slow(key: IdempotencyKey, probe: Service<Probe>) -> Result<u64, StepError> {
+    let _ = key;
+    probe.runs.fetch_add(1, Ordering::SeqCst);
+    let _ = probe.began.send("slow");
+    pending().await
+}
+
+/// Tells the test it began, then fails for good.
+#[step(name = "fails", rollback = undo_fails)]
+async fn fails(key: IdempotencyKey, probe: Service<Probe>) -> Result<u64, StepError> {
+    let _ = key;
+    let _ = probe.began.send("fails");
+    Err(StepError::fatal("out of stock"))
+}
+
+#[workflow(name = "in-flight")]
+async fn in_flight(ctx: WorkflowContext, (): ()) -> Result<u64, WorkflowError> {
+    let slow_leg = slow(&ctx);
+    let failing_leg = fails(&ctx);
+    let (a, b) = tokio::try_join!(slow_leg, failing_leg)?;
+    Ok(a + b)
+}
+
 // Rule: a step still in flight when the workflow fails is eligible (it
 // started), gets no output, and never runs again.
 #[tokio::test]
 async fn a_step_in_flight_when_the_workflow_fails_is_compensated_and_never_rerun() {
-    let engine = engine().await;
-    let log = Calls::default();
-    let runs = Arc::new(AtomicU32::new(0));
-    let (began_tx, mut began) = mpsc::unbounded_channel();
-    let (l, r) = (log.clone(), runs.clone());
-    let wf = workflow_fn("in-flight", move |ctx: WorkflowContext, (): ()| {
-        let (log, runs, began_tx) = (l.clone(), r.clone(), began_tx.clone());
-        async move {
-            let slow = ctx.step_with_rollback(
-                "slow",
-                StepConfig::default(),
-                blocks_forever(began_tx.clone(), "slow", runs),
-                logged(&log, "slow"),
-            );
-            let fails = ctx.step_with_rollback(
-                "fails",
-                StepConfig::default(),
-                move |_| {
-                    let began_tx = began_tx.clone();
-                    async move {
-                        let _ = began_tx.send("fails");
-                        Err::<u64, _>(StepError::fatal("out of stock"))
-                    }
-                },
-                logged(&log, "fails"),
-            );
-            let (a, b) = tokio::try_join!(slow, fails)?;
-            Ok::<u64, WorkflowError>(a + b)
-        }
-    });
-    let run = engine.start(wf, "flight-1", ()).await.unwrap();
+    let World {
+        engine,
+        probe,
+        mut began,
+    } = world().await;
+    let run = engine.start(in_flight, "flight-1", ()).await.unwrap();
     let (failure, _) = failed_with(&run).await;
     assert!(failure.message().contains("out of stock"), "{failure}");
-    let got: Vec<_> = calls(&log)
+    let got: Vec<_> = calls(&probe)
         .into_iter()
         .map(|c| (c.step, c.output))
         .collect();
@@ -1015,7 +1179,7 @@ async fn a_step_in_flight_when_the_workflow_fails_is_compensated_and_never_rerun
     }
     assert!(seen.contains(&"fails"), "{seen:?}");
     tokio::time::sleep(Duration::from_millis(50)).await;
-    assert!(runs.load(Ordering::SeqCst) <= 1);
+    assert!(probe.runs.load(Ordering::SeqCst) <= 1);
     let history = kinds(&run).await;
     assert!(
         !history.iter().any(|k| matches!(
@@ -1026,80 +1190,76 @@ async fn a_step_in_flight_when_the_workflow_fails_is_compensated_and_never_rerun
     );
 }
 
+/// Counts its run, tells the test it began, then never finishes.
+#[step(name = "second", rollback = undo_second)]
+async fn second_never_finishes(
+    key: IdempotencyKey,
+    probe: Service<Probe>,
+) -> Result<u64, StepError> {
+    let _ = key;
+    probe.runs.fetch_add(1, Ordering::SeqCst);
+    let _ = probe.began.send("second");
+    pending().await
+}
+
+#[workflow(name = "called-only")]
+async fn called_only(ctx: WorkflowContext, (): ()) -> Result<u64, WorkflowError> {
+    first(&ctx).await?;
+    let _started = second_never_finishes(&ctx);
+    Err(WorkflowError::new("gave up right after calling it"))
+}
+
 // Rule: a step called (started) and not yet running when the workflow
 // fails is eligible too: its compensation runs with no output.
 #[tokio::test]
 async fn a_step_called_just_before_the_failure_is_compensated() {
-    let engine = engine().await;
-    let log = Calls::default();
-    let runs = Arc::new(AtomicU32::new(0));
-    let (began_tx, _began) = mpsc::unbounded_channel();
-    let (l, r) = (log.clone(), runs.clone());
-    let wf = workflow_fn("called-only", move |ctx: WorkflowContext, (): ()| {
-        let (log, runs, began_tx) = (l.clone(), r.clone(), began_tx.clone());
-        async move {
-            ctx.step_with_rollback(
-                "first",
-                StepConfig::default(),
-                |_| async { Ok(1u64) },
-                logged(&log, "first"),
-            )
-            .await?;
-            let _started = ctx.step_with_rollback(
-                "second",
-                StepConfig::default(),
-                blocks_forever(began_tx, "second", runs),
-                logged(&log, "second"),
-            );
-            Err::<u64, _>(WorkflowError::new("gave up right after calling it"))
-        }
-    });
-    let run = engine.start(wf, "called-1", ()).await.unwrap();
+    let World { engine, probe, .. } = world().await;
+    let run = engine.start(called_only, "called-1", ()).await.unwrap();
     failed_with(&run).await;
-    let got: Vec<_> = calls(&log)
+    let got: Vec<_> = calls(&probe)
         .into_iter()
         .map(|c| (c.step, c.output))
         .collect();
     assert_eq!(got, [("second", None), ("first", Some("1".into()))]);
-    assert!(runs.load(Ordering::SeqCst) <= 1);
+    assert!(probe.runs.load(Ordering::SeqCst) <= 1);
+}
+
+#[step(name = "reserve", rollback = release_slowly)]
+async fn reserve_one(key: IdempotencyKey) -> Result<u64, StepError> {
+    let _ = key;
+    Ok(1)
+}
+
+/// Records its call, tells the test it began, and ends only when the test
+/// lets it go.
+#[rollback]
+async fn release_slowly(
+    ctx: RollbackContext<'_, u64>,
+    probe: Service<Probe>,
+) -> Result<(), StepError> {
+    probe.log("reserve", &ctx);
+    let _ = probe.began.send("reserve");
+    probe.release.notified().await;
+    probe.finished.fetch_add(1, Ordering::SeqCst);
+    Ok(())
+}
+
+#[workflow(name = "slow-undo")]
+async fn slow_undo(ctx: WorkflowContext, (): ()) -> Result<u64, WorkflowError> {
+    reserve_one(&ctx).await?;
+    Err(WorkflowError::new("boom"))
 }
 
 // Rule: the instance shows `RollingBack` while a compensation runs.
 #[tokio::test]
 async fn the_status_is_rolling_back_while_a_compensation_runs() {
-    let engine = engine().await;
-    let (entered_tx, mut entered) = mpsc::unbounded_channel::<()>();
-    let release = Arc::new(Notify::new());
-    let finished = Arc::new(AtomicU32::new(0));
-    let (r, f) = (release.clone(), finished.clone());
-    let wf = workflow_fn("slow-undo", move |ctx: WorkflowContext, (): ()| {
-        let (release, finished, entered_tx) = (r.clone(), f.clone(), entered_tx.clone());
-        async move {
-            let undo = RollbackRegistration::new(
-                StepConfig::default(),
-                move |_input: RollbackInput<u64>| {
-                    let (release, finished, entered_tx) =
-                        (release.clone(), finished.clone(), entered_tx.clone());
-                    Box::pin(async move {
-                        let _ = entered_tx.send(());
-                        release.notified().await;
-                        finished.fetch_add(1, Ordering::SeqCst);
-                        Ok(())
-                    }) as BoxFuture<Result<(), StepError>>
-                },
-            );
-            ctx.step_with_rollback(
-                "reserve",
-                StepConfig::default(),
-                |_| async { Ok(1u64) },
-                undo,
-            )
-            .await?;
-            Err::<u64, _>(WorkflowError::new("boom"))
-        }
-    });
-    let run = engine.start(wf, "rolling-1", ()).await.unwrap();
-    bounded("the compensation to start", entered.recv())
+    let World {
+        engine,
+        probe,
+        mut began,
+    } = world().await;
+    let run = engine.start(slow_undo, "rolling-1", ()).await.unwrap();
+    bounded("the compensation to start", began.recv())
         .await
         .unwrap();
     assert_eq!(run.status().await.unwrap(), Status::RollingBack);
@@ -1113,7 +1273,7 @@ async fn the_status_is_rolling_back_while_a_compensation_runs() {
     );
     // The compensation's start is durable (and streamed) before it runs.
     assert!(kinds(&run).await.contains(&started("reserve")));
-    assert_eq!(finished.load(Ordering::SeqCst), 0);
+    assert_eq!(probe.finished.load(Ordering::SeqCst), 0);
     // Terminating an instance that is rolling back is refused.
     assert!(matches!(
         run.terminate().await,
@@ -1123,11 +1283,44 @@ async fn the_status_is_rolling_back_while_a_compensation_runs() {
         })
     ));
 
-    release.notify_one();
+    probe.release.notify_one();
     let (failure, _) = failed_with(&run).await;
     assert_eq!(failure.message(), "boom");
-    assert_eq!(finished.load(Ordering::SeqCst), 1);
+    assert_eq!(probe.finished.load(Ordering::SeqCst), 1);
     assert_eq!(run.status().await.unwrap(), Status::Errored);
+}
+
+#[step(name = "a", rollback = undo_a)]
+async fn a_counted(key: IdempotencyKey, probe: Service<Probe>) -> Result<u64, StepError> {
+    let _ = key;
+    probe.runs.fetch_add(1, Ordering::SeqCst);
+    Ok(1)
+}
+
+/// Counts its run, tells the test it began, and ends only when the test
+/// lets it go.
+#[step(name = "b", rollback = undo_b)]
+async fn b_held(key: IdempotencyKey, probe: Service<Probe>) -> Result<u64, StepError> {
+    let _ = key;
+    probe.runs.fetch_add(1, Ordering::SeqCst);
+    let _ = probe.began.send("b");
+    probe.release.notified().await;
+    Ok(2)
+}
+
+#[step(name = "c", rollback = undo_c)]
+async fn c_counted(key: IdempotencyKey, probe: Service<Probe>) -> Result<u64, StepError> {
+    let _ = key;
+    probe.runs.fetch_add(1, Ordering::SeqCst);
+    Ok(3)
+}
+
+#[workflow(name = "paused")]
+async fn paused(ctx: WorkflowContext, (): ()) -> Result<u64, WorkflowError> {
+    a_counted(&ctx).await?;
+    b_held(&ctx).await?;
+    c_counted(&ctx).await?;
+    Ok(0)
 }
 
 // Rule: `terminate_with_rollback()` on a paused instance (no code running)
@@ -1135,50 +1328,15 @@ async fn the_status_is_rolling_back_while_a_compensation_runs() {
 // them in reverse order, and runs no forward step again.
 #[tokio::test]
 async fn terminate_with_rollback_of_a_paused_instance_replays_to_compensate() {
-    let engine = engine().await;
-    let log = Calls::default();
-    let forward_runs = Arc::new(AtomicU32::new(0));
-    let release_b = Arc::new(Notify::new());
-    let (entered_tx, mut entered) = mpsc::unbounded_channel::<()>();
-    let (l, f, r) = (log.clone(), forward_runs.clone(), release_b.clone());
-    let wf = workflow_fn("paused", move |ctx: WorkflowContext, (): ()| {
-        let (log, runs, release_b, entered_tx) =
-            (l.clone(), f.clone(), r.clone(), entered_tx.clone());
-        async move {
-            let counted = |value: u64| {
-                let runs = runs.clone();
-                move |_| {
-                    runs.fetch_add(1, Ordering::SeqCst);
-                    async move { Ok(value) }
-                }
-            };
-            ctx.step_with_rollback("a", StepConfig::default(), counted(1), logged(&log, "a"))
-                .await?;
-            let runs_b = runs.clone();
-            ctx.step_with_rollback(
-                "b",
-                StepConfig::default(),
-                move |_| {
-                    runs_b.fetch_add(1, Ordering::SeqCst);
-                    let (release_b, entered_tx) = (release_b.clone(), entered_tx.clone());
-                    async move {
-                        let _ = entered_tx.send(());
-                        release_b.notified().await;
-                        Ok(2u64)
-                    }
-                },
-                logged(&log, "b"),
-            )
-            .await?;
-            ctx.step_with_rollback("c", StepConfig::default(), counted(3), logged(&log, "c"))
-                .await?;
-            Ok::<u64, WorkflowError>(0)
-        }
-    });
-    let run = engine.start(wf, "paused-1", ()).await.unwrap();
-    bounded("step b", entered.recv()).await.unwrap();
+    let World {
+        engine,
+        probe,
+        mut began,
+    } = world().await;
+    let run = engine.start(paused, "paused-1", ()).await.unwrap();
+    bounded("step b", began.recv()).await.unwrap();
     run.pause().await.unwrap();
-    release_b.notify_one();
+    probe.release.notify_one();
     // It stops at its next step boundary, before "c" starts.
     wait_until("the pause", || async {
         kinds(&run)
@@ -1201,7 +1359,7 @@ async fn terminate_with_rollback_of_a_paused_instance_replays_to_compensate() {
     })
     .await;
     assert_eq!(run.status().await.unwrap(), Status::Terminated);
-    let got: Vec<_> = calls(&log)
+    let got: Vec<_> = calls(&probe)
         .into_iter()
         .map(|c| (c.step, c.output))
         .collect();
@@ -1210,7 +1368,7 @@ async fn terminate_with_rollback_of_a_paused_instance_replays_to_compensate() {
         [("b", Some("2".to_string())), ("a", Some("1".to_string()))]
     );
     assert_eq!(
-        forward_runs.load(Ordering::SeqCst),
+        probe.runs.load(Ordering::SeqCst),
         2,
         "a and b ran once each, c never"
     );
@@ -1220,40 +1378,37 @@ async fn terminate_with_rollback_of_a_paused_instance_replays_to_compensate() {
     );
 }
 
+#[step(name = "charge", rollback = refund_unless_down)]
+async fn charge_refunded_when_up(key: IdempotencyKey) -> Result<u64, StepError> {
+    let _ = key;
+    Ok(5)
+}
+
+/// Records its call, then fails for good while the refund API is down.
+#[rollback(retries = 0)]
+async fn refund_unless_down(
+    ctx: RollbackContext<'_, u64>,
+    probe: Service<Probe>,
+) -> Result<(), StepError> {
+    probe.log("charge", &ctx);
+    if probe.refund_down.load(Ordering::SeqCst) {
+        return Err(StepError::fatal("the refund API is down"));
+    }
+    Ok(())
+}
+
+#[workflow(name = "retry-rollback")]
+async fn out_of_stock(ctx: WorkflowContext, (): ()) -> Result<(), WorkflowError> {
+    charge_refunded_when_up(&ctx).await?;
+    Err(WorkflowError::new("out of stock"))
+}
+
 #[tokio::test]
 async fn retry_rollback_runs_the_compensations_that_gave_up_with_the_same_keys() {
-    let engine = engine().await;
+    let World { engine, probe, .. } = world().await;
     // The refund API is down until the test fixes it.
-    let down = Arc::new(Mutex::new(true));
-    let keys = Arc::new(Mutex::new(Vec::new()));
-    let (refund_down, refund_keys) = (down.clone(), keys.clone());
-    let wf = workflow_fn("retry-rollback", move |ctx: WorkflowContext, (): ()| {
-        let (down, keys) = (refund_down.clone(), refund_keys.clone());
-        async move {
-            let refund = RollbackRegistration::new(
-                StepConfig::default().retries(0),
-                move |input: RollbackInput<u64>| {
-                    let (down, keys) = (down.clone(), keys.clone());
-                    Box::pin(async move {
-                        keys.lock().unwrap().push(input.context().key().to_string());
-                        if *down.lock().unwrap() {
-                            return Err(StepError::fatal("the refund API is down"));
-                        }
-                        Ok(())
-                    }) as BoxFuture<Result<(), StepError>>
-                },
-            );
-            ctx.step_with_rollback(
-                "charge",
-                StepConfig::default(),
-                |_key| async { Ok(5u64) },
-                refund,
-            )
-            .await?;
-            Err::<(), _>(WorkflowError::new("out of stock"))
-        }
-    });
-    let run = engine.start(wf, "retry-1", ()).await.unwrap();
+    probe.refund_down.store(true, Ordering::SeqCst);
+    let run = engine.start(out_of_stock, "retry-1", ()).await.unwrap();
     match bounded("the failure", run.result()).await {
         Err(Error::WorkflowFailed {
             failure,
@@ -1263,7 +1418,7 @@ async fn retry_rollback_runs_the_compensations_that_gave_up_with_the_same_keys()
         other => panic!("expected a failed rollback, got {other:?}"),
     }
 
-    *down.lock().unwrap() = false;
+    probe.refund_down.store(false, Ordering::SeqCst);
     bounded("the retry", run.retry_rollback()).await.unwrap();
     match bounded("the result", run.result()).await {
         Err(Error::WorkflowFailed {
@@ -1277,7 +1432,7 @@ async fn retry_rollback_runs_the_compensations_that_gave_up_with_the_same_keys()
         other => panic!("expected the rollback to have completed, got {other:?}"),
     }
     assert_eq!(
-        *keys.lock().unwrap(),
+        calls(&probe).into_iter().map(|c| c.key).collect::<Vec<_>>(),
         ["retry-1:rollback:charge", "retry-1:rollback:charge"],
         "the same key on the retry"
     );
@@ -1297,42 +1452,21 @@ async fn retry_rollback_runs_the_compensations_that_gave_up_with_the_same_keys()
     );
 }
 
+#[workflow(name = "retry-at-once")]
+async fn out_of_stock_again(ctx: WorkflowContext, (): ()) -> Result<(), WorkflowError> {
+    charge_refunded_when_up(&ctx).await?;
+    Err(WorkflowError::new("out of stock"))
+}
+
 /// A control call that starts a driver right after `result()` saw the end
 /// (its driver may not have let go yet) still gets the instance driven.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retry_rollback_right_after_the_end_is_driven() {
-    let engine = engine().await;
-    let down = Arc::new(Mutex::new(true));
-    let refund_down = down.clone();
-    let wf = workflow_fn("retry-at-once", move |ctx: WorkflowContext, (): ()| {
-        let down = refund_down.clone();
-        async move {
-            let refund = RollbackRegistration::new(
-                StepConfig::default().retries(0),
-                move |_input: RollbackInput<u64>| {
-                    let down = down.clone();
-                    Box::pin(async move {
-                        if *down.lock().unwrap() {
-                            return Err(StepError::fatal("the refund API is down"));
-                        }
-                        Ok(())
-                    }) as BoxFuture<Result<(), StepError>>
-                },
-            );
-            ctx.step_with_rollback(
-                "charge",
-                StepConfig::default(),
-                |_| async { Ok(5u64) },
-                refund,
-            )
-            .await?;
-            Err::<(), _>(WorkflowError::new("out of stock"))
-        }
-    });
+    let World { engine, probe, .. } = world().await;
     for i in 0..20 {
-        *down.lock().unwrap() = true;
+        probe.refund_down.store(true, Ordering::SeqCst);
         let run = engine
-            .start(wf.clone(), &format!("at-once-{i}"), ())
+            .start(out_of_stock_again, &format!("at-once-{i}"), ())
             .await
             .unwrap();
         let failed = bounded("the failure", run.result()).await;
@@ -1346,7 +1480,7 @@ async fn retry_rollback_right_after_the_end_is_driven() {
             ),
             "{failed:?}"
         );
-        *down.lock().unwrap() = false;
+        probe.refund_down.store(false, Ordering::SeqCst);
         bounded("the retry", run.retry_rollback()).await.unwrap();
         let ended = bounded("the retried rollback", run.result()).await;
         assert!(

@@ -1,41 +1,80 @@
 //! Durable steps: outputs stored once, keys deterministic, retries and
 //! backoff on the injectable clock, panics and timeouts as failed attempts.
+//!
+//! The workflows are written with `#[workflow]` and `#[step]`, as users
+//! write them, except in `a_panicking_step_is_a_failed_attempt`, which
+//! keeps the hand-written API (`workflow_fn` and a `ctx.step` closure)
+//! covered: its step is a closure whose future panics.
 
 #[path = "support/helpers.rs"]
 mod helpers;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use saga_runtime::prelude::*;
 use saga_runtime::{Error, EventKind, TestClock};
 
-async fn engine_with(clock: TestClock) -> Engine {
-    helpers::fresh(Engine::builder().clock(clock)).await
+/// What the steps of one test saw, shared with them as a service.
+struct Probe {
+    /// The test's clock, to tell when each attempt ran.
+    clock: TestClock,
+    /// The key and attempt number of each attempt, in order.
+    keys: Mutex<Vec<(String, u32)>>,
+    /// How many attempts ran.
+    attempts: AtomicU32,
+    /// When each attempt ran, on the test's clock.
+    times: Mutex<Vec<SystemTime>>,
+}
+
+impl Probe {
+    /// Counts an attempt and records when it ran.
+    fn attempted(&self) {
+        self.attempts.fetch_add(1, Ordering::SeqCst);
+        self.times
+            .lock()
+            .unwrap()
+            .push(saga_runtime::Clock::now(&self.clock));
+    }
+}
+
+/// An engine on `clock`, with a fresh [`Probe`] as a service.
+async fn engine_with(clock: TestClock) -> (Engine, Arc<Probe>) {
+    let probe = Arc::new(Probe {
+        clock: clock.clone(),
+        keys: Mutex::default(),
+        attempts: AtomicU32::new(0),
+        times: Mutex::default(),
+    });
+    let engine = helpers::fresh(Engine::builder().clock(clock).provide_arc(probe.clone())).await;
+    (engine, probe)
+}
+
+/// Adds one.
+#[step(name = "one", read_only)]
+async fn add_one(n: u64) -> Result<u64, StepError> {
+    Ok(n + 1)
+}
+
+/// Doubles.
+#[step(name = "two", read_only)]
+async fn double(a: u64) -> Result<u64, StepError> {
+    Ok(a * 2)
+}
+
+/// `(n + 1) * 2`, in two steps.
+#[workflow(name = "sum")]
+async fn sum(ctx: WorkflowContext, n: u64) -> Result<u64, WorkflowError> {
+    let a = add_one(&ctx, n).await?;
+    let b = double(&ctx, a).await?;
+    Ok(b)
 }
 
 #[tokio::test]
 async fn a_workflow_of_steps_completes_with_its_output() {
     let engine = helpers::fresh(Engine::builder()).await;
-    let wf = workflow_fn("sum", |ctx: WorkflowContext, n: u64| async move {
-        let a = ctx
-            .step(
-                "one",
-                StepConfig::default(),
-                move |_| async move { Ok(n + 1) },
-            )
-            .await?;
-        let b = ctx
-            .step(
-                "two",
-                StepConfig::default(),
-                move |_| async move { Ok(a * 2) },
-            )
-            .await?;
-        Ok::<_, WorkflowError>(b)
-    });
-    let run = engine.start(wf, "sum-1", 4).await.unwrap();
+    let run = engine.start(sum, "sum-1", 4).await.unwrap();
     assert_eq!(run.result().await.unwrap(), 10);
     assert_eq!(run.status().await.unwrap(), Status::Complete);
     let kinds: Vec<_> = run
@@ -52,43 +91,42 @@ async fn a_workflow_of_steps_completes_with_its_output() {
     assert_eq!(kinds.last(), Some(&EventKind::InstanceCompleted));
 }
 
+/// Records its key and attempt number; fails its first two attempts.
+#[step(name = "charge")]
+async fn charge(step: StepContext, probe: Service<Probe>) -> Result<(), StepError> {
+    probe
+        .keys
+        .lock()
+        .unwrap()
+        .push((step.key().to_string(), step.attempt()));
+    if step.attempt() < 3 {
+        Err(StepError::retryable("flaky"))
+    } else {
+        Ok(())
+    }
+}
+
+/// Charges twice: occurrences 0 and 1 of "charge".
+#[workflow(name = "keys")]
+async fn keys(ctx: WorkflowContext, (): ()) -> Result<(), WorkflowError> {
+    for _ in 0..2 {
+        charge(&ctx).await?;
+    }
+    Ok(())
+}
+
 #[tokio::test]
 async fn keys_are_deterministic_and_the_same_on_every_attempt() {
     let clock = TestClock::auto_advancing();
-    let engine = engine_with(clock).await;
-    let seen: Arc<Mutex<Vec<(String, u32)>>> = Arc::default();
-    let seen2 = seen.clone();
-    let wf = workflow_fn("keys", move |ctx: WorkflowContext, (): ()| {
-        let seen = seen2.clone();
-        async move {
-            for _ in 0..2 {
-                let seen = seen.clone();
-                ctx.step_with_context("charge", StepConfig::default(), move |step| {
-                    let seen = seen.clone();
-                    async move {
-                        seen.lock()
-                            .unwrap()
-                            .push((step.key().to_string(), step.attempt()));
-                        if step.attempt() < 3 {
-                            Err(StepError::retryable("flaky"))
-                        } else {
-                            Ok(())
-                        }
-                    }
-                })
-                .await?;
-            }
-            Ok::<_, WorkflowError>(())
-        }
-    });
+    let (engine, probe) = engine_with(clock).await;
     engine
-        .start(wf, "t-1", ())
+        .start(keys, "t-1", ())
         .await
         .unwrap()
         .result()
         .await
         .unwrap();
-    let seen = seen.lock().unwrap().clone();
+    let seen = probe.keys.lock().unwrap().clone();
     assert_eq!(
         seen,
         vec![
@@ -102,30 +140,30 @@ async fn keys_are_deterministic_and_the_same_on_every_attempt() {
     );
 }
 
+/// A card declined: fails for good on its first attempt.
+#[step(name = "pay", read_only)]
+async fn pay(probe: Service<Probe>) -> Result<(), StepError> {
+    probe.attempted();
+    Err(StepError::fatal("card declined"))
+}
+
+#[workflow(name = "fatal")]
+async fn fatal(ctx: WorkflowContext, (): ()) -> Result<(), WorkflowError> {
+    pay(&ctx).await?;
+    Ok(())
+}
+
 #[tokio::test]
 async fn fatal_errors_skip_retries_and_fail_the_workflow() {
-    let engine = engine_with(TestClock::auto_advancing()).await;
-    let attempts = Arc::new(AtomicU32::new(0));
-    let a = attempts.clone();
-    let wf = workflow_fn("fatal", move |ctx: WorkflowContext, (): ()| {
-        let a = a.clone();
-        async move {
-            ctx.step("pay", StepConfig::default(), move |_| {
-                a.fetch_add(1, Ordering::SeqCst);
-                async { Err::<(), _>(StepError::fatal("card declined")) }
-            })
-            .await?;
-            Ok::<_, WorkflowError>(())
-        }
-    });
+    let (engine, probe) = engine_with(TestClock::auto_advancing()).await;
     let err = engine
-        .start(wf, "f-1", ())
+        .start(fatal, "f-1", ())
         .await
         .unwrap()
         .result()
         .await
         .unwrap_err();
-    assert_eq!(attempts.load(Ordering::SeqCst), 1);
+    assert_eq!(probe.attempts.load(Ordering::SeqCst), 1);
     match err {
         Error::WorkflowFailed { failure, .. } => {
             assert!(failure.message().contains("card declined"), "{failure}");
@@ -140,7 +178,8 @@ async fn fatal_errors_skip_retries_and_fail_the_workflow() {
 
 #[tokio::test]
 async fn a_panicking_step_is_a_failed_attempt() {
-    let engine = engine_with(TestClock::auto_advancing()).await;
+    // Hand-written on purpose: a panic in the future of a `ctx.step` closure.
+    let (engine, _) = engine_with(TestClock::auto_advancing()).await;
     let attempts = Arc::new(AtomicU32::new(0));
     let a = attempts.clone();
     let wf = workflow_fn("panics", move |ctx: WorkflowContext, (): ()| {
@@ -171,61 +210,124 @@ async fn a_panicking_step_is_a_failed_attempt() {
     assert_eq!(retries, 2);
 }
 
+/// Always down, retried 3 times with constant backoff from 1 second.
+#[step(
+    name = "flaky",
+    read_only,
+    retries = 3,
+    delay = "1 second",
+    backoff = "constant"
+)]
+async fn flaky_constant(probe: Service<Probe>) -> Result<(), StepError> {
+    probe.attempted();
+    Err(StepError::retryable("down"))
+}
+
+/// Always down, retried 3 times with linear backoff from 1 second.
+#[step(
+    name = "flaky",
+    read_only,
+    retries = 3,
+    delay = "1 second",
+    backoff = "linear"
+)]
+async fn flaky_linear(probe: Service<Probe>) -> Result<(), StepError> {
+    probe.attempted();
+    Err(StepError::retryable("down"))
+}
+
+/// Always down, retried 3 times with exponential backoff from 1 second.
+#[step(
+    name = "flaky",
+    read_only,
+    retries = 3,
+    delay = "1 second",
+    backoff = "exponential"
+)]
+async fn flaky_exponential(probe: Service<Probe>) -> Result<(), StepError> {
+    probe.attempted();
+    Err(StepError::retryable("down"))
+}
+
+#[workflow(name = "backoff")]
+async fn backoff_constant(ctx: WorkflowContext, (): ()) -> Result<(), WorkflowError> {
+    flaky_constant(&ctx).await?;
+    Ok(())
+}
+
+#[workflow(name = "backoff")]
+async fn backoff_linear(ctx: WorkflowContext, (): ()) -> Result<(), WorkflowError> {
+    flaky_linear(&ctx).await?;
+    Ok(())
+}
+
+#[workflow(name = "backoff")]
+async fn backoff_exponential(ctx: WorkflowContext, (): ()) -> Result<(), WorkflowError> {
+    flaky_exponential(&ctx).await?;
+    Ok(())
+}
+
+/// Runs `workflow`, whose step always fails, on an auto-advancing clock
+/// until it fails; the gaps between the step's attempts, in seconds.
+async fn gaps_between_attempts(
+    workflow: impl Workflow<Input = (), Output = ()> + Copy,
+) -> Vec<u64> {
+    let (engine, probe) = engine_with(TestClock::auto_advancing()).await;
+    let err = engine
+        .start(workflow, "b-1", ())
+        .await
+        .unwrap()
+        .result()
+        .await;
+    assert!(err.is_err());
+    let times = probe.times.lock().unwrap().clone();
+    times
+        .windows(2)
+        .map(|w| w[1].duration_since(w[0]).unwrap().as_secs())
+        .collect()
+}
+
 #[tokio::test]
 async fn backoff_delays_are_as_configured_on_the_test_clock() {
-    for (backoff, expected) in [
-        (Backoff::Constant, [1, 1, 1]),
-        (Backoff::Linear, [1, 2, 3]),
-        (Backoff::Exponential, [1, 2, 4]),
+    for (backoff, gaps, expected) in [
+        (
+            Backoff::Constant,
+            gaps_between_attempts(backoff_constant).await,
+            [1, 1, 1],
+        ),
+        (
+            Backoff::Linear,
+            gaps_between_attempts(backoff_linear).await,
+            [1, 2, 3],
+        ),
+        (
+            Backoff::Exponential,
+            gaps_between_attempts(backoff_exponential).await,
+            [1, 2, 4],
+        ),
     ] {
-        let clock = TestClock::auto_advancing();
-        let engine = engine_with(clock.clone()).await;
-        let times: Arc<Mutex<Vec<std::time::SystemTime>>> = Arc::default();
-        let t = times.clone();
-        let c = clock.clone();
-        let wf = workflow_fn("backoff", move |ctx: WorkflowContext, (): ()| {
-            let t = t.clone();
-            let c = c.clone();
-            async move {
-                let config = StepConfig::default()
-                    .retries(3)
-                    .delay(Duration::from_secs(1))
-                    .backoff(backoff);
-                ctx.step("flaky", config, move |_| {
-                    t.lock().unwrap().push(saga_runtime::Clock::now(&c));
-                    async { Err::<(), _>(StepError::retryable("down")) }
-                })
-                .await?;
-                Ok::<_, WorkflowError>(())
-            }
-        });
-        let err = engine.start(wf, "b-1", ()).await.unwrap().result().await;
-        assert!(err.is_err());
-        let times = times.lock().unwrap().clone();
-        let gaps: Vec<u64> = times
-            .windows(2)
-            .map(|w| w[1].duration_since(w[0]).unwrap().as_secs())
-            .collect();
         assert_eq!(gaps, expected, "{backoff:?}");
     }
+}
+
+/// Never returns; one attempt of 30 seconds at most.
+#[step(name = "hang", read_only, retries = 0, timeout = "30 seconds")]
+async fn hang() -> Result<(), StepError> {
+    std::future::pending::<()>().await;
+    Ok(())
+}
+
+#[workflow(name = "slow")]
+async fn hangs(ctx: WorkflowContext, (): ()) -> Result<(), WorkflowError> {
+    hang(&ctx).await?;
+    Ok(())
 }
 
 #[tokio::test]
 async fn an_attempt_that_takes_too_long_times_out_on_the_clock() {
     let clock = TestClock::new();
-    let engine = engine_with(clock.clone()).await;
-    let wf = workflow_fn("slow", |ctx: WorkflowContext, (): ()| async move {
-        let config = StepConfig::default()
-            .retries(0)
-            .timeout(Duration::from_secs(30));
-        ctx.step("hang", config, |_| async {
-            std::future::pending::<()>().await;
-            Ok(())
-        })
-        .await?;
-        Ok::<_, WorkflowError>(())
-    });
-    let run = engine.start(wf, "s-1", ()).await.unwrap();
+    let (engine, _) = engine_with(clock.clone()).await;
+    let run = engine.start(hangs, "s-1", ()).await.unwrap();
     // Wait until the attempt is running, then let 30 seconds pass.
     while !run
         .history()
@@ -242,20 +344,25 @@ async fn an_attempt_that_takes_too_long_times_out_on_the_clock() {
     assert!(err.to_string().contains("timed out"), "{err}");
 }
 
+/// Fails, with no retry.
+#[step(name = "maybe", read_only, retries = 0)]
+async fn maybe() -> Result<u32, StepError> {
+    Err(StepError::retryable("nope"))
+}
+
+/// Catches the error of "maybe" and says whether there was one.
+#[workflow(name = "caught")]
+async fn caught(ctx: WorkflowContext, (): ()) -> Result<bool, WorkflowError> {
+    let r = maybe(&ctx).await;
+    Ok(r.is_err())
+}
+
 #[tokio::test]
 async fn a_caught_step_error_does_not_fail_the_workflow() {
-    let engine = engine_with(TestClock::auto_advancing()).await;
-    let wf = workflow_fn("caught", |ctx: WorkflowContext, (): ()| async move {
-        let r = ctx
-            .step("maybe", StepConfig::default().retries(0), |_| async {
-                Err::<u32, _>(StepError::retryable("nope"))
-            })
-            .await;
-        Ok::<_, WorkflowError>(r.is_err())
-    });
+    let (engine, _) = engine_with(TestClock::auto_advancing()).await;
     assert!(
         engine
-            .start(wf, "c-1", ())
+            .start(caught, "c-1", ())
             .await
             .unwrap()
             .result()

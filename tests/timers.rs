@@ -2,7 +2,8 @@
 //! process that dies mid-sleep resumes it for the rest (or goes on at once
 //! when it has passed); a sleep's cache key is its name, never its length;
 //! `now()`/`random()` replay their recorded values; many instances sleep at
-//! once without holding threads.
+//! once without holding threads. The workflows are written with
+//! `#[workflow]`, as users write them.
 
 #[path = "support/child.rs"]
 mod child;
@@ -49,27 +50,49 @@ async fn settle() {
 type Settled = (SystemTime, u64, SystemTime);
 
 /// `now()` and `random()`, then `sleep("settle", "7 days")`, then `now()`.
-fn settle_for_a_week() -> impl Workflow<Input = (), Output = Settled> + Copy {
-    workflow_fn(
-        "settle-for-a-week",
-        |ctx: WorkflowContext, (): ()| async move {
-            let before = ctx.now().await;
-            let lucky = ctx.random().await;
-            // Seen by the parent of a crash test; a replay reports it again.
-            report(&format!("random {lucky}"));
-            ctx.sleep("settle", "7 days").await?;
-            let after = ctx.now().await;
-            Ok::<_, WorkflowError>((before, lucky, after))
-        },
-    )
+#[workflow(name = "settle-for-a-week")]
+async fn settle_for_a_week(ctx: WorkflowContext, (): ()) -> Result<Settled, WorkflowError> {
+    let before = ctx.now().await;
+    let lucky = ctx.random().await;
+    // Seen by the parent of a crash test; a replay reports it again.
+    report(&format!("random {lucky}"));
+    ctx.sleep("settle", "7 days").await?;
+    let after = ctx.now().await;
+    Ok((before, lucky, after))
 }
 
-/// A sleep named "nap" of `length`, then the time it woke at.
-fn nap(length: &'static str) -> impl Workflow<Input = (), Output = SystemTime> + Copy {
-    workflow_fn("nap", move |ctx: WorkflowContext, (): ()| async move {
-        ctx.sleep("nap", length).await?;
-        Ok::<_, WorkflowError>(ctx.now().await)
-    })
+/// A sleep named "nap" of seven days, then the time it woke at.
+#[workflow(name = "nap")]
+async fn nap_a_week(ctx: WorkflowContext, (): ()) -> Result<SystemTime, WorkflowError> {
+    ctx.sleep("nap", "7 days").await?;
+    Ok(ctx.now().await)
+}
+
+/// The same sleep "nap" of one hour (a later release of `nap_a_week`),
+/// then the time it woke at.
+#[workflow(name = "nap")]
+async fn nap_an_hour(ctx: WorkflowContext, (): ()) -> Result<SystemTime, WorkflowError> {
+    ctx.sleep("nap", "1 hour").await?;
+    Ok(ctx.now().await)
+}
+
+/// A sleep into the past, then one until three hours after the start; the
+/// times it went on at.
+#[workflow(name = "until")]
+async fn until(ctx: WorkflowContext, (): ()) -> Result<(SystemTime, SystemTime), WorkflowError> {
+    ctx.sleep_until("past", at(0) - Duration::from_secs(HOUR))
+        .await?;
+    let after_past = ctx.now().await;
+    ctx.sleep_until("deadline", at(3 * HOUR)).await?;
+    Ok((after_past, ctx.now().await))
+}
+
+/// Two sleeps of zero length, then the time.
+#[workflow(name = "blink")]
+async fn blink(ctx: WorkflowContext, (): ()) -> Result<SystemTime, WorkflowError> {
+    ctx.sleep("blink", Duration::ZERO).await?;
+    ctx.sleep("blink-again", "0 seconds").await?;
+    Ok(ctx.now().await)
 }
 
 /// The child of a crash test: on a clock at the time line's start, starts
@@ -82,7 +105,7 @@ async fn run_sleeping_child() {
         .open(&dir)
         .expect("child opens the store");
     let run = engine
-        .start(settle_for_a_week(), "settle-1", ())
+        .start(settle_for_a_week, "settle-1", ())
         .await
         .expect("child starts the instance");
     within("the child's sleep", clock.wait_for_sleepers(1)).await;
@@ -130,7 +153,7 @@ async fn a_restart_before_the_wake_time_sleeps_only_for_the_rest() {
     let clock = TestClock::starting_at(at(DAY));
     let engine = Engine::builder()
         .clock(clock.clone())
-        .register(settle_for_a_week())
+        .register(settle_for_a_week)
         .open(dir.path())
         .unwrap();
     let run = engine.instance("settle-1").await.unwrap();
@@ -170,7 +193,7 @@ async fn a_restart_after_the_wake_time_goes_on_at_once() {
     let clock = TestClock::starting_at(at(8 * DAY));
     let engine = Engine::builder()
         .clock(clock.clone())
-        .register(settle_for_a_week())
+        .register(settle_for_a_week)
         .open(dir.path())
         .unwrap();
     let run = engine.instance("settle-1").await.unwrap();
@@ -192,7 +215,7 @@ async fn a_sleeps_cache_key_is_its_name_not_its_duration() {
         .clock(clock.clone())
         .open(dir.path())
         .unwrap();
-    let run = engine.start(nap("7 days"), "nap-1", ()).await.unwrap();
+    let run = engine.start(nap_a_week, "nap-1", ()).await.unwrap();
     within("the first sleep", clock.wait_for_sleepers(1)).await;
     drop(run);
     engine.close().await;
@@ -201,7 +224,7 @@ async fn a_sleeps_cache_key_is_its_name_not_its_duration() {
     // that already sleeps keeps its stored wake time.
     let engine = Engine::builder()
         .clock(clock.clone())
-        .register(nap("1 hour"))
+        .register(nap_an_hour)
         .open(dir.path())
         .unwrap();
     let run = engine.instance("nap-1").await.unwrap();
@@ -220,14 +243,7 @@ async fn a_sleeps_cache_key_is_its_name_not_its_duration() {
 async fn sleep_until_wakes_at_the_given_time_and_a_past_time_at_once() {
     let clock = TestClock::starting_at(at(0));
     let engine = helpers::fresh(Engine::builder().clock(clock.clone())).await;
-    let wf = workflow_fn("until", |ctx: WorkflowContext, (): ()| async move {
-        ctx.sleep_until("past", at(0) - Duration::from_secs(HOUR))
-            .await?;
-        let after_past = ctx.now().await;
-        ctx.sleep_until("deadline", at(3 * HOUR)).await?;
-        Ok::<_, WorkflowError>((after_past, ctx.now().await))
-    });
-    let run = engine.start(wf, "until-1", ()).await.unwrap();
+    let run = engine.start(until, "until-1", ()).await.unwrap();
     within("the sleep", clock.wait_for_sleepers(1)).await;
     clock.advance(Duration::from_secs(3 * HOUR - SECOND));
     settle().await;
@@ -242,12 +258,7 @@ async fn sleep_until_wakes_at_the_given_time_and_a_past_time_at_once() {
 async fn a_zero_length_sleep_completes_at_once() {
     let clock = TestClock::starting_at(at(0));
     let engine = helpers::fresh(Engine::builder().clock(clock.clone())).await;
-    let wf = workflow_fn("blink", |ctx: WorkflowContext, (): ()| async move {
-        ctx.sleep("blink", Duration::ZERO).await?;
-        ctx.sleep("blink-again", "0 seconds").await?;
-        Ok::<_, WorkflowError>(ctx.now().await)
-    });
-    let run = engine.start(wf, "blink-1", ()).await.unwrap();
+    let run = engine.start(blink, "blink-1", ()).await.unwrap();
     assert_eq!(within("the result", run.result()).await.unwrap(), at(0));
     let (started, completed) = sleep_events(&run.history().await.unwrap());
     assert_eq!(started, vec![at(0), at(0)]);
@@ -266,7 +277,7 @@ async fn thousands_of_instances_sleep_at_once_and_all_wake() {
     let mut starts = tokio::task::JoinSet::new();
     for i in 0..N {
         let engine = engine.clone();
-        starts.spawn(async move { engine.start(nap("1 hour"), &format!("nap-{i}"), ()).await });
+        starts.spawn(async move { engine.start(nap_an_hour, &format!("nap-{i}"), ()).await });
     }
     let mut runs = Vec::with_capacity(N);
     while let Some(started) = within("the starts", starts.join_next()).await {
