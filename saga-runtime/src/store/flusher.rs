@@ -68,6 +68,11 @@ impl Failed {
                 fenced: true,
                 message: detail.clone(),
             },
+            // Its message as it was: `Error::Store` says "store error" once.
+            Error::Store(message) => Failed {
+                fenced: false,
+                message: message.clone(),
+            },
             other => Failed {
                 fenced: false,
                 message: other.to_string(),
@@ -335,5 +340,24 @@ impl Shared {
                 .unwrap_or_else(|poisoned| poisoned.into_inner());
             state.idle = false;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Failed;
+    use crate::error::Error;
+
+    #[test]
+    fn a_failed_flush_tells_each_waiter_the_error_once() {
+        let store = Failed::of(&Error::Store("disk full".into())).error();
+        assert_eq!(store.to_string(), "store error: disk full");
+        let fenced = Failed::of(&Error::Fenced {
+            detail: "lease ran out".into(),
+        })
+        .error();
+        assert!(matches!(&fenced, Error::Fenced { detail } if detail == "lease ran out"));
+        let other = Failed::of(&Error::Closed).error();
+        assert_eq!(other.to_string(), format!("store error: {}", Error::Closed));
     }
 }
