@@ -134,17 +134,17 @@ impl<'a> EventSender<'a> {
         let runner = self.runner;
         let id = self.instance.as_str();
         let sent = start(runner, workflow, id, input, |state| {
-            // It existed, and another worker drives it: posted below.
+            // It existed, and another worker drives it: the payload comes
+            // back, to be posted below.
             if !runner.core.journal.owns(id) {
-                return Ok((None, None));
+                return Ok((None, Err(payload)));
             }
-            self.change(state, payload.clone())
-                .map(|(c, s)| (c, Some(s)))
+            self.change(state, payload).map(|(c, s)| (c, Ok(s)))
         })?;
         let run = Run::new(Instance::new(runner.clone(), id.to_owned()));
         let sent = match sent {
-            Some(sent) => self.delivered(sent).await?,
-            None => self.post(payload)?,
+            Ok(sent) => self.delivered(sent).await?,
+            Err(payload) => self.post(payload)?,
         };
         Ok((run, sent))
     }
