@@ -378,14 +378,14 @@ async fn rebuild_and_compensate(
     } else {
         Vec::new()
     };
+    let ctx = Ctx::new(
+        core.clone(),
+        id.clone(),
+        live.clone(),
+        Mode::Rebuild,
+        &state,
+    );
     if !table.is_empty() {
-        let ctx = Ctx::new(
-            core.clone(),
-            id.clone(),
-            live.clone(),
-            Mode::Rebuild,
-            &state,
-        );
         let handlers =
             crate::step_table::compensations_from_history(&state, &table, workflow.workflow_name());
         return run_compensations(&ctx.shared, handlers, cause, then).await;
@@ -398,13 +398,6 @@ async fn rebuild_and_compensate(
         })
         .map(|(i, _)| *i)
         .collect();
-    let ctx = Ctx::new(
-        core.clone(),
-        id.clone(),
-        live.clone(),
-        Mode::Rebuild,
-        &state,
-    );
     // A workflow that panics before its first await registers nothing:
     // the compensations history names then fail as not rebuilt.
     let Ok(mut run) = start_run(&workflow, &ctx, &state) else {

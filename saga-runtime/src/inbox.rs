@@ -12,10 +12,10 @@ use crate::instance::Instance;
 use crate::intent::Intent;
 use crate::runner::Runner;
 
-/// The most posts taken, and instances claimed, at once: a worker that
-/// claims a batch at a time leaves the rest of a dead worker's instances
-/// to the others.
+/// The most posts taken at once.
 const BATCH: usize = 256;
+/// The most instances claimed at once: a worker that claims a batch at a
+/// time leaves the rest of a dead worker's instances to the others.
 const CLAIM_BATCH: usize = 32;
 
 /// Starts the task, when the store is shared by workers.

@@ -117,7 +117,11 @@ pub trait Store: Send + Sync + 'static {
         index: &IndexRow<'_>,
     ) -> Result<()> {
         self.append(id, seq, record)?;
-        self.put_index(id, index)
+        // Derived data: a store of one process repairs it on the next open.
+        if let Err(e) = self.put_index(id, index) {
+            tracing::warn!(instance = %id, error = %e, "could not update the instance index");
+        }
+        Ok(())
     }
     /// The journal of `id`, in order; empty when there is none.
     fn journal(&self, id: &str) -> Result<Vec<(u64, Vec<u8>)>>;
