@@ -3,7 +3,7 @@
 //! run on the same disk. `waiting_memory` adds the memory of sleeping
 //! instances to the same table.
 //!
-//! `cargo bench -p saga-runtime` (both), or `--bench durable_steps`.
+//! `cargo bench -p saga-runtime` (with the other benches), or `--bench durable_steps`.
 
 mod support;
 

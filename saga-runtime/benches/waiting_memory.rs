@@ -7,7 +7,7 @@
 //! Its own process, so that no other workload's freed memory is reused by
 //! the instances measured; `durable_steps` prints the rest of the table.
 //!
-//! `cargo bench -p saga-runtime` (both), or `--bench waiting_memory`.
+//! `cargo bench -p saga-runtime` (with the other benches), or `--bench waiting_memory`.
 
 mod support;
 
