@@ -204,6 +204,21 @@ async fn probe(path: &Path) -> Result<(), Error> {
     Ok(())
 }
 
+/// Opens the store with the `sled` crate, as a damaged disk or a foreign
+/// writer would. Like [`open_when_released`], it waits out the lock that
+/// sled's I/O threads may hold a moment after the last handle dropped.
+fn open_sled(store: &Path) -> sled::Db {
+    for _ in 0..100 {
+        match sled::open(store) {
+            Err(sled::Error::Io(e)) if e.to_string().contains("could not acquire lock") => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            other => return other.expect("open the store with sled"),
+        }
+    }
+    sled::open(store).expect("open the store with sled")
+}
+
 /// Opens the store; sled's I/O threads may hold its file lock a moment
 /// after the previous engine on it closed, so a lock error is retried.
 async fn open_when_released(path: &Path) -> Result<Engine, Error> {
@@ -325,7 +340,7 @@ fn truncated_sled_files() {
 /// Rewrites one stored value with the `sled` crate directly, as a damaged
 /// disk or a foreign writer would.
 fn tamper(store: &Path, tree: &str, key: &[u8], value: &[u8]) {
-    let db = sled::open(store).expect("open the store with sled");
+    let db = open_sled(store);
     let tree = db.open_tree(tree).expect("tree");
     assert!(
         tree.get(key).expect("read").is_some(),
@@ -382,7 +397,9 @@ fn a_tampered_instance_record_is_corrupt_and_the_others_go_on() {
             healthy_store(&store).await;
             tamper(&store, "journal", &journal_key("wait-1", 0), &[2, 7, 7, 7]);
             tamper(&store, "index", b"done-3", &[2, 7, 7, 7]);
-            let engine = Engine::open(&store).expect("a store with bad records opens");
+            let engine = open_when_released(&store)
+                .await
+                .expect("a store with bad records opens");
             engine.register(workflow()).unwrap();
             assert_corrupt(&engine, "wait-1").await;
             // done-3's journal is whole: its index entry is rebuilt on open.
@@ -423,7 +440,7 @@ fn a_tampered_stored_output_blocks_its_instance_with_a_decode_error() {
             healthy_store(&store).await;
             // Step "add" of wait-1 completed with output 101, stored as the
             // JSON `101`: the record still decodes when the JSON says "abc".
-            let db = sled::open(&store).expect("open with sled");
+            let db = open_sled(&store);
             let journal = db.open_tree("journal").expect("journal");
             let (key, value) = journal
                 .scan_prefix(b"wait-1/")
@@ -441,7 +458,7 @@ fn a_tampered_stored_output_blocks_its_instance_with_a_decode_error() {
             drop(journal);
             drop(db);
 
-            let engine = Engine::open(&store).expect("open");
+            let engine = open_when_released(&store).await.expect("open");
             engine.register(workflow()).unwrap();
             let failed = engine.instance("wait-1").await.expect("handle");
             let error = tokio::time::timeout(Duration::from_secs(30), failed.result::<u64>())
@@ -476,7 +493,7 @@ fn a_damaged_journal_record_parks_its_instance_blocked_and_the_others_go_on() {
             let store = dir.join("store");
             healthy_store(&store).await;
             tamper(&store, "journal", &journal_key("wait-1", 2), &[2, 250, 250]);
-            let engine = Engine::open(&store).expect("open");
+            let engine = open_when_released(&store).await.expect("open");
             engine.register(workflow()).unwrap();
             assert_parked(&engine, "wait-1", 2).await;
             let damaged = engine.instance("wait-1").await.expect("still readable");
@@ -556,7 +573,7 @@ fn huge_length_prefixes_are_refused_without_allocating() {
                 tamper(&store, "journal", &journal_key("done-2", 0), value);
                 tamper(&store, "journal", &journal_key("wait-1", 1), value);
                 tamper(&store, "index", b"wait-2", value);
-                let engine = Engine::open(&store).expect("open");
+                let engine = open_when_released(&store).await.expect("open");
                 engine.register(workflow()).unwrap();
                 assert_corrupt(&engine, "done-2").await;
                 assert_parked(&engine, "wait-1", 1).await;
