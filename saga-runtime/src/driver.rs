@@ -114,9 +114,8 @@ async fn drive_once(
                 .as_ref()
                 .is_some_and(|f| matches!(f.kind(), FailureKind::Corrupt { .. })) =>
         {
-            // Its index entry still says what the records before the damage
-            // said: `list()` shows it parked from now on.
-            core.journal.refresh_index(id);
+            // Loading it refreshed its index entry (`list()` shows it
+            // parked); a `result()` waiting for it learns it now.
             core.journal.notify_ended();
             Ok(Exit::Other)
         }

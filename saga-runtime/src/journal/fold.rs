@@ -86,6 +86,11 @@ impl Fold {
         }
     }
 
+    /// Whether a damaged record parked the instance.
+    pub(super) fn damaged(&self) -> bool {
+        self.damaged.is_some()
+    }
+
     /// The folded state; `Error::UnknownInstance` when there was none.
     pub(super) fn finish(self, id: &str) -> Result<InstanceState> {
         self.state

@@ -514,6 +514,21 @@ impl Journal {
             fold.record(id, seq, &bytes)?;
             next_seq = seq + 1;
         }
+        // Its index entry says what the records before the damage said:
+        // from the first read on, `list()` shows it parked, as every other
+        // read does.
+        if fold.damaged()
+            && self.store.owns(id)
+            && let Some(state) = &fold.state
+        {
+            let summary = Summary::of(state, next_seq.saturating_sub(1));
+            if let Err(e) = self
+                .store
+                .put_index(id, &summary.row(&encode_record(&summary)))
+            {
+                tracing::warn!(instance = %id, error = %e, "could not refresh the index entry of a damaged journal");
+            }
+        }
         Ok(fold.state.map(|state| Loaded { state, next_seq }))
     }
 
