@@ -520,16 +520,19 @@ impl Journal {
         if fold.damaged()
             && self.store.owns(id)
             && let Some(state) = &fold.state
+            && let Err(e) = self.put_summary(id, state, next_seq)
         {
-            let summary = Summary::of(state, next_seq.saturating_sub(1));
-            if let Err(e) = self
-                .store
-                .put_index(id, &summary.row(&encode_record(&summary)))
-            {
-                tracing::warn!(instance = %id, error = %e, "could not refresh the index entry of a damaged journal");
-            }
+            tracing::warn!(instance = %id, error = %e, "could not refresh the index entry of a damaged journal");
         }
         Ok(fold.state.map(|state| Loaded { state, next_seq }))
+    }
+
+    /// Writes the index entry of `id` from `state`, folded from its
+    /// records before `next_seq`.
+    fn put_summary(&self, id: &str, state: &InstanceState, next_seq: u64) -> Result<()> {
+        let summary = Summary::of(state, next_seq.saturating_sub(1));
+        self.store
+            .put_index(id, &summary.row(&encode_record(&summary)))
     }
 
     /// The summaries of every instance, in id order; the state of an
@@ -570,12 +573,10 @@ impl Journal {
         Ok(out)
     }
 
-    /// On open: makes the index agree with the journals. An entry whose
-    /// journal lags or leads it is rebuilt from the journal; one without a
-    /// journal (a create or a removal cut short) is removed.
-    /// Writes the index entry of `id` from its folded state: a state the
-    /// journal's records do not say alone (a damaged record parked it)
-    /// shows in `list()` too.
+    /// Writes the index entry of `id` from its folded state, for an
+    /// instance this worker just claimed: its entry may lag its journal,
+    /// and a state the records do not say alone (a damaged record parked
+    /// it) shows in `list()` too.
     pub(crate) fn refresh_index(&self, id: &str) {
         let entry = self.entry(id);
         let mut cached = lock(&entry);
@@ -588,20 +589,19 @@ impl Journal {
                 }
             }
         }
-        if let Some(loaded) = &cached.loaded {
-            let summary = Summary::of(&loaded.state, loaded.next_seq.saturating_sub(1));
-            if let Err(e) = self
-                .store
-                .put_index(id, &summary.row(&encode_record(&summary)))
-            {
-                tracing::warn!(instance = %id, error = %e, "could not refresh an index entry");
-            }
+        if let Some(loaded) = &cached.loaded
+            && let Err(e) = self.put_summary(id, &loaded.state, loaded.next_seq)
+        {
+            tracing::warn!(instance = %id, error = %e, "could not refresh an index entry");
         }
         drop(cached);
         drop(entry);
         self.evict_if_idle(id);
     }
 
+    /// On open: makes the index agree with the journals. An entry whose
+    /// journal lags or leads it is rebuilt from the journal; one without a
+    /// journal (a create or a removal cut short) is removed.
     pub(crate) fn repair_index(&self) -> Result<usize> {
         let mut repaired = 0;
         for (id, bytes) in self.store.index_entries()? {
@@ -615,9 +615,7 @@ impl Journal {
                 Some(last) if summary.is_none_or(|s| s.last_seq != last) => {
                     match self.load(&id) {
                         Ok(Some(loaded)) => {
-                            let summary = Summary::of(&loaded.state, loaded.next_seq - 1);
-                            self.store
-                                .put_index(&id, &summary.row(&encode_record(&summary)))?;
+                            self.put_summary(&id, &loaded.state, loaded.next_seq)?
                         }
                         Ok(None) => self.store.remove(&id)?,
                         Err(e) => {
