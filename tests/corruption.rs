@@ -485,6 +485,35 @@ fn a_tampered_stored_output_blocks_its_instance_with_a_decode_error() {
 }
 
 #[test]
+fn list_agrees_with_status_on_a_damaged_instance_before_any_driver_runs() {
+    in_limited_child(
+        "list_agrees_with_status_on_a_damaged_instance_before_any_driver_runs",
+        || async {
+            let dir = fresh_dir("damaged-list");
+            let store = dir.join("store");
+            healthy_store(&store).await;
+            // The damage leaves the last record where it was: the index
+            // entry still says Waiting, and open does not rebuild it.
+            tamper(&store, "journal", &journal_key("wait-1", 2), &[2, 250, 250]);
+            // No workflow registered: nothing runs it, a person only looks.
+            let engine = open_when_released(&store).await.expect("open");
+            let damaged = engine.instance("wait-1").await.expect("still readable");
+            assert_eq!(damaged.status().await.expect("status"), Status::Blocked);
+            let blocked = engine
+                .list(&ListFilter::all().status(Status::Blocked))
+                .await
+                .expect("list");
+            assert!(
+                blocked.iter().any(|i| i.id == "wait-1"),
+                "list() agrees with status(): {blocked:?}"
+            );
+            engine.close().await;
+            let _ = std::fs::remove_dir_all(&dir);
+        },
+    );
+}
+
+#[test]
 fn a_damaged_journal_record_parks_its_instance_blocked_and_the_others_go_on() {
     in_limited_child(
         "a_damaged_journal_record_parks_its_instance_blocked_and_the_others_go_on",
