@@ -7,17 +7,18 @@
 
 mod support;
 
-use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use saga_runtime::prelude::*;
 use saga_runtime::{rollback, step, workflow};
-use support::{Scratch, charge, confirm, header, reserve, row, thousands};
+use support::{
+    Raw, Scratch, charge, confirm, dir_bytes, header, nanos_between, raw_loop, reserve, row,
+    thousands,
+};
 
 /// Steps per workflow, throughout.
 const STEPS: usize = 3;
-const RAW_WRITES: usize = 10_000;
 /// Workflows run one after another by a single caller. The row for 1
 /// concurrent instance runs the same again with its latencies: the two
 /// differ by the run-to-run noise.
@@ -74,10 +75,6 @@ impl Laps {
     fn nanos(self) -> StepNanos {
         self.nanos
     }
-}
-
-fn nanos_between(earlier: Instant, later: Instant) -> u64 {
-    u64::try_from(later.duration_since(earlier).as_nanos()).unwrap_or(u64::MAX)
 }
 
 fn inline_steps() -> impl Workflow<Input = u64, Output = StepNanos> + Copy {
@@ -262,59 +259,6 @@ where
     }
 }
 
-/// The raw loop: one insert and one flush per write, the least a durable
-/// write costs on sled. Every other line is compared with it.
-struct Raw {
-    writes_per_second: f64,
-    /// Every write's latency, sorted.
-    write_nanos: Vec<u64>,
-    disk_bytes_per_write: f64,
-}
-
-/// The median of [`ROUNDS`] rounds of the raw loop.
-fn raw_loop() -> Raw {
-    let mut rounds: Vec<Raw> = (0..ROUNDS).map(|_| raw_round()).collect();
-    rounds.sort_by(|a, b| a.writes_per_second.total_cmp(&b.writes_per_second));
-    rounds.swap_remove(ROUNDS / 2)
-}
-
-fn raw_round() -> Raw {
-    let scratch = Scratch::new("raw");
-    let db = sled::open(scratch.path()).expect("open sled");
-    let value = [7u8; 64];
-    let mut write_nanos = Vec::with_capacity(RAW_WRITES);
-    let started = Instant::now();
-    for i in 0..RAW_WRITES as u64 {
-        let write = Instant::now();
-        db.insert(i.to_be_bytes(), &value[..]).expect("insert");
-        db.flush().expect("flush");
-        write_nanos.push(nanos_between(write, Instant::now()));
-    }
-    let writes_per_second = RAW_WRITES as f64 / started.elapsed().as_secs_f64();
-    drop(db);
-    write_nanos.sort_unstable();
-    Raw {
-        writes_per_second,
-        write_nanos,
-        disk_bytes_per_write: dir_bytes(scratch.path()) as f64 / RAW_WRITES as f64,
-    }
-}
-
-/// The sum of the sizes of the files under `dir`.
-fn dir_bytes(dir: &Path) -> u64 {
-    let mut total = 0;
-    for entry in std::fs::read_dir(dir).expect("read a store directory") {
-        let entry = entry.expect("a directory entry");
-        let metadata = entry.metadata().expect("file metadata");
-        total += if metadata.is_dir() {
-            dir_bytes(&entry.path())
-        } else {
-            metadata.len()
-        };
-    }
-    total
-}
-
 /// The `q` quantile of `sorted`, in milliseconds.
 fn quantile_ms(sorted: &[u64], q: f64) -> f64 {
     let index = ((sorted.len() - 1) as f64 * q).round() as usize;
@@ -481,7 +425,7 @@ async fn failing(raw: &Raw) {
 }
 
 async fn measure() {
-    let raw = raw_loop();
+    let raw = raw_loop(ROUNDS);
     print_raw(&raw);
     let back_to_back = throughput("back-to-back", inline_steps(), 1, BACK_TO_BACK).await;
     print_throughput("1 instance, back to back", &back_to_back, &raw);

@@ -22,7 +22,7 @@ mod support;
 
 use std::time::Instant;
 
-use support::{Scratch, header, row, thousands};
+use support::{Scratch, header, raw_loop, row, thousands};
 
 /// Records per instance: created, three steps started and completed, ended.
 const RECORDS_PER_INSTANCE: usize = 8;
@@ -32,7 +32,6 @@ const RECORD_BYTES: usize = 100;
 const RECORDS: usize = 64_000;
 /// Records per flush: group commit at about 1, 8 and 64 instances.
 const GROUPS: [usize; 3] = [1, 8, 64];
-const RAW_WRITES: usize = 10_000;
 
 /// How a layout stores a flush's worth of records.
 #[derive(Clone, Copy)]
@@ -142,18 +141,6 @@ fn run(layout: Layout, group: usize) -> f64 {
     (flushes * group) as f64 / started.elapsed().as_secs_f64()
 }
 
-fn raw_loop() -> f64 {
-    let scratch = Scratch::new("layouts-raw");
-    let db = sled::open(scratch.path()).expect("open sled");
-    let value = [7u8; 64];
-    let started = Instant::now();
-    for i in 0..RAW_WRITES as u64 {
-        db.insert(i.to_be_bytes(), &value[..]).expect("insert");
-        db.flush().expect("flush");
-    }
-    RAW_WRITES as f64 / started.elapsed().as_secs_f64()
-}
-
 fn main() {
     if !support::wanted("journal_layouts") {
         return;
@@ -162,7 +149,7 @@ fn main() {
         "journal layouts on sled alone: records/s when one flush covers a group of records. \
          (N.NNx raw) = records/s / the raw loop's writes/s, this run",
     );
-    let raw = raw_loop();
+    let raw = raw_loop(1).writes_per_second;
     row(
         "raw sled insert+flush, 1 writer",
         "writes/s",

@@ -1,11 +1,13 @@
 //! What the bench binaries share: the filter `cargo bench` passes, scratch
-//! directories, and the table they print into. Every line names its
+//! directories, the raw loop every figure is compared with, and the table
+//! they print into. Every line names its
 //! workload, so the output of both binaries reads as one table.
 
 // Each bench binary uses a part of it.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 use saga_runtime::prelude::*;
 use saga_runtime::step;
@@ -55,6 +57,67 @@ pub(crate) fn header(title: &str) {
 /// compared with (`ratio`, or a target where no raw figure applies).
 pub(crate) fn row(workload: &str, measure: &str, figure: &str, compared: &str) {
     println!("{workload:<36} {measure:<28} {figure:>14}  {compared}");
+}
+
+/// Writes of the raw loop, per round.
+const RAW_WRITES: usize = 10_000;
+
+/// The raw loop: one insert and one flush per write, the least a durable
+/// write costs on sled. Every other line is compared with it.
+pub(crate) struct Raw {
+    pub(crate) writes_per_second: f64,
+    /// Every write's latency, sorted.
+    pub(crate) write_nanos: Vec<u64>,
+    pub(crate) disk_bytes_per_write: f64,
+}
+
+/// The median of `rounds` rounds of the raw loop.
+pub(crate) fn raw_loop(rounds: usize) -> Raw {
+    let mut measured: Vec<Raw> = (0..rounds.max(1)).map(|_| raw_round()).collect();
+    measured.sort_by(|a, b| a.writes_per_second.total_cmp(&b.writes_per_second));
+    let median = measured.len() / 2;
+    measured.swap_remove(median)
+}
+
+fn raw_round() -> Raw {
+    let scratch = Scratch::new("raw");
+    let db = sled::open(scratch.path()).expect("open sled");
+    let value = [7u8; 64];
+    let mut write_nanos = Vec::with_capacity(RAW_WRITES);
+    let started = Instant::now();
+    for i in 0..RAW_WRITES as u64 {
+        let write = Instant::now();
+        db.insert(i.to_be_bytes(), &value[..]).expect("insert");
+        db.flush().expect("flush");
+        write_nanos.push(nanos_between(write, Instant::now()));
+    }
+    let writes_per_second = RAW_WRITES as f64 / started.elapsed().as_secs_f64();
+    drop(db);
+    write_nanos.sort_unstable();
+    Raw {
+        writes_per_second,
+        write_nanos,
+        disk_bytes_per_write: dir_bytes(scratch.path()) as f64 / RAW_WRITES as f64,
+    }
+}
+
+/// The sum of the sizes of the files under `dir`.
+pub(crate) fn dir_bytes(dir: &Path) -> u64 {
+    let mut total = 0;
+    for entry in std::fs::read_dir(dir).expect("read a store directory") {
+        let entry = entry.expect("a directory entry");
+        let metadata = entry.metadata().expect("file metadata");
+        total += if metadata.is_dir() {
+            dir_bytes(&entry.path())
+        } else {
+            metadata.len()
+        };
+    }
+    total
+}
+
+pub(crate) fn nanos_between(earlier: Instant, later: Instant) -> u64 {
+    u64::try_from(later.duration_since(earlier).as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// `1234567.8` as `1,234,568`.
