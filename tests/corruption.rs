@@ -369,6 +369,17 @@ async fn assert_corrupt(engine: &Engine, id: &str) {
 
 /// A damaged record after the first parks its instance `Blocked`, naming
 /// the record.
+/// The ids `list()` shows Blocked.
+async fn listed_blocked(engine: &Engine) -> Vec<String> {
+    engine
+        .list(&ListFilter::all().status(Status::Blocked))
+        .await
+        .expect("list")
+        .into_iter()
+        .map(|info| info.id)
+        .collect()
+}
+
 async fn assert_parked(engine: &Engine, id: &str, seq: u64) {
     let instance = engine.instance(id).await.expect("still readable");
     let error = tokio::time::timeout(Duration::from_secs(30), instance.result::<u64>())
@@ -499,12 +510,9 @@ fn list_agrees_with_status_on_a_damaged_instance_before_any_driver_runs() {
             let engine = open_when_released(&store).await.expect("open");
             let damaged = engine.instance("wait-1").await.expect("still readable");
             assert_eq!(damaged.status().await.expect("status"), Status::Blocked);
-            let blocked = engine
-                .list(&ListFilter::all().status(Status::Blocked))
-                .await
-                .expect("list");
+            let blocked = listed_blocked(&engine).await;
             assert!(
-                blocked.iter().any(|i| i.id == "wait-1"),
+                blocked.iter().any(|id| id == "wait-1"),
                 "list() agrees with status(): {blocked:?}"
             );
             engine.close().await;
@@ -529,12 +537,10 @@ fn a_damaged_journal_record_parks_its_instance_blocked_and_the_others_go_on() {
             let info = damaged.info().await.expect("info");
             assert_eq!(info.status, Status::Blocked);
             assert!(
-                engine
-                    .list(&ListFilter::all().status(Status::Blocked))
+                listed_blocked(&engine)
                     .await
-                    .expect("list")
                     .iter()
-                    .any(|i| i.id == "wait-1"),
+                    .any(|id| id == "wait-1"),
                 "list() shows it Blocked"
             );
             // An event is kept, but a damaged instance does not run on.
