@@ -11,7 +11,7 @@ use std::sync::Mutex;
 
 use helpers::{until_status, within};
 use saga_runtime::prelude::*;
-use saga_runtime::{EventKind, FailureKind};
+use saga_runtime::{Error, EventKind, FailureKind};
 
 /// The keys the quality check ran with, across both releases.
 static RAN: Mutex<Vec<String>> = Mutex::new(Vec::new());
@@ -400,5 +400,79 @@ async fn payload_shapes_bincode_cannot_hold_survive_a_restart() {
     );
     drop(run);
     engine.close().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A journal record of a kind this release does not know, as a newer
+/// release would write it: the format version, the time, then a record
+/// kind past the last one this release knows.
+fn record_of_a_newer_release() -> Vec<u8> {
+    // Version 2; `at` = 1000 ms (varint 251, 232, 3); kind 40; a body.
+    vec![2, 251, 232, 3, 40, 1, 7]
+}
+
+#[tokio::test]
+async fn an_instance_a_newer_release_wrote_to_is_left_alone_not_parked() {
+    let dir = std::env::temp_dir().join(format!("saga-deploy-newer-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let engine = Engine::open(&dir).unwrap();
+    let run = engine
+        .start(release_1::publish, "from-the-future", 3)
+        .await
+        .unwrap();
+    until_status(&run, Status::Waiting).await;
+    drop(run);
+    engine.close().await;
+
+    // A newer release ran it on and recorded a kind of record this one
+    // does not know (its journal, as it wrote it).
+    let newer = {
+        use saga_runtime::Store;
+        let store = helpers::when_released(|| saga_runtime::SledStore::open(&dir))
+            .await
+            .unwrap();
+        let last = store.last_seq("from-the-future").await.unwrap().unwrap();
+        store
+            .append("from-the-future", last + 1, &record_of_a_newer_release())
+            .unwrap();
+        store.flush().unwrap();
+        last + 1
+    };
+
+    // This release neither runs it nor parks it, and says why.
+    let engine = helpers::when_released(|| Engine::open(&dir)).await.unwrap();
+    engine.register(release_1::publish).unwrap();
+    let error = engine
+        .instance("from-the-future")
+        .await
+        .map(drop)
+        .unwrap_err();
+    assert!(
+        matches!(&error, Error::NewerRelease { id, .. } if id == "from-the-future"),
+        "{error}"
+    );
+    assert!(error.to_string().contains("newer release"), "{error}");
+    let sent = engine
+        .send_event("from-the-future", "approval", &1u64)
+        .await
+        .unwrap_err();
+    assert!(matches!(sent, Error::NewerRelease { .. }), "{sent}");
+    // Listed as it was, not as Blocked; nothing written after its record.
+    let listed = engine.list(&ListFilter::all()).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].status, Status::Waiting);
+    engine.close().await;
+    {
+        use saga_runtime::Store;
+        let store = helpers::when_released(|| saga_runtime::SledStore::open(&dir))
+            .await
+            .unwrap();
+        assert_eq!(
+            store.last_seq("from-the-future").await.unwrap(),
+            Some(newer)
+        );
+        let journal = store.journal("from-the-future").await.unwrap();
+        assert_eq!(journal.last().unwrap().1, record_of_a_newer_release());
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -13,7 +13,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use saga_runtime::prelude::*;
-use saga_runtime::{BoxFuture, Error, IndexRow, TestClock};
+use saga_runtime::{BoxFuture, Error, IndexRow, StoreFuture, TestClock};
 
 use helpers::{engine_on, until_status, within};
 
@@ -327,25 +327,30 @@ impl GatedStore {
 }
 
 impl saga_runtime::Store for GatedStore {
-    fn create(&self, id: &str, index: &IndexRow<'_>, record: &[u8]) -> Result<bool, Error> {
+    fn create<'a>(
+        &'a self,
+        id: &'a str,
+        index: &'a IndexRow<'_>,
+        record: &'a [u8],
+    ) -> StoreFuture<'a, bool> {
         self.inner.create(id, index, record)
     }
     fn append(&self, id: &str, seq: u64, record: &[u8]) -> Result<(), Error> {
         self.inner.append(id, seq, record)
     }
-    fn journal(&self, id: &str) -> Result<Vec<(u64, Vec<u8>)>, Error> {
+    fn journal<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Vec<(u64, Vec<u8>)>> {
         self.inner.journal(id)
     }
-    fn last_seq(&self, id: &str) -> Result<Option<u64>, Error> {
+    fn last_seq<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<u64>> {
         self.inner.last_seq(id)
     }
     fn put_index(&self, id: &str, index: &IndexRow<'_>) -> Result<(), Error> {
         self.inner.put_index(id, index)
     }
-    fn index(&self, id: &str) -> Result<Option<Vec<u8>>, Error> {
+    fn index<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<Vec<u8>>> {
         self.inner.index(id)
     }
-    fn index_entries(&self) -> Result<Vec<(String, Vec<u8>)>, Error> {
+    fn index_entries(&self) -> StoreFuture<'_, Vec<(String, Vec<u8>)>> {
         self.inner.index_entries()
     }
     fn remove(&self, id: &str) -> Result<(), Error> {

@@ -357,6 +357,9 @@ async fn a_worker_whose_lease_ran_out_writes_nothing() {
     // As if the worker had stopped renewing (SIGSTOP, a long pause): its
     // lease ran out, and another worker claims its instance.
     let admin = postgres::admin().await;
+    // Read before the other worker exists: it may claim at once.
+    let owner = format!("SELECT owner FROM {schema}.instances WHERE id = 'contested'");
+    let stalled_name: String = admin.query_one(&owner, &[]).await.unwrap().get(0);
     admin
         .batch_execute(&format!(
             "UPDATE {schema}.workers SET expires_at = now() - interval '1 second'"
@@ -364,8 +367,6 @@ async fn a_worker_whose_lease_ran_out_writes_nothing() {
         .await
         .unwrap();
     let current = worker(&schema, &calls).await;
-    let owner = format!("SELECT owner FROM {schema}.instances WHERE id = 'contested'");
-    let stalled_name: String = admin.query_one(&owner, &[]).await.unwrap().get(0);
     within("the claim", async {
         loop {
             let now: String = admin.query_one(&owner, &[]).await.unwrap().get(0);
@@ -575,4 +576,105 @@ async fn a_dead_workers_instances_resume_once_its_lease_expires() {
     );
     engine.close().await;
     postgres::drop_schema(&schema).await;
+}
+
+/// A database that holds the engine up (a lock, a slow query, a failover)
+/// holds up only the engine's calls, never the application: on a runtime
+/// of one worker thread, with instances running and calls into the engine
+/// waiting on locked tables, the application's own timer fires on time.
+#[test]
+fn a_locked_database_never_blocks_the_applications_runtime() {
+    let control = tokio::runtime::Runtime::new().unwrap();
+    let app = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let schema = control.block_on(postgres::fresh_schema("blocking"));
+    let calls = Arc::new(Calls::default());
+    let engine = app.block_on(worker(&schema, &calls));
+    // Eight instances waiting, so the engine has instances of its own.
+    let runs: Vec<_> = app.block_on(async {
+        let mut runs = Vec::new();
+        for i in 0..8 {
+            let id = format!("blocked-{i}");
+            let run = engine.start(order, &id, format!("item-{i}")).await.unwrap();
+            runs.push(run);
+        }
+        for run in &runs {
+            helpers::until_status(run, Status::Waiting).await;
+        }
+        runs
+    });
+
+    // Another connection locks the tables until the test says so.
+    let (unlock, unlocked) = tokio::sync::oneshot::channel::<()>();
+    let (locked, is_locked) = std::sync::mpsc::channel();
+    let locker = control.spawn({
+        let schema = schema.clone();
+        async move {
+            let client = postgres::admin().await;
+            client
+                .batch_execute(&format!(
+                    "BEGIN; LOCK TABLE {schema}.journal, {schema}.instances, {schema}.inbox \
+                     IN ACCESS EXCLUSIVE MODE"
+                ))
+                .await
+                .unwrap();
+            locked.send(()).unwrap();
+            let _ = unlocked.await;
+            client.batch_execute("COMMIT").await.unwrap();
+        }
+    });
+    is_locked.recv_timeout(Duration::from_secs(30)).unwrap();
+
+    // Calls into the engine that need the tables: they wait.
+    let answered = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut waiting = Vec::new();
+    for i in 0..8 {
+        let (engine, answered) = (engine.clone(), answered.clone());
+        let id = format!("blocked-{i}");
+        waiting.push(app.spawn(async move {
+            engine.send_event(&id, "go", &true).await.unwrap();
+            engine.list(&ListFilter::all()).await.unwrap();
+            engine
+                .start(order, &format!("late-{i}"), "late".to_owned())
+                .await
+                .unwrap();
+            answered.fetch_add(1, Ordering::SeqCst);
+        }));
+    }
+    // The application's own work: a 100 ms timer, on the one worker
+    // thread those calls run on.
+    let (fired, has_fired) = std::sync::mpsc::channel();
+    app.spawn(async move {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        fired.send(()).unwrap();
+    });
+    // Blocked, the worker thread would run the timer only once a store
+    // call gave up (its timeout, 30 s and more).
+    has_fired
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the application's timer did not fire while the database was locked");
+    assert_eq!(
+        answered.load(Ordering::SeqCst),
+        0,
+        "the calls into the engine did not wait for the locked tables"
+    );
+
+    // Unlocked, every call answers and every instance completes.
+    unlock.send(()).unwrap();
+    control.block_on(locker).unwrap();
+    app.block_on(async {
+        for call in waiting {
+            within("a call made while the tables were locked", call)
+                .await
+                .unwrap();
+        }
+        for run in &runs {
+            assert_eq!(within("a result", run.result()).await.unwrap(), 6);
+        }
+        engine.close().await;
+    });
+    control.block_on(postgres::drop_schema(&schema));
 }

@@ -3,9 +3,11 @@
 
 use saga_runtime::{SledStore, run_conformance_suite};
 
-#[test]
-fn sled_passes_the_store_conformance_suite() {
-    let result = run_conformance_suite(|| SledStore::temporary().expect("a temporary store"));
+#[tokio::test]
+async fn sled_passes_the_store_conformance_suite() {
+    let result =
+        run_conformance_suite(|| async { SledStore::temporary().expect("a temporary store") })
+            .await;
     if let Err(violations) = result {
         panic!(
             "the sled store violates the Store contract:\n{}",
@@ -19,26 +21,24 @@ fn sled_passes_the_store_conformance_suite() {
 mod postgres;
 
 #[cfg(feature = "postgres")]
-#[test]
-fn postgres_passes_the_store_conformance_suite() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_passes_the_store_conformance_suite() {
     use saga_runtime::{PgOptions, PgStore};
 
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let schemas = std::cell::RefCell::new(Vec::new());
-    let result = run_conformance_suite(|| {
-        let schema = runtime.block_on(postgres::fresh_schema("conformance"));
-        schemas.borrow_mut().push(schema.clone());
+    let schemas = std::sync::Mutex::new(Vec::new());
+    let result = run_conformance_suite(|| async {
+        let schema = postgres::fresh_schema("conformance").await;
+        schemas.lock().unwrap().push(schema.clone());
         let mut options = PgOptions::new(&postgres::database_url());
         options.schema = schema;
-        runtime
-            .block_on(PgStore::connect(options))
+        PgStore::connect(options)
+            .await
             .unwrap_or_else(|e| postgres::missing(e))
-    });
-    for schema in schemas.take() {
-        runtime.block_on(postgres::drop_schema(&schema));
+    })
+    .await;
+    let schemas = std::mem::take(&mut *schemas.lock().unwrap());
+    for schema in schemas {
+        postgres::drop_schema(&schema).await;
     }
     if let Err(violations) = result {
         panic!(

@@ -130,6 +130,61 @@ pub(crate) fn decode_legacy_record<T: DeserializeOwned>(bytes: &[u8]) -> Result<
     decode_versioned(bytes, LEGACY_FORMAT_VERSION)
 }
 
+/// Whether `bytes` is a record that a newer release of saga wrote, of a
+/// kind this build does not know: a newer format version, or, in this
+/// version, an enum variant past the `known` variants of the enum that
+/// follows `leading` integers at the start of the record. Such a record is
+/// not damaged, only not this release's to read (see `journal::change`).
+///
+/// Only a version or variant a few releases ahead counts
+/// ([`NEWER_WINDOW`], [`NEWER_VERSIONS`]): a byte far past them is damage, and parks the
+/// instance as damage does.
+pub(crate) fn from_newer_release(bytes: &[u8], leading: usize, known: u32) -> bool {
+    let Some((&version, mut body)) = bytes.split_first() else {
+        return false;
+    };
+    if version > FORMAT_VERSION {
+        return u32::from(version - FORMAT_VERSION) <= NEWER_VERSIONS;
+    }
+    if version < FORMAT_VERSION {
+        return false;
+    }
+    for _ in 0..leading {
+        match read_varint(body) {
+            Some((_, rest)) => body = rest,
+            None => return false,
+        }
+    }
+    read_varint(body).is_some_and(|(variant, _)| {
+        variant >= u64::from(known) && variant < u64::from(known + NEWER_WINDOW)
+    })
+}
+
+/// How many record kinds later releases may add before one of them is
+/// taken for damage by this one.
+pub(crate) const NEWER_WINDOW: u32 = 64;
+
+/// How many format versions ahead a record may be, likewise.
+const NEWER_VERSIONS: u32 = 4;
+
+/// One integer of the pinned varint encoding, and the bytes after it.
+fn read_varint(bytes: &[u8]) -> Option<(u64, &[u8])> {
+    let (&first, rest) = bytes.split_first()?;
+    let wide = |n: usize| -> Option<(u64, &[u8])> {
+        let (le, rest) = rest.split_at_checked(n)?;
+        let mut buf = [0u8; 8];
+        buf[..n].copy_from_slice(le);
+        Some((u64::from_le_bytes(buf), rest))
+    };
+    match first {
+        0..=250 => Some((u64::from(first), rest)),
+        251 => wide(2),
+        252 => wide(4),
+        253 => wide(8),
+        _ => None,
+    }
+}
+
 fn decode_versioned<T: DeserializeOwned>(bytes: &[u8], expected: u8) -> Result<T, String> {
     match bytes.split_first() {
         None => Err("empty record".into()),
@@ -205,6 +260,39 @@ mod tests {
         // A string claiming u64::MAX bytes must fail, not allocate.
         let huge = [2u8, 255, 255, 255, 255, 255, 255, 255, 255, 255];
         assert!(decode_record::<Sample>(&huge).is_err());
+    }
+
+    #[test]
+    fn records_of_a_newer_release_are_told_from_damaged_ones() {
+        #[derive(Serialize)]
+        enum Kind {
+            Old,
+            #[allow(dead_code)]
+            Newer(u64),
+        }
+        // An integer, then the enum: its second variant is past the one known.
+        let old = encode_record(&(1000u64, Kind::Old));
+        let newer = encode_record(&(1000u64, Kind::Newer(7)));
+        assert!(!from_newer_release(&old, 1, 1));
+        assert!(from_newer_release(&newer, 1, 1));
+        assert!(!from_newer_release(&newer, 1, 2));
+        // A wide leading integer is skipped whole.
+        assert!(from_newer_release(
+            &encode_record(&(u64::MAX, Kind::Newer(1))),
+            1,
+            1
+        ));
+        let mut later_format = old.clone();
+        later_format[0] = FORMAT_VERSION + 1;
+        assert!(from_newer_release(&later_format, 1, 1));
+        assert!(!from_newer_release(&[], 1, 1));
+        assert!(!from_newer_release(&[FORMAT_VERSION, 255], 1, 1));
+        // Far past what a few releases add: damage, not a newer kind.
+        assert!(!from_newer_release(&[FORMAT_VERSION, 250, 250], 1, 27));
+        assert!(from_newer_release(&[FORMAT_VERSION, 250, 27 + 63], 1, 27));
+        let mut garbled = old.clone();
+        garbled[0] = 200;
+        assert!(!from_newer_release(&garbled, 1, 1));
     }
 
     #[test]

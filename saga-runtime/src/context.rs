@@ -336,7 +336,7 @@ impl Shared {
 
     /// Appends `change` to the instance's journal.
     pub(crate) fn append(&self, change: Change) -> Result<()> {
-        self.core.journal.append(&self.id, change)
+        self.core.journal.append_kept(&self.id, change)
     }
 
     /// Appends the change `f` decides on; see `Journal::write`.
@@ -344,7 +344,7 @@ impl Shared {
         &self,
         f: impl FnOnce(&InstanceState) -> Result<(Option<Change>, R)>,
     ) -> Result<R> {
-        self.core.journal.write(&self.id, f)
+        self.core.journal.write_kept(&self.id, f)
     }
 
     /// Appends `change` and waits until it is durable; a store failure

@@ -68,6 +68,11 @@ pub(crate) async fn drive(
             tracing::debug!(instance = %id, %status, "instance driver stopped: the instance ended under it");
             Exit::Other
         }
+        // A newer release wrote it: not this release's to run, or to park.
+        Err(e @ Error::NewerRelease { .. }) => {
+            tracing::warn!(instance = %id, error = %e, "leaving an instance to a newer release");
+            Exit::Other
+        }
         Err(e @ Error::Corrupt { .. }) => {
             tracing::error!(instance = %id, error = %e, "instance driver stopped: its journal is corrupt");
             Exit::Other
@@ -91,7 +96,8 @@ async fn drive_once(
 ) -> Result<Exit> {
     let state = core
         .journal
-        .state(id)?
+        .state(id)
+        .await?
         .ok_or_else(|| Error::UnknownInstance { id: id.to_string() })?;
     let span = tracing::info_span!(
         "saga.workflow",
@@ -161,7 +167,7 @@ async fn run_forward(
     // A wake from hibernation is no news: the instance was waiting (or
     // paused in a wait) and still is, until its replay gets past the wait.
     if !(waking && matches!(state.status, Status::Waiting | Status::Paused)) {
-        core.journal.append(id, Change::DriverStarted)?;
+        core.journal.append_kept(id, Change::DriverStarted)?;
     }
     match state.status {
         Status::Queued => tracing::info!("workflow started"),
@@ -280,9 +286,13 @@ async fn fail(ctx: &Arc<Ctx>, cause: Failure, then: Status) -> Result<()> {
         })?;
     }
     let handlers = ctx.take_rollbacks();
-    let any_eligible = shared.core.journal.read(&shared.id, |s| {
-        s.slots.values().any(|slot| slot.has_rollback)
-    })?;
+    let any_eligible = shared
+        .core
+        .journal
+        .read(&shared.id, |s| {
+            s.slots.values().any(|slot| slot.has_rollback)
+        })
+        .await?;
     if !any_eligible {
         return end_after(shared, cause, then, None).await;
     }

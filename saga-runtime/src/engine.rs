@@ -164,7 +164,7 @@ impl EngineBuilder {
         let runtime = Handle::try_current().map_err(|_| Error::NoRuntime)?;
         let store = Arc::new(SledStore::open(path.as_ref())?);
         let journal = Journal::new(store.clone(), self.clock.clone(), self.store_timeout)?;
-        let imported = journal.import_legacy(&store)?;
+        let imported = answered_now(journal.import_legacy(&store))?;
         if imported > 0 {
             tracing::info!(
                 instances = imported,
@@ -274,7 +274,7 @@ impl EngineBuilder {
         let repaired = if journal.read_only() || journal.shared() {
             0
         } else {
-            journal.repair_index()?
+            answered_now(journal.repair_index())?
         };
         if repaired > 0 {
             tracing::info!(instances = repaired, "rebuilt index entries from journals");
@@ -371,7 +371,7 @@ impl Engine {
         input: W::Input,
     ) -> Result<Run<W::Output>> {
         let runner = self.runner();
-        crate::send::start(runner, workflow, id, input, |_| Ok((None, ())))?;
+        crate::send::start(runner, workflow, id, input, |_| Ok((None, ()))).await?;
         runner.core.journal.flush().await?;
         Ok(Run::new(Instance::new(runner.clone(), id.to_owned())))
     }
@@ -389,8 +389,8 @@ impl Engine {
     ///
     /// a read; dropping the future changes nothing.
     pub async fn instance(&self, id: &str) -> Result<Instance> {
-        crate::names::validate_id(id)?;
-        self.runner().core.journal.read(id, |_| ())?;
+        crate::names::validate_any_id(id)?;
+        self.runner().core.journal.read(id, |_| ()).await?;
         Ok(Instance::new(self.runner().clone(), id.to_owned()))
     }
 
@@ -408,7 +408,8 @@ impl Engine {
         let summaries = runner
             .core
             .journal
-            .summaries_where(filter.status, filter.workflow.as_deref())?;
+            .summaries_where(filter.status, filter.workflow.as_deref())
+            .await?;
         for (id, summary) in summaries {
             let summary = match summary {
                 Ok(summary) => summary,
@@ -569,4 +570,15 @@ impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Engine").finish_non_exhaustive()
     }
+}
+
+/// What opening a store of one process asks of it, answered at once (a
+/// sync `open` cannot wait; a store that would is opened with `connect`).
+fn answered_now<T>(work: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+    crate::store::now_or_never(work).unwrap_or_else(|| {
+        Err(Error::Store(
+            "this store cannot be opened without waiting for it: open it with an async constructor"
+                .into(),
+        ))
+    })
 }

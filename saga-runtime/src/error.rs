@@ -299,4 +299,19 @@ pub enum Error {
         /// Whose lease, and how it was lost.
         detail: String,
     },
+
+    /// The instance holds a record of a kind this release does not know:
+    /// a newer release of saga wrote it. This release leaves the instance
+    /// alone (it neither runs nor parks it); the workers of the newer
+    /// release run it. During a rolling deploy that is expected; otherwise
+    /// upgrade this process.
+    #[error(
+        "instance {id:?} was written by a newer release of saga ({detail}); this release leaves it alone: let the newer release's workers run it, or upgrade"
+    )]
+    NewerRelease {
+        /// The instance.
+        id: String,
+        /// What this release could not read.
+        detail: String,
+    },
 }

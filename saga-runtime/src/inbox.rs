@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use crate::codec::decode_record;
+use crate::codec::{decode_record, from_newer_release};
 use crate::error::{Error, Result};
 use crate::instance::Instance;
 use crate::intent::Intent;
@@ -40,7 +40,7 @@ pub(crate) fn spawn_inbox_reader(runner: &Arc<Runner>) {
             if runner.core.is_closed() || runner.core.is_draining() {
                 return;
             }
-            if let Err(e) = claim(&runner) {
+            if let Err(e) = claim(&runner).await {
                 tracing::warn!(error = %e, "could not claim the instances of gone workers; trying again");
             }
             if let Err(e) = take(&runner).await {
@@ -53,13 +53,13 @@ pub(crate) fn spawn_inbox_reader(runner: &Arc<Runner>) {
 
 /// Claims instances whose worker is gone, of the workflows registered
 /// here, and resumes them.
-fn claim(runner: &Arc<Runner>) -> Result<()> {
+async fn claim(runner: &Arc<Runner>) -> Result<()> {
     let workflows = runner.workflow_names();
     if workflows.is_empty() {
         return Ok(());
     }
-    for id in runner.core.journal.claim(&workflows, CLAIM_BATCH)? {
-        runner.spawn_driver_if_runnable(&id);
+    for id in runner.core.journal.claim(&workflows, CLAIM_BATCH).await? {
+        runner.spawn_driver_if_runnable(&id).await;
     }
     Ok(())
 }
@@ -67,18 +67,24 @@ fn claim(runner: &Arc<Runner>) -> Result<()> {
 /// Acts on every post waiting, oldest first.
 async fn take(runner: &Arc<Runner>) -> Result<()> {
     let journal = &runner.core.journal;
-    for (n, id, bytes) in journal.posts(BATCH)? {
+    for (n, id, bytes) in journal.posts(BATCH).await? {
         let intent: Intent = match decode_record(&bytes) {
             Ok(intent) => intent,
+            // Posted by a newer release, for one of its workers: left in
+            // the inbox, not dropped as damage.
+            Err(detail) if from_newer_release(&bytes, 0, Intent::KINDS) => {
+                tracing::warn!(post = n, instance = %id, %detail, "leaving a post of a newer release in the inbox");
+                continue;
+            }
             Err(detail) => {
                 tracing::error!(post = n, instance = %id, %detail, "dropping a post that does not decode");
-                journal.done_post(n)?;
+                journal.done_post(n).await?;
                 continue;
             }
         };
         if matches!(intent, Intent::Restart { .. }) {
             // At most once: see the module's documentation.
-            journal.done_post(n)?;
+            journal.done_post(n).await?;
         }
         let outcome = act(runner, &id, intent, n).await;
         match outcome {
@@ -92,7 +98,7 @@ async fn take(runner: &Arc<Runner>) -> Result<()> {
                 tracing::warn!(post = n, instance = %id, error = %e, "a posted intent was refused");
             }
         }
-        journal.done_post(n)?;
+        journal.done_post(n).await?;
     }
     Ok(())
 }

@@ -361,6 +361,7 @@ impl Instance {
         let times = Times::from_history(&history);
         self.journal()
             .read(self.id(), |state| inspection(self.id(), state, &times))
+            .await
     }
 }
 

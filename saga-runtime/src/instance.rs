@@ -255,14 +255,18 @@ impl Instance {
     /// the pause is recorded and the driver told at the first poll; dropping the future after
     /// that only gives up waiting for durability.
     pub async fn pause(&self) -> Result<()> {
-        if self.posted(crate::intent::Intent::Pause)? {
+        if self.posted(crate::intent::Intent::Pause).await? {
             return Ok(());
         }
-        self.journal().write(&self.id, |state| match state.status {
-            Status::Queued | Status::Running | Status::Waiting => Ok((Some(Change::Paused), ())),
-            Status::Paused => Ok((None, ())),
-            status => Err(self.invalid(status, "pause it")),
-        })?;
+        self.journal()
+            .write(&self.id, |state| match state.status {
+                Status::Queued | Status::Running | Status::Waiting => {
+                    Ok((Some(Change::Paused), ()))
+                }
+                Status::Paused => Ok((None, ())),
+                status => Err(self.invalid(status, "pause it")),
+            })
+            .await?;
         if let Some(live) = self.runner.live(&self.id) {
             live.request_pause(true);
         }
@@ -276,14 +280,17 @@ impl Instance {
     /// the instance is resumed at the first poll; dropping the future after that only gives up
     /// waiting for durability.
     pub async fn resume(&self) -> Result<()> {
-        if self.posted(crate::intent::Intent::Resume)? {
+        if self.posted(crate::intent::Intent::Resume).await? {
             return Ok(());
         }
-        let resumed = self.journal().write(&self.id, |state| match state.status {
-            Status::Paused => Ok((Some(Change::Unpaused), true)),
-            Status::Queued | Status::Running | Status::Waiting => Ok((None, false)),
-            status => Err(self.invalid(status, "resume it")),
-        })?;
+        let resumed = self
+            .journal()
+            .write(&self.id, |state| match state.status {
+                Status::Paused => Ok((Some(Change::Unpaused), true)),
+                Status::Queued | Status::Running | Status::Waiting => Ok((None, false)),
+                status => Err(self.invalid(status, "resume it")),
+            })
+            .await?;
         // Acted on before the await, so a dropped call still resumes it.
         if resumed {
             match self.runner.live(&self.id) {
@@ -302,7 +309,10 @@ impl Instance {
     /// the work runs in a task of the engine's, started at the first poll; dropping the future
     /// leaves it to finish.
     pub async fn terminate(&self) -> Result<()> {
-        if self.posted(crate::intent::Intent::Terminate { rollback: false })? {
+        if self
+            .posted(crate::intent::Intent::Terminate { rollback: false })
+            .await?
+        {
             return Ok(());
         }
         let this = self.clone();
@@ -320,7 +330,10 @@ impl Instance {
     /// the work runs in a task of the engine's, started at the first poll; dropping the future
     /// leaves it to finish.
     pub async fn terminate_with_rollback(&self) -> Result<()> {
-        if self.posted(crate::intent::Intent::Terminate { rollback: true })? {
+        if self
+            .posted(crate::intent::Intent::Terminate { rollback: true })
+            .await?
+        {
             return Ok(());
         }
         let this = self.clone();
@@ -338,7 +351,7 @@ impl Instance {
         if let Some(live) = self.runner.live(&self.id) {
             // The engine's own view, not a user's read: the interrupt must
             // go out at the first poll, before any await.
-            let status = self.journal().read(&self.id, |s| s.status)?;
+            let status = self.journal().read(&self.id, |s| s.status).await?;
             if status.is_terminal() || status == Status::RollingBack {
                 return Err(self.invalid(status, operation));
             }
@@ -346,7 +359,7 @@ impl Instance {
             self.wait_stopped(&live).await?;
             // The driver may have stopped for a pause it saw first; then
             // ours was not acted on and the end is written below.
-            let status = self.journal().read(&self.id, |s| s.status)?;
+            let status = self.journal().read(&self.id, |s| s.status).await?;
             if status.is_terminal() {
                 // It may have finished on its own before the interrupt
                 // landed (an event came first): then it was not terminated.
@@ -359,25 +372,27 @@ impl Instance {
         }
         // No driver runs it: write the end (or the start of the rollback)
         // here.
-        self.journal().write(&self.id, |state| {
-            if state.status.is_terminal() || state.status == Status::RollingBack {
-                return Err(self.invalid(state.status, operation));
-            }
-            let change = if rollback {
-                Change::RollbackStarted {
-                    cause: Failure::new(FailureKind::Workflow, "terminated by user"),
-                    then: Status::Terminated,
+        self.journal()
+            .write(&self.id, |state| {
+                if state.status.is_terminal() || state.status == Status::RollingBack {
+                    return Err(self.invalid(state.status, operation));
                 }
-            } else {
-                Change::Ended(Box::new(End {
-                    status: Status::Terminated,
-                    output: None,
-                    failure: None,
-                    rollback: None,
-                }))
-            };
-            Ok((Some(change), ()))
-        })?;
+                let change = if rollback {
+                    Change::RollbackStarted {
+                        cause: Failure::new(FailureKind::Workflow, "terminated by user"),
+                        then: Status::Terminated,
+                    }
+                } else {
+                    Change::Ended(Box::new(End {
+                        status: Status::Terminated,
+                        output: None,
+                        failure: None,
+                        rollback: None,
+                    }))
+                };
+                Ok((Some(change), ()))
+            })
+            .await?;
         if rollback {
             // Before any await: a dropped call still compensates.
             self.runner.spawn_driver(&self.id);
@@ -402,19 +417,21 @@ impl Instance {
     /// The retry is recorded and its driver started before
     /// the first await; dropping the future leaves them running.
     pub async fn retry_rollback(&self) -> Result<()> {
-        if self.posted(crate::intent::Intent::RetryRollback)? {
+        if self.posted(crate::intent::Intent::RetryRollback).await? {
             return Ok(());
         }
-        self.journal().write(&self.id, |state| {
-            let gave_up = state.rollback.as_ref().is_some_and(|p| p.failure.is_some());
-            if !(state.status.is_terminal() && gave_up) {
-                return Err(self.invalid(
-                    state.status,
-                    "retry its rollback (it has no failed rollback)",
-                ));
-            }
-            Ok((Some(Change::RollbackRetried), ()))
-        })?;
+        self.journal()
+            .write(&self.id, |state| {
+                let gave_up = state.rollback.as_ref().is_some_and(|p| p.failure.is_some());
+                if !(state.status.is_terminal() && gave_up) {
+                    return Err(self.invalid(
+                        state.status,
+                        "retry its rollback (it has no failed rollback)",
+                    ));
+                }
+                Ok((Some(Change::RollbackRetried), ()))
+            })
+            .await?;
         self.runner.spawn_driver(&self.id);
         self.journal().flush().await?;
         if let Some(live) = self.runner.live(&self.id) {
@@ -431,7 +448,10 @@ impl Instance {
     /// the work runs in a task of the engine's, started at the first poll; dropping the future
     /// leaves it to finish.
     pub async fn restart(&self) -> Result<()> {
-        if self.posted(crate::intent::Intent::Restart { from: None })? {
+        if self
+            .posted(crate::intent::Intent::Restart { from: None })
+            .await?
+        {
             return Ok(());
         }
         let this = self.clone();
@@ -448,9 +468,12 @@ impl Instance {
     ///
     /// The work runs in a task of the engine's, started at the first poll; dropping the future leaves it to finish.
     pub async fn restart_from(&self, step: &str) -> Result<()> {
-        if self.posted(crate::intent::Intent::Restart {
-            from: Some(step.to_owned()),
-        })? {
+        if self
+            .posted(crate::intent::Intent::Restart {
+                from: Some(step.to_owned()),
+            })
+            .await?
+        {
             return Ok(());
         }
         let (this, step) = (self.clone(), step.to_owned());
@@ -463,21 +486,24 @@ impl Instance {
         // Checked before the driver is stopped, so a refused restart leaves
         // the instance as it was; checked again when the restart is written.
         self.journal()
-            .read(&self.id, |state| self.restart_slot(state, step))??;
+            .read(&self.id, |state| self.restart_slot(state, step))
+            .await??;
         if let Some(live) = self.runner.live(&self.id) {
             live.interrupt(Interrupt::Stop);
             self.wait_stopped(&live).await?;
         }
-        self.journal().write(&self.id, |state| {
-            let from_slot = self.restart_slot(state, step)?;
-            Ok((
-                Some(Change::Restarted {
-                    from_slot,
-                    from_step: step.map(str::to_owned),
-                }),
-                (),
-            ))
-        })?;
+        self.journal()
+            .write(&self.id, |state| {
+                let from_slot = self.restart_slot(state, step)?;
+                Ok((
+                    Some(Change::Restarted {
+                        from_slot,
+                        from_step: step.map(str::to_owned),
+                    }),
+                    (),
+                ))
+            })
+            .await?;
         self.runner.spawn_driver(&self.id);
         self.journal().flush().await
     }
@@ -519,12 +545,12 @@ impl Instance {
     /// reads), posts `intent` to that worker and answers `true`: the
     /// control call returns once it is posted, durably, and the worker acts
     /// on it within moments. `false` when this engine drives it.
-    fn posted(&self, intent: crate::intent::Intent) -> Result<bool> {
+    async fn posted(&self, intent: crate::intent::Intent) -> Result<bool> {
         if self.journal().owns(&self.id) {
             return Ok(false);
         }
-        self.journal().read(&self.id, |_| ())?;
-        crate::intent::post(self.journal(), &self.id, &intent)?;
+        self.journal().read(&self.id, |_| ()).await?;
+        crate::intent::post(self.journal(), &self.id, &intent).await?;
         Ok(true)
     }
 

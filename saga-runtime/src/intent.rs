@@ -22,6 +22,12 @@ use crate::codec::{Payload, encode_record};
 use crate::error::Result;
 use crate::journal::Journal;
 
+impl Intent {
+    /// How many kinds of intent this release knows (the variants below;
+    /// append only, as journal records: see `journal::change`).
+    pub(crate) const KINDS: u32 = 6;
+}
+
 /// One posted intent.
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) enum Intent {
@@ -42,6 +48,24 @@ pub(crate) enum Intent {
 }
 
 /// Posts `intent` for instance `id` to the worker that drives it.
-pub(crate) fn post(journal: &Journal, id: &str, intent: &Intent) -> Result<()> {
-    journal.post(id, &encode_record(intent))
+pub(crate) async fn post(journal: &Journal, id: &str, intent: &Intent) -> Result<()> {
+    journal.post(id, &encode_record(intent)).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The last variant is the last kind [`Intent::KINDS`] counts.
+    #[test]
+    fn the_last_kind_of_intent_is_counted() {
+        let last = encode_record(&Intent::RetryRollback);
+        assert_eq!(last, [crate::codec::FORMAT_VERSION, 5]);
+        assert_eq!(u32::from(last[1]), Intent::KINDS - 1);
+        assert!(crate::codec::from_newer_release(
+            &[crate::codec::FORMAT_VERSION, 6],
+            0,
+            Intent::KINDS
+        ));
+    }
 }

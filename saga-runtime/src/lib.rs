@@ -77,6 +77,7 @@ mod error;
 mod failpoint;
 mod failure;
 mod history;
+mod id;
 mod in_flight;
 mod inbox;
 mod inspect;
@@ -116,6 +117,7 @@ pub use crate::failure::{
     Failure, FailureKind, Permanent, StepError, StepFailed, WaitError, WorkflowError,
 };
 pub use crate::history::{Event, EventKind};
+pub use crate::id::InstanceId;
 pub use crate::inspect::{
     CompensationOutcome, InspectedCompensation, InspectedSleep, InspectedSlot, InspectedStep,
     InspectedWait, Inspection, PayloadView, PendingEvent, StepState, WaitState,
@@ -127,7 +129,8 @@ pub use crate::service::Service;
 pub use crate::status::Status;
 pub use crate::step::StepFuture;
 pub use crate::store::{
-    IndexRow, SledStore, Store, TailPosition, TailRecords, Told, run_conformance_suite,
+    IndexRow, SledStore, Store, StoreFuture, TailPosition, TailRecords, Told, answered,
+    run_conformance_suite,
 };
 #[doc(hidden)]
 #[cfg(feature = "postgres")]

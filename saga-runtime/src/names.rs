@@ -2,7 +2,8 @@
 //! wait names of the hand-written API (the macros check the same rules at
 //! compile time), and event types.
 
-use crate::error::{Error, Result};
+use crate::error::Result;
+use crate::id::InstanceId;
 
 /// The longest step, sleep or wait name.
 const MAX_NAME: usize = 64;
@@ -58,29 +59,15 @@ pub(crate) fn check_event_type(event_type: &str) -> Result<(), String> {
     }
 }
 
-/// Checks an instance id: 1–100 characters of `[A-Za-z0-9_-]`, first not `-`.
+/// Checks an id a caller chose for a new instance (see [`InstanceId::new`]).
 pub(crate) fn validate_id(id: &str) -> Result<()> {
-    let reason = if id.is_empty() {
-        Some("it is empty")
-    } else if id.len() > 100 {
-        Some("it is longer than 100 characters")
-    } else if id.starts_with('-') {
-        Some("it starts with '-'")
-    } else if !id
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-    {
-        Some("it contains a character outside [A-Za-z0-9_-]")
-    } else {
-        None
-    };
-    match reason {
-        Some(reason) => Err(Error::InvalidInstanceId {
-            id: id.chars().take(120).collect(),
-            reason,
-        }),
-        None => Ok(()),
-    }
+    InstanceId::new(id).map(drop)
+}
+
+/// Checks the id of an instance to look up: chosen, or derived by the
+/// engine (see [`InstanceId::parse`]).
+pub(crate) fn validate_any_id(id: &str) -> Result<()> {
+    InstanceId::parse(id).map(drop)
 }
 
 #[cfg(test)]

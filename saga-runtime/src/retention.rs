@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::clock::{add_millis, from_millis};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::runner::Runner;
 
 /// How often the engine looks for expired instances, on its clock.
@@ -23,7 +23,12 @@ pub(crate) fn spawn_sweeper(runner: &Arc<Runner>) {
             // Housekeeping must not make a time-skipping test clock jump.
             clock.timeout_at(at).await;
             let Some(runner) = weak.upgrade() else { return };
-            if let Err(e) = sweep(&runner).await {
+            // A sweep under way (a user's `sweep_expired`) does this one's
+            // work: skip rather than race it for the same instances.
+            let Ok(_sweeping) = runner.sweeping.try_lock() else {
+                continue;
+            };
+            if let Err(e) = sweep_locked(&runner).await {
                 tracing::warn!(error = %e, "retention sweep failed");
             }
         }
@@ -34,6 +39,12 @@ pub(crate) fn spawn_sweeper(runner: &Arc<Runner>) {
 /// Removes every finished instance whose end is older than the retention
 /// period; returns how many.
 pub(crate) async fn sweep(runner: &Arc<Runner>) -> Result<usize> {
+    let _sweeping = runner.sweeping.lock().await;
+    sweep_locked(runner).await
+}
+
+/// [`sweep`], its lock held.
+async fn sweep_locked(runner: &Arc<Runner>) -> Result<usize> {
     let journal = &runner.core.journal;
     let now = runner.core.now_millis();
     let expired = |status: crate::Status, finished_at: Option<u64>| {
@@ -41,7 +52,7 @@ pub(crate) async fn sweep(runner: &Arc<Runner>) -> Result<usize> {
             && finished_at.is_some_and(|at| add_millis(at, runner.retention) <= now)
     };
     let mut removed = 0;
-    for (id, summary) in journal.summaries()? {
+    for (id, summary) in journal.summaries().await? {
         let Ok(summary) = summary else { continue };
         if !expired(summary.status, summary.finished_at) {
             continue;
@@ -50,7 +61,19 @@ pub(crate) async fn sweep(runner: &Arc<Runner>) -> Result<usize> {
         // came in between keeps it. A driver may still be letting go of an
         // instance that ended; it writes nothing more, so that is no reason
         // to keep it.
-        if journal.remove_if(&id, |state| expired(state.status, state.finished_at))? {
+        let removed_it = match journal
+            .remove_if(&id, |state| expired(state.status, state.finished_at))
+            .await
+        {
+            Ok(removed_it) => removed_it,
+            // Not this release's to remove (or not readable): kept.
+            Err(e @ (Error::NewerRelease { .. } | Error::Corrupt { .. })) => {
+                tracing::warn!(instance = %id, error = %e, "retention keeps an instance it cannot read");
+                false
+            }
+            Err(e) => return Err(e),
+        };
+        if removed_it {
             runner.forget_timer(&id);
             removed += 1;
         }

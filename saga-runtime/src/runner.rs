@@ -29,6 +29,8 @@ pub(crate) struct Runner {
     timers: Mutex<HashMap<String, tokio::task::AbortHandle>>,
     /// How long finished instances are kept.
     pub(crate) retention: Duration,
+    /// Held by the retention sweep under way: one at a time.
+    pub(crate) sweeping: tokio::sync::Mutex<()>,
     /// The store's directory (`None` for a temporary store).
     pub(crate) path: Option<PathBuf>,
 }
@@ -42,6 +44,7 @@ impl Runner {
             control: Mutex::new(HashMap::new()),
             timers: Mutex::new(HashMap::new()),
             retention,
+            sweeping: tokio::sync::Mutex::new(()),
             path,
         }
     }
@@ -99,25 +102,33 @@ impl Runner {
         Ok(())
     }
 
-    /// Recovery: every unfinished instance of `workflow` gets a driver.
-    fn resume_instances_of(self: &Arc<Self>, workflow: &str) {
-        let summaries = match self.core.journal.summaries() {
-            Ok(summaries) => summaries,
-            Err(e) => {
-                tracing::error!(error = %e, "could not list instances to resume");
-                return;
+    /// Recovery: every unfinished instance of `workflow` gets a driver;
+    /// before `register` returns on a store that answers at once, soon
+    /// after on a server.
+    fn resume_instances_of(self: &Arc<Self>, workflow: &'static str) {
+        let runner = self.clone();
+        let resume = async move {
+            let summaries = match runner.core.journal.summaries().await {
+                Ok(summaries) => summaries,
+                Err(e) => {
+                    tracing::error!(error = %e, "could not list instances to resume");
+                    return;
+                }
+            };
+            for (id, summary) in summaries {
+                match summary {
+                    Ok(s) if s.workflow == workflow && s.status.resumes_on_open() => {
+                        runner.spawn_driver(&id);
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::error!(instance = %id, error = %e, "not resuming an instance whose index entry is corrupt");
+                    }
+                }
             }
         };
-        for (id, summary) in summaries {
-            match summary {
-                Ok(s) if s.workflow == workflow && s.status.resumes_on_open() => {
-                    self.spawn_driver(&id);
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    tracing::error!(instance = %id, error = %e, "not resuming an instance whose index entry is corrupt");
-                }
-            }
+        if let Some(task) = crate::store::now_or_spawn(&self.core.runtime, resume) {
+            self.core.track(task);
         }
     }
 
@@ -165,27 +176,35 @@ impl Runner {
             id: Arc::from(id),
             live: live.clone(),
         };
-        let workflow = match self.core.journal.read(id, |s| s.workflow.clone()) {
-            Ok(name) => self.workflow(&name),
-            Err(e) => {
-                tracing::error!(instance = %id, error = %e, "cannot run an instance whose journal does not read");
-                return;
-            }
-        };
-        let Some(workflow) = workflow else { return };
-        self.core.clear_store_failure(id);
         let runner = self.clone();
         let id = release.id.clone();
         let task = self.core.runtime.spawn(async move {
+            let workflow = match runner.core.journal.read(&id, |s| s.workflow.clone()).await {
+                Ok(name) => runner.workflow(&name),
+                Err(e) => {
+                    tracing::error!(instance = %id, error = %e, "cannot run an instance whose journal does not read");
+                    return;
+                }
+            };
+            let Some(workflow) = workflow else { return };
+            runner.core.clear_store_failure(&id);
             // Lets go of the instance however the driver ends: done, a
             // panic, or aborted by shutdown (then `Drop` runs it).
             let exit =
                 CatchUnwind::new(driver::drive(&runner.core, workflow, &id, &live, waking)).await;
+            // Its timer is set while the driver still holds the instance
+            // (and its state): a control call that waits for the driver to
+            // stop finds the timer, to stop it too.
+            let wake_now = match exit {
+                Ok(Exit::Hibernated(wake_at)) => runner.hibernate(&id, wake_at),
+                _ => false,
+            };
             drop(release);
             match exit {
-                Ok(Exit::Suspended) => runner.after_suspend(&id),
-                Ok(Exit::Hibernated(wake_at)) => runner.hibernate(&id, wake_at),
-                Ok(Exit::Ended) => runner.spawn_driver_if_runnable(&id),
+                Ok(Exit::Suspended) => runner.after_suspend(&id).await,
+                Ok(Exit::Hibernated(_)) if wake_now => runner.start_driver(&id, true),
+                Ok(Exit::Hibernated(_)) => {}
+                Ok(Exit::Ended) => runner.spawn_driver_if_runnable(&id).await,
                 Ok(Exit::Other) => {}
                 Err(panic) => {
                     let error = crate::Error::Store(format!(
@@ -201,19 +220,49 @@ impl Runner {
 
     /// Runs the instance if its status says it should run (queued, running,
     /// waiting or rolling back) and no driver does yet.
-    pub(crate) fn spawn_driver_if_runnable(self: &Arc<Self>, id: &str) {
-        let status = self.core.journal.read(id, |s| s.status);
+    pub(crate) async fn spawn_driver_if_runnable(self: &Arc<Self>, id: &str) {
+        let status = self.core.journal.read(id, |s| s.status).await;
         if status.is_ok_and(Status::resumes_on_open) {
             self.spawn_driver(id);
         }
+    }
+
+    /// Like [`Runner::spawn_driver_if_runnable`], from code that must not
+    /// wait: before it returns on a store that answers at once, in a task
+    /// otherwise.
+    pub(crate) fn spawn_driver_if_runnable_soon(self: &Arc<Self>, id: &str) {
+        let (runner, id) = (self.clone(), id.to_owned());
+        let spawn = async move { runner.spawn_driver_if_runnable(&id).await };
+        if let Some(task) = crate::store::now_or_spawn(&self.core.runtime, spawn) {
+            self.core.track(task);
+        }
+    }
+
+    /// For a call dropped while the store may still be writing an instance
+    /// it asked for (a start cut short): once the store has applied every
+    /// write asked for so far, the instance gets a driver if it needs one,
+    /// so it is never left without one.
+    pub(crate) fn spawn_driver_once_written(self: &Arc<Self>, id: &str) {
+        let (runner, id) = (self.clone(), id.to_owned());
+        let task = self.core.runtime.spawn(async move {
+            if let Err(e) = runner.core.journal.flush().await {
+                tracing::warn!(instance = %id, error = %e, "a start cut short could not wait for its instance's creation");
+            }
+            runner.spawn_driver_if_runnable(&id).await;
+        });
+        self.core.track(task);
     }
 
     /// The driver let go of an instance that only waits: a timer wakes it
     /// at `wake_at`, an event or a control call sooner. An event that came
     /// while the driver let go finds no driver to tell, so it is looked for
     /// here.
-    fn hibernate(self: &Arc<Self>, id: &str, wake_at: u64) {
-        let awaited_event_came = self.core.journal.read(id, |state| {
+    ///
+    /// Called while the driver still holds the instance, whose state is in
+    /// memory; answers whether to wake it at once instead (an awaited
+    /// event came), once the driver let go.
+    fn hibernate(self: &Arc<Self>, id: &str, wake_at: u64) -> bool {
+        let awaited_event_came = self.core.journal.read_kept(id, |state| {
             state.slots.values().any(|slot| match &slot.state {
                 crate::journal::SlotState::Waiting { event_type, .. } => {
                     state.pending.values().any(|e| e.event_type == *event_type)
@@ -222,20 +271,26 @@ impl Runner {
             })
         });
         if awaited_event_came.unwrap_or(true) {
-            self.start_driver(id, true);
-            return;
+            return true;
         }
         let runner = Arc::downgrade(self);
         let clock = self.core.clock.clone();
         let owned = id.to_owned();
         let task = self.core.runtime.spawn(async move {
             clock.sleep_until(crate::clock::from_millis(wake_at)).await;
-            if let Some(runner) = runner.upgrade() {
-                runner.start_driver(&owned, true);
+            let Some(runner) = runner.upgrade() else {
+                return;
+            };
+            // Due at once, it may fire before the driver that set it let
+            // go: wait for that.
+            if let Some(live) = runner.live(&owned) {
+                live.wait_stopped().await;
             }
+            runner.start_driver(&owned, true);
         });
         lock(&self.timers).insert(id.to_owned(), task.abort_handle());
         self.core.track(task);
+        false
     }
 
     /// Waits for the control calls of instance `id` before this one to
@@ -262,8 +317,8 @@ impl Runner {
 
     /// Called after a driver let go of a paused instance: if a user resumed
     /// it in the meantime, run it again.
-    fn after_suspend(self: &Arc<Self>, id: &str) {
-        let status = self.core.journal.read(id, |s| s.status);
+    async fn after_suspend(self: &Arc<Self>, id: &str) {
+        let status = self.core.journal.read(id, |s| s.status).await;
         if matches!(status, Ok(Status::Running | Status::Queued)) {
             self.spawn_driver(id);
         }
@@ -279,8 +334,10 @@ struct Release {
 
 impl Drop for Release {
     fn drop(&mut self) {
-        lock(&self.runner.live).remove(&*self.id);
+        // Let go of the state before the instance leaves `live`: a driver
+        // started the moment it left keeps the state from then on.
         self.runner.core.journal.keep(&self.id, false);
+        lock(&self.runner.live).remove(&*self.id);
         self.live.mark_stopped();
     }
 }

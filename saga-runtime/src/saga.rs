@@ -27,7 +27,8 @@ pub(crate) async fn compensate(
     let state = shared
         .core
         .journal
-        .read(&shared.id, |s| (s.slots.clone(), s.compensations.clone()))?;
+        .read(&shared.id, |s| (s.slots.clone(), s.compensations.clone()))
+        .await?;
     let (slots, done) = state;
     let mut handlers: BTreeMap<u32, Registered> =
         handlers.into_iter().map(|h| (h.index, h)).collect();

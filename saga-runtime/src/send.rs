@@ -87,20 +87,20 @@ impl<'a> EventSender<'a> {
         if !journal.owns(&self.instance) {
             // Another worker drives the instance (or this engine only
             // reads): the event is posted to it.
-            journal.read(&self.instance, |_| ())?;
-            return self.post(payload);
+            journal.read(&self.instance, |_| ()).await?;
+            return self.post(payload).await;
         }
         self.send_encoded(payload).await
     }
 
     /// Posts the event to the worker that drives the instance.
-    fn post(&self, payload: Payload) -> Result<Sent> {
+    async fn post(&self, payload: Payload) -> Result<Sent> {
         let intent = crate::intent::Intent::Event {
             event_type: self.event_type.clone(),
             payload,
             event_id: self.event_id.clone(),
         };
-        crate::intent::post(&self.runner.core.journal, &self.instance, &intent)?;
+        crate::intent::post(&self.runner.core.journal, &self.instance, &intent).await?;
         Ok(Sent::Posted)
     }
 
@@ -108,7 +108,9 @@ impl<'a> EventSender<'a> {
     /// worker that drives the instance).
     pub(crate) async fn send_encoded(self, payload: Payload) -> Result<Sent> {
         let journal = &self.runner.core.journal;
-        let sent = journal.write(&self.instance, |state| self.change(state, payload))?;
+        let sent = journal
+            .write(&self.instance, |state| self.change(state, payload))
+            .await?;
         self.delivered(sent).await
     }
 
@@ -140,11 +142,12 @@ impl<'a> EventSender<'a> {
                 return Ok((None, Err(payload)));
             }
             self.change(state, payload).map(|(c, s)| (c, Ok(s)))
-        })?;
+        })
+        .await?;
         let run = Run::new(Instance::new(runner.clone(), id.to_owned()));
         let sent = match sent {
             Ok(sent) => self.delivered(sent).await?,
-            Err(payload) => self.post(payload)?,
+            Err(payload) => self.post(payload).await?,
         };
         Ok((run, sent))
     }
@@ -152,7 +155,7 @@ impl<'a> EventSender<'a> {
     /// Validates the arguments and encodes the payload.
     fn checked<P: Serialize + ?Sized>(&self, payload: &P) -> Result<Payload> {
         let (id, event_type) = (&self.instance, &self.event_type);
-        crate::names::validate_id(id)?;
+        crate::names::validate_any_id(id)?;
         crate::names::check_event_type(event_type).map_err(Error::InvalidArgument)?;
         if let Some(event_id) = &self.event_id
             && (event_id.is_empty() || event_id.len() > 200)
@@ -205,7 +208,7 @@ impl<'a> EventSender<'a> {
             match self.runner.live(&self.instance) {
                 Some(live) => live.event_sent.notify_waiters(),
                 // Hibernating (or not run here): its driver takes it.
-                None => self.runner.spawn_driver_if_runnable(&self.instance),
+                None => self.runner.spawn_driver_if_runnable_soon(&self.instance),
             }
         }
         self.runner.core.journal.flush().await?;
@@ -240,7 +243,7 @@ pub(crate) fn same_value(a: &Payload, b: &Payload) -> bool {
 /// must run the same workflow with an equal input), and under the same
 /// lock appends what `then` decides on. The driver starts after both are
 /// stored. Does not wait for durability.
-pub(crate) fn start<W: Workflow, R>(
+pub(crate) async fn start<W: Workflow, R>(
     runner: &Arc<Runner>,
     workflow: W,
     id: &str,
@@ -256,18 +259,38 @@ pub(crate) fn start<W: Workflow, R>(
         .core
         .encode_limited(&input, || format!("input of instance {id:?}"))?;
     let journal = &runner.core.journal;
-    // The workflow is registered here, so a new instance gets a driver.
-    let (_, answer) = journal.create_then(id, name, input.clone(), true, |state, created| {
-        if !created {
-            existing_matches(state, id, name, &input)?;
-        }
-        then(state)
-    })?;
-    // Before any await, so a caller that drops the future leaves a running
-    // instance (its first durable step flushes its creation too); a
-    // repeated start drives one that a dropped start left.
-    runner.spawn_driver_if_runnable(id);
+    // The workflow is registered here, so a new instance gets a driver,
+    // even when this call is dropped while a server creates it.
+    let cut_short = DriveIfCutShort { runner, id };
+    let created = journal
+        .create_then(id, name, input.clone(), true, |state, created| {
+            if !created {
+                existing_matches(state, id, name, &input)?;
+            }
+            then(state)
+        })
+        .await;
+    std::mem::forget(cut_short);
+    let (_, answer) = created?;
+    // Without waiting (on a store of one process, before this returns),
+    // so a caller that drops the future leaves a running instance (its
+    // first durable step flushes its creation too); a repeated start
+    // drives one that a dropped start left.
+    runner.spawn_driver_if_runnable_soon(id);
     Ok(answer)
+}
+
+/// Armed while a start waits for the store to create its instance: a
+/// start dropped there still leaves the instance a driver.
+struct DriveIfCutShort<'a> {
+    runner: &'a Arc<Runner>,
+    id: &'a str,
+}
+
+impl Drop for DriveIfCutShort<'_> {
+    fn drop(&mut self) {
+        self.runner.spawn_driver_once_written(self.id);
+    }
 }
 
 /// An instance that exists answers a start only if it runs the same

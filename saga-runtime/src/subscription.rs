@@ -19,7 +19,10 @@ use crate::journal::Tail;
 /// repeats nothing, across lost connections too. It looks twice per poll
 /// interval (`EngineBuilder::poll_interval`, every 100 ms by default), and
 /// at once when an instance ends; it may begin with events from moments
-/// before it was made.
+/// before it was made. It sees every record written after
+/// `subscribe()` returns; on a current-thread Tokio runtime, where
+/// `subscribe()` cannot wait for the database off the runtime's thread,
+/// it begins moments after instead (once the first `recv` learns where).
 pub struct Subscription {
     source: Source,
 }
@@ -27,6 +30,11 @@ pub struct Subscription {
 enum Source {
     /// The events this engine writes, told as they become durable.
     Local(broadcast::Receiver<Event>),
+    /// Waiting for the store to say where a tail of its journals begins.
+    Starting {
+        core: Weak<Core>,
+        start: tokio::sync::oneshot::Receiver<crate::Result<Option<Tail>>>,
+    },
     /// The journals of a store that other processes write too.
     Shared {
         core: Weak<Core>,
@@ -50,23 +58,43 @@ pub enum RecvError {
 
 impl Subscription {
     pub(crate) fn new(core: &Arc<Core>) -> Self {
-        let source = match core.journal.tail() {
-            Ok(Some(tail)) => Source::Shared {
-                core: Arc::downgrade(core),
-                tail: Box::new(tail),
-                ready: VecDeque::new(),
-                told: core.journal.changes(crate::store::Told::Stops),
-            },
-            Ok(None) => Source::Local(core.journal.subscribe_events()),
-            Err(e) => {
-                // Answers `Closed` at once rather than never.
-                tracing::error!(error = %e, "could not begin following the journals; this subscription is closed");
-                let (sender, receiver) = broadcast::channel(1);
-                drop(sender);
-                Source::Local(receiver)
-            }
+        // Asked now (a store of one process answers at once), answered in
+        // a task otherwise: the first `recv` waits for it.
+        let (answer, start) = tokio::sync::oneshot::channel();
+        let asking = core.clone();
+        let ask = async move {
+            let _ = answer.send(asking.journal.tail().await);
         };
-        Subscription { source }
+        if let Some(task) = crate::store::now_or_spawn(&core.runtime, ask) {
+            core.track(task);
+        }
+        let mut start = start;
+        if let Ok(started) = start.try_recv() {
+            return Subscription {
+                source: Source::started(core, started),
+            };
+        }
+        // A server answers later. On a runtime of several worker threads,
+        // this call waits for it off the worker threads (`block_in_place`
+        // hands this thread's tasks to another), so the subscription sees
+        // every record written after it returns; on a current-thread
+        // runtime it cannot wait, and begins when the first `recv` learns
+        // where (moments after it was made).
+        let multi_thread = tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+        if multi_thread {
+            let started = tokio::task::block_in_place(|| core.runtime.block_on(start))
+                .unwrap_or(Err(crate::Error::Closed));
+            return Subscription {
+                source: Source::started(core, started),
+            };
+        }
+        Subscription {
+            source: Source::Starting {
+                core: Arc::downgrade(core),
+                start,
+            },
+        }
     }
 
     /// The next event.
@@ -75,7 +103,15 @@ impl Subscription {
     ///
     /// dropping the future loses no event: the next call receives it.
     pub async fn recv(&mut self) -> Result<Event, RecvError> {
+        if let Source::Starting { core, start } = &mut self.source {
+            let started = start.await.unwrap_or(Err(crate::Error::Closed));
+            let Some(core) = core.upgrade().filter(|c| !c.is_closed()) else {
+                return Err(RecvError::Closed);
+            };
+            self.source = Source::started(&core, started);
+        }
         match &mut self.source {
+            Source::Starting { .. } => Err(RecvError::Closed),
             Source::Local(receiver) => receiver.recv().await.map_err(|e| match e {
                 broadcast::error::RecvError::Lagged(n) => RecvError::Lagged(n),
                 broadcast::error::RecvError::Closed => RecvError::Closed,
@@ -95,7 +131,7 @@ impl Subscription {
                     let Some(core) = core.upgrade().filter(|c| !c.is_closed()) else {
                         return Err(RecvError::Closed);
                     };
-                    match core.journal.follow(tail, ready) {
+                    match core.journal.follow(tail, ready).await {
                         Ok(true) => continue,
                         Ok(false) => {}
                         Err(e) => {
@@ -110,6 +146,28 @@ impl Subscription {
                     Some(()) = crate::journal::told_of_change(told) => {}
                 }
             },
+        }
+    }
+}
+
+impl Source {
+    /// What a subscription reads once the store said where a tail begins.
+    fn started(core: &Arc<Core>, started: crate::Result<Option<Tail>>) -> Source {
+        match started {
+            Ok(Some(tail)) => Source::Shared {
+                core: Arc::downgrade(core),
+                tail: Box::new(tail),
+                ready: VecDeque::new(),
+                told: core.journal.changes(crate::store::Told::Stops),
+            },
+            Ok(None) => Source::Local(core.journal.subscribe_events()),
+            Err(e) => {
+                // Answers `Closed` at once rather than never.
+                tracing::error!(error = %e, "could not begin following the journals; this subscription is closed");
+                let (sender, receiver) = broadcast::channel(1);
+                drop(sender);
+                Source::Local(receiver)
+            }
         }
     }
 }

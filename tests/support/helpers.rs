@@ -71,3 +71,20 @@ pub(crate) async fn until_status(run: &Instance, status: Status) {
     })
     .await;
 }
+
+/// Opens a sled store with `open`, retrying while it is locked: sled's I/O
+/// threads may hold the file lock a moment after the last handle on the
+/// store was dropped.
+pub(crate) async fn when_released<T>(
+    open: impl Fn() -> Result<T, saga_runtime::Error>,
+) -> Result<T, saga_runtime::Error> {
+    for _ in 0..100 {
+        match open() {
+            Err(saga_runtime::Error::StoreLocked { .. }) => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            other => return other,
+        }
+    }
+    open()
+}

@@ -3,8 +3,22 @@
 //! user sees is derived from these (`state::public_events`), so the on-disk
 //! format can grow without changing the API, and the other way round.
 //!
-//! Variants are only ever added at the end: bincode stores an enum's
-//! variant by its index.
+//! The rules for a new kind of record (child workflows, queues,
+//! schedules, patches and continue-as-new each bring some):
+//!
+//! - **Append only.** A new kind is a new variant at the end of [`Change`]
+//!   (bincode stores a variant by its index), with golden bytes in the
+//!   tests below, and [`Change::KINDS`] counts it. Existing variants, the
+//!   index `Summary`, `Status` and `StepError` never gain fields: a field
+//!   added there changes the bytes the release before reads.
+//! - **Not mine.** A release that meets a record past its last kind (or of
+//!   a newer format version) knows a newer release wrote it
+//!   ([`crate::codec::from_newer_release`]): it answers
+//!   `Error::NewerRelease` for the instance and leaves it alone, neither
+//!   running it nor parking it, and a worker of a store shared by workers
+//!   does not claim it (its row says which record kinds it needs). A
+//!   record that does not decode and is *not* of a newer kind is damage,
+//!   and parks the instance (see `fold`).
 //!
 //! [`EventKind`]: crate::history::EventKind
 
@@ -24,6 +38,12 @@ pub(crate) struct Entry {
     /// Milliseconds since the Unix epoch, on the engine's clock.
     pub(crate) at: u64,
     pub(crate) change: Change,
+}
+
+impl Change {
+    /// How many kinds of record this release knows: the variants below.
+    /// Append a variant, and this grows with it.
+    pub(crate) const KINDS: u32 = 27;
 }
 
 /// What changed. Slots are the durable calls of the workflow code, by call
@@ -187,6 +207,23 @@ mod tests {
         let back: Entry = decode_record(&bytes).expect("decodes");
         assert_eq!(encode_record(&back), bytes);
         bytes
+    }
+
+    /// The last variant is the last kind [`Change::KINDS`] counts: a
+    /// variant appended without counting it fails here.
+    #[test]
+    fn the_last_kind_of_record_is_counted() {
+        let last = bytes(Change::EventReceivedWithId {
+            event_type: "go".into(),
+            payload: Payload::Json(b"1".to_vec()),
+            event_id: "e".into(),
+        });
+        // The version, `at` (1000 as a varint: 251, 232, 3), then the kind.
+        assert_eq!(u32::from(last[4]), Change::KINDS - 1);
+        assert!(!crate::codec::from_newer_release(&last, 1, Change::KINDS));
+        let mut newer = last.clone();
+        newer[4] = Change::KINDS as u8;
+        assert!(crate::codec::from_newer_release(&newer, 1, Change::KINDS));
     }
 
     /// If this fails, journals written by earlier builds no longer read:

@@ -12,7 +12,7 @@
 
 use super::change::{Change, Entry};
 use super::state::{self, InstanceState};
-use crate::codec::decode_record;
+use crate::codec::{decode_record, from_newer_release};
 use crate::error::{Error, Result};
 use crate::failure::{Failure, FailureKind};
 use crate::history::EventKind;
@@ -50,6 +50,14 @@ impl Fold {
                 self.last_at = entry.at;
                 self.keep_blocked();
                 Ok((entry, kinds))
+            }
+            // Not damage: a newer release's record. Not ours to read, run
+            // or park (see `change`).
+            Err(detail) if from_newer_release(bytes, 1, Change::KINDS) => {
+                Err(Error::NewerRelease {
+                    id: id.to_owned(),
+                    detail: format!("journal record {seq} is of a kind it does not know: {detail}"),
+                })
             }
             Err(detail) if self.state.is_some() => {
                 tracing::error!(instance = %id, seq, detail = %detail, "a journal record is damaged; the instance is parked Blocked");

@@ -25,6 +25,12 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::{broadcast, watch};
 
 pub(crate) use change::{Change, End};
+
+/// How many kinds of journal record this release reads (see `change`):
+/// a store shared by workers leaves instances that need more to a worker
+/// of a newer release.
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+pub(crate) const RECORD_KINDS: u32 = Change::KINDS;
 pub(crate) use index::Summary;
 pub(crate) use state::{CompensationState, InstanceState, SlotKind, SlotRecord, SlotState};
 pub(crate) use tail::Tail;
@@ -58,6 +64,39 @@ struct Cached {
     loaded: Option<Loaded>,
     /// Kept in memory while a driver runs the instance.
     keep: bool,
+    /// Moves whenever `loaded` is let go: a load that began before is
+    /// stale, and is not installed.
+    epoch: u64,
+}
+
+impl Cached {
+    /// Lets go of the state (a write failed, the instance was removed):
+    /// the next call loads it again.
+    fn invalidate(&mut self) {
+        self.loaded = None;
+        self.epoch += 1;
+    }
+}
+
+/// A cache entry in use: while it is held the entry is not evicted, and
+/// when it goes (however the call ends, a dropped future included) the
+/// entry is evicted unless kept.
+struct Held<'a> {
+    journal: &'a Journal,
+    id: &'a str,
+    entry: Arc<Mutex<Cached>>,
+}
+
+impl Held<'_> {
+    fn cached(&self) -> std::sync::MutexGuard<'_, Cached> {
+        lock(&self.entry)
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.journal.evict_if_idle(self.id, 1);
+    }
 }
 
 struct Loaded {
@@ -101,16 +140,61 @@ impl Journal {
         self.ended.send_modify(|n| *n += 1);
     }
 
-    fn entry(&self, id: &str) -> Arc<Mutex<Cached>> {
-        lock(&self.cache).entry(id.to_owned()).or_default().clone()
+    /// The cache entry of `id`, held (see [`Held`]).
+    fn hold<'a>(&'a self, id: &'a str) -> Held<'a> {
+        let entry = lock(&self.cache).entry(id.to_owned()).or_default().clone();
+        Held {
+            journal: self,
+            id,
+            entry,
+        }
     }
 
-    /// Forgets the cached state of `id` unless it is kept or a writer holds
-    /// it (clones are made only under the map's lock, so the count is exact).
-    fn evict_if_idle(&self, id: &str) {
+    /// The cache entry of `id`, held, with the instance's state loaded
+    /// when it exists (`loaded` stays `None` when it does not). No lock is
+    /// held while the store answers: a load that a write or a removal
+    /// overtook is dropped and made again.
+    async fn hold_loaded<'a>(&'a self, id: &'a str) -> Result<Held<'a>> {
+        let held = self.hold(id);
+        loop {
+            let (loaded, epoch) = {
+                let cached = held.cached();
+                (cached.loaded.is_some(), cached.epoch)
+            };
+            if loaded {
+                return Ok(held);
+            }
+            let loaded = self.load(id).await?;
+            let mut cached = held.cached();
+            if cached.epoch == epoch {
+                if cached.loaded.is_none() {
+                    cached.loaded = loaded;
+                }
+                drop(cached);
+                return Ok(held);
+            }
+        }
+    }
+
+    /// Like [`Journal::hold_loaded`], for a caller that cannot wait: the
+    /// state of an instance a driver keeps is in memory; otherwise a
+    /// store that answers at once (sled) loads it, and one that would wait
+    /// (a server) is an error.
+    fn hold_loaded_now<'a>(&'a self, id: &'a str) -> Result<Held<'a>> {
+        crate::store::now_or_never(self.hold_loaded(id)).unwrap_or_else(|| {
+            Err(Error::Store(format!(
+                "the state of instance {id:?} is not in memory and the store cannot read it without waiting"
+            )))
+        })
+    }
+
+    /// Forgets the cached state of `id` unless it is kept or someone holds
+    /// it besides the `held` clones of the caller (clones are made only
+    /// under the map's lock, so the count is exact).
+    fn evict_if_idle(&self, id: &str, held: usize) {
         let mut cache = lock(&self.cache);
         if let Some(entry) = cache.get(id)
-            && Arc::strong_count(entry) == 1
+            && Arc::strong_count(entry) == 1 + held
             && !lock(entry).keep
         {
             cache.remove(id);
@@ -119,22 +203,17 @@ impl Journal {
 
     /// Keeps the state of `id` in memory (a driver runs it) or lets it go.
     pub(crate) fn keep(&self, id: &str, keep: bool) {
-        let entry = self.entry(id);
-        lock(&entry).keep = keep;
-        drop(entry);
-        if !keep {
-            self.evict_if_idle(id);
-        }
+        self.hold(id).cached().keep = keep;
     }
 
     /// Stores a new instance unless the id exists (`true` if it was new),
     /// then appends the change `then` decides on (given the state, and
-    /// whether it was just created) under the same lock, before any other
-    /// write of the instance: start-with-event stores the instance and its
-    /// event before a driver can run it. A new instance's state stays
-    /// cached when `keep` (a driver is about to run it), so the driver does
-    /// not fold its journal again.
-    pub(crate) fn create_then<R>(
+    /// whether it was just created) under the instance's lock, before any
+    /// other write of the instance: start-with-event stores the instance
+    /// and its event before a driver can run it. A new instance's state
+    /// stays cached when `keep` (a driver is about to run it), so the
+    /// driver does not fold its journal again.
+    pub(crate) async fn create_then<R>(
         &self,
         id: &str,
         workflow: &str,
@@ -142,23 +221,7 @@ impl Journal {
         keep: bool,
         then: impl FnOnce(&InstanceState, bool) -> Result<(Option<Change>, R)>,
     ) -> Result<(bool, R)> {
-        let entry = self.entry(id);
-        let result = self.create_locked(id, &entry, workflow, input, keep, then);
-        drop(entry);
-        self.evict_if_idle(id);
-        result
-    }
-
-    fn create_locked<R>(
-        &self,
-        id: &str,
-        entry: &Mutex<Cached>,
-        workflow: &str,
-        input: Payload,
-        keep: bool,
-        then: impl FnOnce(&InstanceState, bool) -> Result<(Option<Change>, R)>,
-    ) -> Result<(bool, R)> {
-        let mut cached = lock(entry);
+        let held = self.hold(id);
         let record = Entry {
             at: self.now_millis(),
             change: Change::Created {
@@ -172,54 +235,68 @@ impl Journal {
             return Err(corrupt(id, 0, "the first record made no instance".into()));
         };
         let summary = Summary::of(&state, 0);
-        let created = self.store.create(
-            id,
-            &summary.row(&encode_record(&summary)),
-            &encode_record(&record),
-        )?;
-        if created {
+        let created = self
+            .store
+            .create(
+                id,
+                &summary.row(&encode_record(&summary)),
+                &encode_record(&record),
+            )
+            .await?;
+        let held = if created {
+            let mut cached = held.cached();
             self.publish(id, &state, record.at, events);
-            cached.loaded = Some(Loaded { state, next_seq: 1 });
+            // A call that raced the create may have loaded it (and written
+            // to it) already: its state is the newer one.
+            if cached.loaded.is_none() {
+                cached.loaded = Some(Loaded { state, next_seq: 1 });
+            }
             cached.keep = keep;
-        }
+            drop(cached);
+            held
+        } else {
+            drop(held);
+            self.hold_loaded(id).await?
+        };
+        let mut cached = held.cached();
         let answer = self.write_cached(id, &mut cached, |state| then(state, created))?;
         Ok((created, answer))
     }
 
     /// Appends the change `f` decides on, given the instance's state, and
-    /// returns `f`'s answer. Writes of one instance are serialized.
-    pub(crate) fn write<R>(
+    /// returns `f`'s answer. Writes of one instance are serialized. Loads
+    /// the state first when it is not in memory, without holding a lock
+    /// (or a thread) while the store answers.
+    pub(crate) async fn write<R>(
         &self,
         id: &str,
         f: impl FnOnce(&InstanceState) -> Result<(Option<Change>, R)>,
     ) -> Result<R> {
-        let entry = self.entry(id);
-        let result = self.write_locked(id, &entry, f);
-        drop(entry);
-        self.evict_if_idle(id);
-        result
-    }
-
-    fn write_locked<R>(
-        &self,
-        id: &str,
-        entry: &Mutex<Cached>,
-        f: impl FnOnce(&InstanceState) -> Result<(Option<Change>, R)>,
-    ) -> Result<R> {
-        let mut cached = lock(entry);
+        let held = self.hold_loaded(id).await?;
+        let mut cached = held.cached();
         self.write_cached(id, &mut cached, f)
     }
 
-    /// The body of a write, under the instance's lock.
+    /// Like [`Journal::write`], from code that cannot wait: a driver
+    /// writing the instance it runs (and keeps in memory), a step's start
+    /// recorded when the step is called.
+    pub(crate) fn write_kept<R>(
+        &self,
+        id: &str,
+        f: impl FnOnce(&InstanceState) -> Result<(Option<Change>, R)>,
+    ) -> Result<R> {
+        let held = self.hold_loaded_now(id)?;
+        let mut cached = held.cached();
+        self.write_cached(id, &mut cached, f)
+    }
+
+    /// The body of a write, under the instance's lock, its state loaded.
     fn write_cached<R>(
         &self,
         id: &str,
         cached: &mut Cached,
         f: impl FnOnce(&InstanceState) -> Result<(Option<Change>, R)>,
     ) -> Result<R> {
-        if cached.loaded.is_none() {
-            cached.loaded = self.load(id)?;
-        }
         let Some(loaded) = cached.loaded.as_mut() else {
             return Err(Error::UnknownInstance { id: id.to_owned() });
         };
@@ -231,7 +308,7 @@ impl Journal {
         // the engine posts to it instead, so this is a guard: a write to
         // another's instance would fence this whole worker.
         if !self.store.owns(id) {
-            cached.loaded = None;
+            cached.invalidate();
             return Err(Error::ReadOnly {
                 what: format!(
                     "a write to instance {id:?}, which another worker drives (post to it instead)"
@@ -262,7 +339,7 @@ impl Journal {
         let events = match applied {
             Ok(events) => events,
             Err(e) => {
-                cached.loaded = None;
+                cached.invalidate();
                 return Err(corrupt(id, seq, e));
             }
         };
@@ -278,7 +355,7 @@ impl Journal {
                 .append_indexed(id, seq, &bytes, &summary.row(&encode_record(&summary)))
         };
         if let Err(e) = written {
-            cached.loaded = None;
+            cached.invalidate();
             return Err(e);
         }
         loaded.next_seq = seq + 1;
@@ -292,9 +369,10 @@ impl Journal {
         Ok(answer)
     }
 
-    /// Appends `change` unconditionally.
-    pub(crate) fn append(&self, id: &str, change: Change) -> Result<()> {
-        self.write(id, |_| Ok((Some(change), ())))
+    /// Appends `change` unconditionally, to an instance a driver keeps
+    /// (see [`Journal::write_kept`]).
+    pub(crate) fn append_kept(&self, id: &str, change: Change) -> Result<()> {
+        self.write_kept(id, |_| Ok((Some(change), ())))
     }
 
     /// Hands a write to the flusher: its events reach subscribers once it
@@ -358,27 +436,27 @@ impl Journal {
     /// Takes ownership of instances whose worker is gone (see
     /// [`Store::claim`]); their index entries are brought up to date, as
     /// on open, since their worker may have died between the two writes.
-    pub(crate) fn claim(&self, workflows: &[&str], limit: usize) -> Result<Vec<String>> {
-        let claimed = self.store.claim(workflows, limit)?;
+    pub(crate) async fn claim(&self, workflows: &[&str], limit: usize) -> Result<Vec<String>> {
+        let claimed = self.store.claim(workflows, limit).await?;
         for id in &claimed {
-            self.refresh_index(id);
+            self.refresh_index(id).await;
         }
         Ok(claimed)
     }
 
     /// Posts an intent for `id` (see `intent`).
-    pub(crate) fn post(&self, id: &str, intent: &[u8]) -> Result<()> {
-        self.store.post(id, intent)
+    pub(crate) async fn post(&self, id: &str, intent: &[u8]) -> Result<()> {
+        self.store.post(id, intent).await
     }
 
     /// Posted intents waiting, oldest first.
-    pub(crate) fn posts(&self, limit: usize) -> Result<Vec<(i64, String, Vec<u8>)>> {
-        self.store.posts(limit)
+    pub(crate) async fn posts(&self, limit: usize) -> Result<Vec<(i64, String, Vec<u8>)>> {
+        self.store.posts(limit).await
     }
 
     /// Removes post `n`, acted on.
-    pub(crate) fn done_post(&self, n: i64) -> Result<()> {
-        self.store.done_post(n)
+    pub(crate) async fn done_post(&self, n: i64) -> Result<()> {
+        self.store.done_post(n).await
     }
 
     /// Whether the store refuses writes (a reader's).
@@ -393,8 +471,8 @@ impl Journal {
     }
 
     /// A copy of the state of `id`, or `None` when there is no such instance.
-    pub(crate) fn state(&self, id: &str) -> Result<Option<InstanceState>> {
-        match self.read(id, InstanceState::clone) {
+    pub(crate) async fn state(&self, id: &str) -> Result<Option<InstanceState>> {
+        match self.read(id, InstanceState::clone).await {
             Ok(state) => Ok(Some(state)),
             Err(Error::UnknownInstance { .. }) => Ok(None),
             Err(e) => Err(e),
@@ -403,24 +481,20 @@ impl Journal {
 
     /// Reads `f` of the state without copying it all. The state loaded for
     /// it stays cached when the instance is kept (a driver runs it).
-    pub(crate) fn read<R>(&self, id: &str, f: impl FnOnce(&InstanceState) -> R) -> Result<R> {
-        let entry = self.entry(id);
-        let result = self.read_locked(id, &entry, f);
-        drop(entry);
-        self.evict_if_idle(id);
-        result
+    pub(crate) async fn read<R>(&self, id: &str, f: impl FnOnce(&InstanceState) -> R) -> Result<R> {
+        let held = self.hold_loaded(id).await?;
+        let cached = held.cached();
+        match &cached.loaded {
+            Some(loaded) => Ok(f(&loaded.state)),
+            None => Err(Error::UnknownInstance { id: id.to_owned() }),
+        }
     }
 
-    fn read_locked<R>(
-        &self,
-        id: &str,
-        entry: &Mutex<Cached>,
-        f: impl FnOnce(&InstanceState) -> R,
-    ) -> Result<R> {
-        let mut cached = lock(entry);
-        if cached.loaded.is_none() {
-            cached.loaded = self.load(id)?;
-        }
+    /// Like [`Journal::read`], from code that cannot wait (see
+    /// [`Journal::write_kept`]).
+    pub(crate) fn read_kept<R>(&self, id: &str, f: impl FnOnce(&InstanceState) -> R) -> Result<R> {
+        let held = self.hold_loaded_now(id)?;
+        let cached = held.cached();
         match &cached.loaded {
             Some(loaded) => Ok(f(&loaded.state)),
             None => Err(Error::UnknownInstance { id: id.to_owned() }),
@@ -437,40 +511,44 @@ impl Journal {
         id: &str,
         f: impl FnOnce(&InstanceState) -> R,
     ) -> Result<R> {
-        let entry = self.entry(id);
-        let read = self.read_locked(id, &entry, f);
-        let ticket = self.flusher.latest_ticket();
-        drop(entry);
-        self.evict_if_idle(id);
+        let (read, ticket) = {
+            let held = self.hold_loaded(id).await?;
+            let cached = held.cached();
+            let read = match &cached.loaded {
+                Some(loaded) => Ok(f(&loaded.state)),
+                None => Err(Error::UnknownInstance { id: id.to_owned() }),
+            };
+            (read, self.flusher.latest_ticket())
+        };
         let read = read?;
         self.flusher.durable(ticket).await?;
-        self.settle_unless_owned(id)?;
+        self.settle_unless_owned(id).await?;
         Ok(read)
     }
 
     /// An instance another process writes may show a commit that is not
     /// yet durable: the store makes it so before a user sees it.
-    fn settle_unless_owned(&self, id: &str) -> Result<()> {
+    async fn settle_unless_owned(&self, id: &str) -> Result<()> {
         if self.store.owns(id) {
             return Ok(());
         }
-        self.store.settle()
+        self.store.settle().await
     }
 
     /// The history of `id`, as users see it.
     /// Answers once all it shows is durable (see [`Journal::read_durable`]).
     pub(crate) async fn history(&self, id: &str) -> Result<Vec<Event>> {
-        let entry = self.entry(id);
-        let records = {
-            let _writes = lock(&entry);
-            self.store.journal(id)
-        };
+        let held = self.hold(id);
+        let records = self.store.journal(id).await;
+        // A write that the read saw took its ticket under the instance's
+        // lock: once the lock was free after the read, the latest ticket
+        // covers it.
+        drop(held.cached());
         let ticket = self.flusher.latest_ticket();
-        drop(entry);
-        self.evict_if_idle(id);
+        drop(held);
         let history = self.fold_history(id, records?)?;
         self.flusher.durable(ticket).await?;
-        self.settle_unless_owned(id)?;
+        self.settle_unless_owned(id).await?;
         Ok(history)
     }
 
@@ -500,10 +578,10 @@ impl Journal {
     /// Folds the journal of `id` from the store. A journal without its
     /// first record is no instance: a removal (which deletes from record 0
     /// on) cut short.
-    fn load(&self, id: &str) -> Result<Option<Loaded>> {
+    async fn load(&self, id: &str) -> Result<Option<Loaded>> {
         let mut fold = fold::Fold::default();
         let mut next_seq = 0;
-        let journal = self.store.journal(id)?;
+        let journal = self.store.journal(id).await?;
         if journal.first().is_none_or(|(seq, _)| *seq != 0) {
             return Ok(None);
         }
@@ -537,14 +615,14 @@ impl Journal {
 
     /// The summaries of every instance, in id order; the state of an
     /// instance cached here wins over its (possibly lagging) summary.
-    pub(crate) fn summaries(&self) -> Result<Vec<(String, Result<Summary>)>> {
-        self.summaries_where(None, None)
+    pub(crate) async fn summaries(&self) -> Result<Vec<(String, Result<Summary>)>> {
+        self.summaries_where(None, None).await
     }
 
     /// Like [`Journal::summaries`], of the instances that may be in
     /// `status` and run `workflow` (`None`: any): the store may leave out
     /// the others, and the caller filters what it answers again.
-    pub(crate) fn summaries_where(
+    pub(crate) async fn summaries_where(
         &self,
         status: Option<Status>,
         workflow: Option<&str>,
@@ -552,7 +630,8 @@ impl Journal {
         let mut out = Vec::new();
         let entries = self
             .store
-            .index_entries_where(status.map(Status::label), workflow)?;
+            .index_entries_where(status.map(Status::label), workflow)
+            .await?;
         for (id, bytes) in entries {
             let entry = lock(&self.cache).get(&id).cloned();
             let cached = entry.and_then(|entry| {
@@ -577,35 +656,29 @@ impl Journal {
     /// instance this worker just claimed: its entry may lag its journal,
     /// and a state the records do not say alone (a damaged record parked
     /// it) shows in `list()` too.
-    pub(crate) fn refresh_index(&self, id: &str) {
-        let entry = self.entry(id);
-        let mut cached = lock(&entry);
-        if cached.loaded.is_none() {
-            match self.load(id) {
-                Ok(loaded) => cached.loaded = loaded,
-                Err(e) => {
-                    tracing::warn!(instance = %id, error = %e, "could not refresh an index entry");
-                    return;
-                }
+    pub(crate) async fn refresh_index(&self, id: &str) {
+        let held = match self.hold_loaded(id).await {
+            Ok(held) => held,
+            Err(e) => {
+                tracing::warn!(instance = %id, error = %e, "could not refresh an index entry");
+                return;
             }
-        }
+        };
+        let cached = held.cached();
         if let Some(loaded) = &cached.loaded
             && let Err(e) = self.put_summary(id, &loaded.state, loaded.next_seq)
         {
             tracing::warn!(instance = %id, error = %e, "could not refresh an index entry");
         }
-        drop(cached);
-        drop(entry);
-        self.evict_if_idle(id);
     }
 
     /// On open: makes the index agree with the journals. An entry whose
     /// journal lags or leads it is rebuilt from the journal; one without a
     /// journal (a create or a removal cut short) is removed.
-    pub(crate) fn repair_index(&self) -> Result<usize> {
+    pub(crate) async fn repair_index(&self) -> Result<usize> {
         let mut repaired = 0;
-        for (id, bytes) in self.store.index_entries()? {
-            let last = self.store.last_seq(&id)?;
+        for (id, bytes) in self.store.index_entries().await? {
+            let last = self.store.last_seq(&id).await?;
             let summary = decode_record::<Summary>(&bytes).ok();
             match last {
                 None => {
@@ -613,7 +686,7 @@ impl Journal {
                     repaired += 1;
                 }
                 Some(last) if summary.is_none_or(|s| s.last_seq != last) => {
-                    match self.load(&id) {
+                    match self.load(&id).await {
                         Ok(Some(loaded)) => {
                             self.put_summary(&id, &loaded.state, loaded.next_seq)?
                         }
@@ -632,35 +705,29 @@ impl Journal {
 
     /// Removes an instance, journal and all, when `f` says so, deciding
     /// under the instance's write lock (nothing writes in between).
-    pub(crate) fn remove_if(
+    pub(crate) async fn remove_if(
         &self,
         id: &str,
         f: impl FnOnce(&InstanceState) -> bool,
     ) -> Result<bool> {
-        let entry = self.entry(id);
-        let mut cached = lock(&entry);
-        if cached.loaded.is_none() {
-            cached.loaded = self.load(id)?;
-        }
+        let held = self.hold_loaded(id).await?;
+        let mut cached = held.cached();
         let remove = cached.loaded.as_ref().is_some_and(|l| f(&l.state));
         if remove {
             self.store.remove(id)?;
-            cached.loaded = None;
+            cached.invalidate();
             cached.keep = false;
         }
-        drop(cached);
-        drop(entry);
-        self.evict_if_idle(id);
         Ok(remove)
     }
 
     /// Upgrades a store of the first release: each instance becomes one
     /// `Imported` record, then the old trees go.
-    pub(crate) fn import_legacy(&self, store: &crate::store::SledStore) -> Result<usize> {
+    pub(crate) async fn import_legacy(&self, store: &crate::store::SledStore) -> Result<usize> {
         let instances = store.legacy_instances()?;
         let mut imported = 0;
         for legacy in &instances {
-            if self.store.last_seq(&legacy.id)?.is_some() {
+            if self.store.last_seq(&legacy.id).await?.is_some() {
                 continue;
             }
             let record = legacy::import(legacy).map_err(|detail| Error::Corrupt {
@@ -675,11 +742,13 @@ impl Journal {
             state::apply(&mut state, 0, &entry).map_err(|e| corrupt(&legacy.id, 0, e))?;
             let Some(state) = state else { continue };
             let summary = Summary::of(&state, 0);
-            self.store.create(
-                &legacy.id,
-                &summary.row(&encode_record(&summary)),
-                &encode_record(&entry),
-            )?;
+            self.store
+                .create(
+                    &legacy.id,
+                    &summary.row(&encode_record(&summary)),
+                    &encode_record(&entry),
+                )
+                .await?;
             imported += 1;
         }
         if !instances.is_empty() {

@@ -23,7 +23,11 @@ const BATCH: usize = 512;
 
 /// A tail of every journal, and where each instance it met stands.
 pub(crate) struct Tail {
+    /// Where the next read of the store begins.
     position: TailPosition,
+    /// Records read and not yet folded: a call dropped while it folds one
+    /// (reading what came before it) leaves it here for the next.
+    unfolded: VecDeque<(String, u64, Vec<u8>)>,
     instances: HashMap<String, Followed>,
 }
 
@@ -38,31 +42,39 @@ struct Followed {
 impl Journal {
     /// A tail from now, or `None` when this engine tells its subscribers
     /// itself (it writes every record of its store).
-    pub(crate) fn tail(&self) -> Result<Option<Tail>> {
-        Ok(self.store.tail_start()?.map(|position| Tail {
+    pub(crate) async fn tail(&self) -> Result<Option<Tail>> {
+        Ok(self.store.tail_start().await?.map(|position| Tail {
             position,
+            unfolded: VecDeque::new(),
             instances: HashMap::new(),
         }))
     }
 
     /// Reads what was written after the tail's position, appending its
     /// events to `out`; answers whether there was any.
-    pub(crate) fn follow(&self, tail: &mut Tail, out: &mut VecDeque<Event>) -> Result<bool> {
-        let (records, position) = self.store.tail(&tail.position, BATCH)?;
-        let any = !records.is_empty();
-        for (id, seq, bytes) in records {
+    ///
+    /// Cancel safe: a call dropped at an await loses and repeats nothing.
+    pub(crate) async fn follow(&self, tail: &mut Tail, out: &mut VecDeque<Event>) -> Result<bool> {
+        if tail.unfolded.is_empty() {
+            let (records, position) = self.store.tail(&tail.position, BATCH).await?;
+            tail.unfolded.extend(records);
+            tail.position = position;
+        }
+        let any = !tail.unfolded.is_empty();
+        while let Some((id, seq, bytes)) = tail.unfolded.front() {
+            let (id, seq, bytes) = (id.clone(), *seq, bytes.clone());
             // A journal that does not fold is left out, not read again:
             // every call on it says why (`Error::Corrupt`).
-            if let Err(e) = self.follow_record(tail, &id, seq, &bytes, out) {
+            if let Err(e) = self.follow_record(tail, &id, seq, &bytes, out).await {
                 tracing::warn!(instance = %id, seq, error = %e, "a subscriber skips a record it cannot fold");
                 tail.instances.remove(&id);
             }
+            tail.unfolded.pop_front();
         }
-        tail.position = position;
         Ok(any)
     }
 
-    fn follow_record(
+    async fn follow_record(
         &self,
         tail: &mut Tail,
         id: &str,
@@ -72,7 +84,7 @@ impl Journal {
     ) -> Result<()> {
         if tail.instances.get(id).is_none_or(|f| f.next_seq != seq) {
             // First met (or met again) here: fold what came before.
-            match self.followed_until(id, seq)? {
+            match self.followed_until(id, seq).await? {
                 Some(followed) => tail.instances.insert(id.to_owned(), followed),
                 // Removed since (retention): nothing to tell.
                 None => return Ok(()),
@@ -105,11 +117,11 @@ impl Journal {
 
     /// The fold of `id`'s records before `seq`, with the count of events
     /// they made; `None` when the instance is gone.
-    fn followed_until(&self, id: &str, seq: u64) -> Result<Option<Followed>> {
+    async fn followed_until(&self, id: &str, seq: u64) -> Result<Option<Followed>> {
         let mut fold = Fold::default();
         let mut events = 0;
         let mut next_seq = 0;
-        for (s, bytes) in self.store.journal(id)? {
+        for (s, bytes) in self.store.journal(id).await? {
             if s >= seq {
                 break;
             }

@@ -2,15 +2,19 @@
 //! (`tests/store_conformance.rs` runs it against sled; a server-backed
 //! store runs it against its own).
 
-use super::{IndexRow, Store};
+use super::{IndexRow, Store, StoreFuture};
 
 /// One check: `Ok(Err(violation))` when the store breaks the contract.
-type Check = fn(&dyn Store) -> crate::Result<Result<(), String>>;
+type Check = for<'a> fn(&'a dyn Store) -> StoreFuture<'a, Result<(), String>>;
 
 /// Runs the suite against stores made by `fresh` (each call an empty
 /// store). Returns every violation found, or `Ok` when there is none.
 #[doc(hidden)]
-pub fn run_conformance_suite<S: Store>(fresh: impl Fn() -> S) -> Result<(), Vec<String>> {
+pub async fn run_conformance_suite<S, Fresh>(fresh: impl Fn() -> Fresh) -> Result<(), Vec<String>>
+where
+    S: Store,
+    Fresh: std::future::Future<Output = S>,
+{
     let mut violations = Vec::new();
     let checks: [(&str, Check); 6] = [
         ("create is once per id", create_is_once_per_id),
@@ -30,8 +34,8 @@ pub fn run_conformance_suite<S: Store>(fresh: impl Fn() -> S) -> Result<(), Vec<
         ),
     ];
     for (name, check) in checks {
-        let store = fresh();
-        match check(&store) {
+        let store = fresh().await;
+        match check(&store).await {
             Ok(Ok(())) => {}
             Ok(Err(violation)) => violations.push(format!("{name}: {violation}")),
             Err(e) => violations.push(format!("{name}: the store failed: {e}")),
@@ -52,103 +56,118 @@ fn expect(ok: bool, what: impl FnOnce() -> String) -> Result<(), String> {
     if ok { Ok(()) } else { Err(what()) }
 }
 
-fn create_is_once_per_id(store: &dyn Store) -> crate::Result<Result<(), String>> {
-    let first = store.create("a", &row(b"index-1"), b"record-1")?;
-    let second = store.create("a", &row(b"index-2"), b"record-2")?;
-    store.flush()?;
-    let journal = store.journal("a")?;
-    let index = store.index("a")?;
-    Ok(expect(first && !second, || {
-        format!("create answered {first} then {second}, expected true then false")
+fn create_is_once_per_id(store: &dyn Store) -> StoreFuture<'_, Result<(), String>> {
+    Box::pin(async move {
+        let first = store.create("a", &row(b"index-1"), b"record-1").await?;
+        let second = store.create("a", &row(b"index-2"), b"record-2").await?;
+        store.flush()?;
+        let journal = store.journal("a").await?;
+        let index = store.index("a").await?;
+        Ok(expect(first && !second, || {
+            format!("create answered {first} then {second}, expected true then false")
+        })
+        .and(expect(journal == [(0, b"record-1".to_vec())], || {
+            format!("journal after two creates: {journal:?}")
+        }))
+        .and(expect(
+            index.as_deref() == Some(b"index-1".as_slice()),
+            || format!("index after two creates: {index:?}"),
+        )))
     })
-    .and(expect(journal == [(0, b"record-1".to_vec())], || {
-        format!("journal after two creates: {journal:?}")
-    }))
-    .and(expect(
-        index.as_deref() == Some(b"index-1".as_slice()),
-        || format!("index after two creates: {index:?}"),
-    )))
 }
 
-fn appends_read_back_in_order(store: &dyn Store) -> crate::Result<Result<(), String>> {
-    store.create("a", &row(b"i"), b"r0")?;
-    for seq in 1..300u64 {
-        store.append("a", seq, format!("r{seq}").as_bytes())?;
-    }
-    store.flush()?;
-    let journal = store.journal("a")?;
-    let last = store.last_seq("a")?;
-    let in_order = journal
-        .iter()
-        .enumerate()
-        .all(|(i, (seq, bytes))| *seq == i as u64 && *bytes == format!("r{i}").into_bytes());
-    Ok(expect(journal.len() == 300 && in_order, || {
-        format!("{} records, in order: {in_order}", journal.len())
-    })
-    .and(expect(last == Some(299), || {
-        format!("last_seq {last:?}, expected 299")
-    }))
-    .and(expect(store.last_seq("nobody")?.is_none(), || {
-        "last_seq of an unknown id is not None".into()
-    })))
-}
-
-fn prefixes_stay_apart(store: &dyn Store) -> crate::Result<Result<(), String>> {
-    for id in ["a", "a-1", "a_", "ab", "b"] {
-        store.create(id, &row(id.as_bytes()), id.as_bytes())?;
-        store.append(id, 1, id.as_bytes())?;
-    }
-    for id in ["a", "a-1", "a_", "ab", "b"] {
-        let journal = store.journal(id)?;
-        if journal.len() != 2 || journal.iter().any(|(_, r)| r != id.as_bytes()) {
-            return Ok(Err(format!("journal of {id:?} is {journal:?}")));
+fn appends_read_back_in_order(store: &dyn Store) -> StoreFuture<'_, Result<(), String>> {
+    Box::pin(async move {
+        store.create("a", &row(b"i"), b"r0").await?;
+        for seq in 1..300u64 {
+            store.append("a", seq, format!("r{seq}").as_bytes())?;
         }
-    }
-    Ok(Ok(()))
+        store.flush()?;
+        let journal = store.journal("a").await?;
+        let last = store.last_seq("a").await?;
+        let in_order = journal
+            .iter()
+            .enumerate()
+            .all(|(i, (seq, bytes))| *seq == i as u64 && *bytes == format!("r{i}").into_bytes());
+        Ok(expect(journal.len() == 300 && in_order, || {
+            format!("{} records, in order: {in_order}", journal.len())
+        })
+        .and(expect(last == Some(299), || {
+            format!("last_seq {last:?}, expected 299")
+        }))
+        .and(expect(store.last_seq("nobody").await?.is_none(), || {
+            "last_seq of an unknown id is not None".into()
+        })))
+    })
 }
 
-fn index_holds_summaries(store: &dyn Store) -> crate::Result<Result<(), String>> {
-    store.create("b", &row(b"b0"), b"r")?;
-    store.create("a", &row(b"a0"), b"r")?;
-    store.put_index("a", &row(b"a1"))?;
-    let entries = store.index_entries()?;
-    Ok(expect(
-        entries
-            == [
-                ("a".to_owned(), b"a1".to_vec()),
-                ("b".to_owned(), b"b0".to_vec()),
-            ],
-        || format!("index entries {entries:?}"),
-    ))
+fn prefixes_stay_apart(store: &dyn Store) -> StoreFuture<'_, Result<(), String>> {
+    Box::pin(async move {
+        for id in ["a", "a-1", "a_", "ab", "b"] {
+            store.create(id, &row(id.as_bytes()), id.as_bytes()).await?;
+            store.append(id, 1, id.as_bytes())?;
+        }
+        for id in ["a", "a-1", "a_", "ab", "b"] {
+            let journal = store.journal(id).await?;
+            if journal.len() != 2 || journal.iter().any(|(_, r)| r != id.as_bytes()) {
+                return Ok(Err(format!("journal of {id:?} is {journal:?}")));
+            }
+        }
+        Ok(Ok(()))
+    })
 }
 
-fn remove_takes_everything(store: &dyn Store) -> crate::Result<Result<(), String>> {
-    store.create("a", &row(b"i"), b"r0")?;
-    store.append("a", 1, b"r1")?;
-    store.create("ab", &row(b"i"), b"r0")?;
-    store.remove("a")?;
-    store.flush()?;
-    Ok(
-        expect(store.journal("a")?.is_empty(), || "journal kept".into())
-            .and(expect(store.index("a")?.is_none(), || "index kept".into()))
-            .and(expect(store.journal("ab")?.len() == 1, || {
-                "removing \"a\" touched \"ab\"".into()
-            }))
-            .and(expect(store.create("a", &row(b"i"), b"again")?, || {
-                "a removed id cannot be created again".into()
-            })),
-    )
+fn index_holds_summaries(store: &dyn Store) -> StoreFuture<'_, Result<(), String>> {
+    Box::pin(async move {
+        store.create("b", &row(b"b0"), b"r").await?;
+        store.create("a", &row(b"a0"), b"r").await?;
+        store.put_index("a", &row(b"a1"))?;
+        let entries = store.index_entries().await?;
+        Ok(expect(
+            entries
+                == [
+                    ("a".to_owned(), b"a1".to_vec()),
+                    ("b".to_owned(), b"b0".to_vec()),
+                ],
+            || format!("index entries {entries:?}"),
+        ))
+    })
 }
 
-fn create_cut_short_is_taken_over(store: &dyn Store) -> crate::Result<Result<(), String>> {
-    // An index entry without a journal, as a crash between the two leaves.
-    store.put_index("a", &row(b"stale"))?;
-    let created = store.create("a", &row(b"fresh"), b"r0")?;
-    let index = store.index("a")?;
-    Ok(
-        expect(created, || "create refused an id with no journal".into()).and(expect(
-            index.as_deref() == Some(b"fresh".as_slice()),
-            || format!("index {index:?}"),
-        )),
-    )
+fn remove_takes_everything(store: &dyn Store) -> StoreFuture<'_, Result<(), String>> {
+    Box::pin(async move {
+        store.create("a", &row(b"i"), b"r0").await?;
+        store.append("a", 1, b"r1")?;
+        store.create("ab", &row(b"i"), b"r0").await?;
+        store.remove("a")?;
+        store.flush()?;
+        Ok(expect(store.journal("a").await?.is_empty(), || {
+            "journal kept".into()
+        })
+        .and(expect(store.index("a").await?.is_none(), || {
+            "index kept".into()
+        }))
+        .and(expect(store.journal("ab").await?.len() == 1, || {
+            "removing \"a\" touched \"ab\"".into()
+        }))
+        .and(expect(
+            store.create("a", &row(b"i"), b"again").await?,
+            || "a removed id cannot be created again".into(),
+        )))
+    })
+}
+
+fn create_cut_short_is_taken_over(store: &dyn Store) -> StoreFuture<'_, Result<(), String>> {
+    Box::pin(async move {
+        // An index entry without a journal, as a crash between the two leaves.
+        store.put_index("a", &row(b"stale"))?;
+        let created = store.create("a", &row(b"fresh"), b"r0").await?;
+        let index = store.index("a").await?;
+        Ok(
+            expect(created, || "create refused an id with no journal".into()).and(expect(
+                index.as_deref() == Some(b"fresh".as_slice()),
+                || format!("index {index:?}"),
+            )),
+        )
+    })
 }

@@ -34,7 +34,51 @@ pub use postgres::{PgOptions, PgStore};
 pub use sled_store::SledStore;
 pub(crate) use sled_store::{LegacyInstance, wait_until_released};
 
+use std::future::Future;
+use std::pin::Pin;
+
 use crate::error::Result;
+
+/// What a store call that may wait for a server answers: a future that
+/// async code awaits, so a slow database parks no thread of the
+/// application's runtime. A store of one process answers at once
+/// ([`answered`]).
+#[doc(hidden)]
+pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T>> + Send + 'a>>;
+
+/// A [`StoreFuture`] that is ready: a store that answers without waiting.
+#[doc(hidden)]
+pub fn answered<'a, T: Send + 'a>(answer: Result<T>) -> StoreFuture<'a, T> {
+    Box::pin(std::future::ready(answer))
+}
+
+/// The answer of a future that is ready at its first poll, for callers
+/// that cannot wait (opening a sled store): `None` when it would wait.
+pub(crate) fn now_or_never<F: Future>(future: F) -> Option<F::Output> {
+    let mut future = std::pin::pin!(future);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match future.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(answer) => Some(answer),
+        std::task::Poll::Pending => None,
+    }
+}
+
+/// Runs `work` to its end now when it needs no wait (a store of one
+/// process answers at once: the caller sees its effect on return), or
+/// else in a task on `runtime`, from where it stopped: a sync caller never
+/// waits for a server.
+pub(crate) fn now_or_spawn(
+    runtime: &tokio::runtime::Handle,
+    work: impl Future<Output = ()> + Send + 'static,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let _entered = runtime.enter();
+    let mut work = Box::pin(work);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match work.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(()) => None,
+        std::task::Poll::Pending => Some(runtime.spawn(work)),
+    }
+}
 
 /// An instance's index entry: its encoded summary, and the facts a store
 /// shared by workers keeps in columns of their own (to claim an unowned
@@ -90,8 +134,15 @@ pub enum Told {
     Stops,
 }
 
-/// Durable storage of journals and the index. Not yet a stable API: a
-/// server-backed store will reshape it (async calls).
+/// Durable storage of journals and the index. Not yet a stable API.
+///
+/// Reads, and the calls whose answer the engine needs before it goes on
+/// (`create`, `claim`, posts), return a [`StoreFuture`]: a server-backed
+/// store awaits its server there, and no thread waits. Writes are queued
+/// by a synchronous call, in call order (a step's start is recorded when
+/// the step is called, before any `.await`), and are durable once a flush
+/// after them returns; [`Store::flush`] blocks, and the engine calls it on
+/// a thread of its own.
 ///
 /// A store shared by workers (PostgreSQL) gives each instance an owner:
 /// the worker that created or claimed it, the only one that writes its
@@ -102,7 +153,12 @@ pub trait Store: Send + Sync + 'static {
     /// exists; `true` when it was created (and is then this worker's).
     /// Also stores its first index entry, before the record (or with it),
     /// so the index never misses an instance.
-    fn create(&self, id: &str, index: &IndexRow<'_>, record: &[u8]) -> Result<bool>;
+    fn create<'a>(
+        &'a self,
+        id: &'a str,
+        index: &'a IndexRow<'_>,
+        record: &'a [u8],
+    ) -> StoreFuture<'a, bool>;
     /// Appends record `seq` to the journal of `id`: one write.
     fn append(&self, id: &str, seq: u64, record: &[u8]) -> Result<()>;
     /// Appends record `seq` and replaces the index entry it changed, in
@@ -124,25 +180,25 @@ pub trait Store: Send + Sync + 'static {
         Ok(())
     }
     /// The journal of `id`, in order; empty when there is none.
-    fn journal(&self, id: &str) -> Result<Vec<(u64, Vec<u8>)>>;
+    fn journal<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Vec<(u64, Vec<u8>)>>;
     /// The sequence number of the last record of `id`'s journal.
-    fn last_seq(&self, id: &str) -> Result<Option<u64>>;
+    fn last_seq<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<u64>>;
     /// Replaces the index entry of `id` (on a shared store, only while
     /// this worker owns it: derived data, so otherwise it does nothing).
     fn put_index(&self, id: &str, index: &IndexRow<'_>) -> Result<()>;
     /// The index summary of `id`.
-    fn index(&self, id: &str) -> Result<Option<Vec<u8>>>;
+    fn index<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<Vec<u8>>>;
     /// Every index entry, in id order.
-    fn index_entries(&self) -> Result<Vec<(String, Vec<u8>)>>;
+    fn index_entries(&self) -> StoreFuture<'_, Vec<(String, Vec<u8>)>>;
     /// The index entries that may have `status` and `workflow` (`None`:
     /// any), in id order: a store that keeps them in indexed columns
     /// leaves the others out; any store may answer more (the engine
     /// filters again).
-    fn index_entries_where(
-        &self,
-        _status: Option<&str>,
-        _workflow: Option<&str>,
-    ) -> Result<Vec<(String, Vec<u8>)>> {
+    fn index_entries_where<'a>(
+        &'a self,
+        _status: Option<&'a str>,
+        _workflow: Option<&'a str>,
+    ) -> StoreFuture<'a, Vec<(String, Vec<u8>)>> {
         self.index_entries()
     }
     /// Removes an instance: its journal first, then its index entry (so a
@@ -154,8 +210,8 @@ pub trait Store: Send + Sync + 'static {
     /// Blocks until every write this engine has read so far is durable,
     /// when other processes write the store too (their writes may be
     /// visible before they are durable); a no-op otherwise.
-    fn settle(&self) -> Result<()> {
-        Ok(())
+    fn settle(&self) -> StoreFuture<'_, ()> {
+        answered(Ok(()))
     }
     /// The engine is done with the store (its last flush ran): a store
     /// shared by workers lets another take over now. Later calls fail.
@@ -174,14 +230,18 @@ pub trait Store: Send + Sync + 'static {
     /// Where a tail of every journal begins now, on a store whose journals
     /// other processes write too (`None`: this engine writes every record
     /// it stores, and tells its subscribers itself).
-    fn tail_start(&self) -> Result<Option<TailPosition>> {
-        Ok(None)
+    fn tail_start(&self) -> StoreFuture<'_, Option<TailPosition>> {
+        answered(Ok(None))
     }
     /// Up to `limit` records of any instance after `from`, in an order
     /// that later records never come before (so a tail loses and repeats
     /// none), each durable; and the position after the last.
-    fn tail(&self, from: &TailPosition, _limit: usize) -> Result<(TailRecords, TailPosition)> {
-        Ok((Vec::new(), from.clone()))
+    fn tail<'a>(
+        &'a self,
+        from: &'a TailPosition,
+        _limit: usize,
+    ) -> StoreFuture<'a, (TailRecords, TailPosition)> {
+        answered(Ok((Vec::new(), from.clone())))
     }
     /// A count that moves when another process may have changed `what`
     /// this engine waits for, on a store that can tell; waiters look again
@@ -199,24 +259,28 @@ pub trait Store: Send + Sync + 'static {
     /// have none alive (their worker died or let go), of the `workflows`
     /// this engine runs, and returns their ids. Only a shared store has
     /// any.
-    fn claim(&self, _workflows: &[&str], _limit: usize) -> Result<Vec<String>> {
-        Ok(Vec::new())
+    fn claim<'a>(
+        &'a self,
+        _workflows: &'a [&'a str],
+        _limit: usize,
+    ) -> StoreFuture<'a, Vec<String>> {
+        answered(Ok(Vec::new()))
     }
     /// Posts an intent for instance `id` (an event, a control call) to the
     /// inbox of the worker that drives it, durably. Readers may post.
-    fn post(&self, _id: &str, _intent: &[u8]) -> Result<()> {
-        Err(crate::error::Error::ReadOnly {
+    fn post<'a>(&'a self, _id: &'a str, _intent: &'a [u8]) -> StoreFuture<'a, ()> {
+        answered(Err(crate::error::Error::ReadOnly {
             what: "posting to another process (this store has no inbox)".into(),
-        })
+        }))
     }
     /// Up to `limit` posted intents for the instances this worker owns,
     /// oldest first: number, instance, intent.
-    fn posts(&self, _limit: usize) -> Result<Vec<(i64, String, Vec<u8>)>> {
-        Ok(Vec::new())
+    fn posts(&self, _limit: usize) -> StoreFuture<'_, Vec<(i64, String, Vec<u8>)>> {
+        answered(Ok(Vec::new()))
     }
     /// Removes post `n` once it was acted on (only while this worker
     /// drives the store: a fenced worker's acts were refused).
-    fn done_post(&self, _n: i64) -> Result<()> {
-        Ok(())
+    fn done_post(&self, _n: i64) -> StoreFuture<'_, ()> {
+        answered(Ok(()))
     }
 }

@@ -15,7 +15,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-use super::{IndexRow, Store};
+use super::{IndexRow, Store, StoreFuture, answered};
 use crate::error::{Error, Result};
 use crate::failpoint::{self, Call};
 
@@ -133,10 +133,8 @@ impl SledStore {
         tree.insert(key, value).map_err(sled_error)?;
         failpoint::after(Call::Write, n)
     }
-}
 
-impl Store for SledStore {
-    fn create(&self, id: &str, index: &IndexRow<'_>, record: &[u8]) -> Result<bool> {
+    fn create_now(&self, id: &str, index: &IndexRow<'_>, record: &[u8]) -> Result<bool> {
         let index = index.summary;
         let n = failpoint::before(Call::Write)?;
         let claimed = self
@@ -145,7 +143,7 @@ impl Store for SledStore {
             .map_err(sled_error)?
             .is_ok();
         failpoint::after(Call::Write, n)?;
-        if !claimed && self.last_seq(id)?.is_some() {
+        if !claimed && self.last_seq_now(id)?.is_some() {
             return Ok(false);
         }
         if !claimed {
@@ -157,11 +155,7 @@ impl Store for SledStore {
         Ok(true)
     }
 
-    fn append(&self, id: &str, seq: u64, record: &[u8]) -> Result<()> {
-        Self::insert(&self.journal, &key(id, seq), record)
-    }
-
-    fn journal(&self, id: &str) -> Result<Vec<(u64, Vec<u8>)>> {
+    fn journal_now(&self, id: &str) -> Result<Vec<(u64, Vec<u8>)>> {
         let prefix = instance_prefix(id);
         self.journal
             .scan_prefix(&prefix)
@@ -172,7 +166,7 @@ impl Store for SledStore {
             .collect()
     }
 
-    fn last_seq(&self, id: &str) -> Result<Option<u64>> {
+    fn last_seq_now(&self, id: &str) -> Result<Option<u64>> {
         let prefix = instance_prefix(id);
         match self.journal.scan_prefix(&prefix).keys().next_back() {
             None => Ok(None),
@@ -183,11 +177,7 @@ impl Store for SledStore {
         }
     }
 
-    fn put_index(&self, id: &str, index: &IndexRow<'_>) -> Result<()> {
-        Self::insert(&self.index, id.as_bytes(), index.summary)
-    }
-
-    fn index(&self, id: &str) -> Result<Option<Vec<u8>>> {
+    fn index_now(&self, id: &str) -> Result<Option<Vec<u8>>> {
         Ok(self
             .index
             .get(id.as_bytes())
@@ -195,7 +185,7 @@ impl Store for SledStore {
             .map(|v| v.to_vec()))
     }
 
-    fn index_entries(&self) -> Result<Vec<(String, Vec<u8>)>> {
+    fn index_entries_now(&self) -> Result<Vec<(String, Vec<u8>)>> {
         self.index
             .iter()
             .map(|entry| {
@@ -203,6 +193,41 @@ impl Store for SledStore {
                 Ok((String::from_utf8_lossy(&key).into_owned(), value.to_vec()))
             })
             .collect()
+    }
+}
+
+impl Store for SledStore {
+    fn create<'a>(
+        &'a self,
+        id: &'a str,
+        index: &'a IndexRow<'_>,
+        record: &'a [u8],
+    ) -> StoreFuture<'a, bool> {
+        answered(self.create_now(id, index, record))
+    }
+
+    fn append(&self, id: &str, seq: u64, record: &[u8]) -> Result<()> {
+        Self::insert(&self.journal, &key(id, seq), record)
+    }
+
+    fn journal<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Vec<(u64, Vec<u8>)>> {
+        answered(self.journal_now(id))
+    }
+
+    fn last_seq<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<u64>> {
+        answered(self.last_seq_now(id))
+    }
+
+    fn put_index(&self, id: &str, index: &IndexRow<'_>) -> Result<()> {
+        Self::insert(&self.index, id.as_bytes(), index.summary)
+    }
+
+    fn index<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<Vec<u8>>> {
+        answered(self.index_now(id))
+    }
+
+    fn index_entries(&self) -> StoreFuture<'_, Vec<(String, Vec<u8>)>> {
+        answered(self.index_entries_now())
     }
 
     fn remove(&self, id: &str) -> Result<()> {

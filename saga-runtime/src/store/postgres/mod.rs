@@ -41,9 +41,14 @@
 //!   applying one twice is harmless (a journal row that is there already
 //!   with the same bytes is taken as written).
 //!
-//! The store's calls are synchronous (the [`Store`] trait): they are served
-//! by a thread with its own Tokio runtime and connections, and a caller
-//! waits for the answer.
+//! The store's calls are served by a thread with its own Tokio runtime and
+//! connections. A caller never waits there on a thread: a write is queued,
+//! and a read or a create answers a future that the caller awaits (see
+//! [`StoreFuture`]). Only [`Store::flush`] blocks, on the flusher's own
+//! thread. Reads of this worker's own instances come after its queued
+//! writes (read-your-writes); reads of other workers' instances, `list()`,
+//! the inbox and the tail go to a small pool of connections of their own,
+//! so a write stuck on a lock holds none of them up.
 
 mod lease;
 mod listen;
@@ -51,15 +56,17 @@ mod schema;
 mod server;
 
 use std::collections::HashSet;
-use std::sync::mpsc::{self, RecvTimeoutError, SyncSender};
+use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use tokio::sync::mpsc::UnboundedSender;
 
-use self::server::{Job, Op, Read, ReadAnswer, Row};
-use super::{IndexRow, Store, TailPosition, TailRecords, Told};
+use tokio::sync::oneshot;
+
+use self::server::{Job, Op, Read, ReadAnswer, Row, Unordered};
+use super::{IndexRow, Store, StoreFuture, TailPosition, TailRecords, Told};
 use crate::error::{Error, Result};
 use crate::lock::lock;
 
@@ -102,6 +109,8 @@ impl PgOptions {
 #[doc(hidden)]
 pub struct PgStore {
     jobs: UnboundedSender<Job>,
+    /// Reads that need no write queued before them (see the module).
+    unordered: UnboundedSender<Unordered>,
     read_only: bool,
     /// The instances this worker owns; kept by the store's thread.
     owned: Arc<Mutex<HashSet<String>>>,
@@ -125,6 +134,7 @@ impl PgStore {
             )));
         }
         let (jobs, receiver) = tokio::sync::mpsc::unbounded_channel();
+        let (unordered, unordered_receiver) = tokio::sync::mpsc::unbounded_channel();
         let (ready, started) = tokio::sync::oneshot::channel();
         let patience = options.timeout + options.lease + Duration::from_secs(5);
         let read_only = options.read_only;
@@ -133,13 +143,14 @@ impl PgStore {
         let (told, heard) = listen::channels();
         let thread = std::thread::Builder::new()
             .name("saga-postgres".into())
-            .spawn(move || server::run(options, kept, told, receiver, ready))
+            .spawn(move || server::run(options, kept, told, receiver, unordered_receiver, ready))
             .map_err(|e| Error::Store(format!("could not start the PostgreSQL thread: {e}")))?;
         // Cancel safety: dropped here, the receiver tells the thread, which
         // ends the lease it just took; nothing here waits for the thread.
         match started.await {
             Ok(Ok(())) => Ok(PgStore {
                 jobs,
+                unordered,
                 read_only,
                 owned,
                 heard,
@@ -153,15 +164,37 @@ impl PgStore {
         }
     }
 
-    fn call<T>(&self, job: impl FnOnce(SyncSender<Result<T>>) -> Job) -> Result<T> {
+    /// Sends a job to the store's thread and awaits its answer, at most
+    /// the store's patience: no thread waits.
+    async fn call<T>(&self, job: impl FnOnce(oneshot::Sender<Result<T>>) -> Job) -> Result<T> {
+        let (reply, answer) = oneshot::channel();
+        self.jobs.send(job(reply)).map_err(|_| Error::Closed)?;
+        self.answer(answer).await
+    }
+
+    async fn answer<T>(&self, answer: oneshot::Receiver<Result<T>>) -> Result<T> {
+        match tokio::time::timeout(self.patience, answer).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(Error::Store("the PostgreSQL store's thread stopped".into())),
+            Err(_) => Err(self.no_answer()),
+        }
+    }
+
+    fn no_answer(&self) -> Error {
+        Error::Store(format!(
+            "PostgreSQL did not answer within {:?}",
+            self.patience
+        ))
+    }
+
+    /// Like [`PgStore::call`], for the two calls made from threads of
+    /// their own (the flusher's flush, the release on close): blocks.
+    fn call_blocking(&self, job: impl FnOnce(mpsc::SyncSender<Result<()>>) -> Job) -> Result<()> {
         let (reply, answer) = mpsc::sync_channel(1);
         self.jobs.send(job(reply)).map_err(|_| Error::Closed)?;
         match answer.recv_timeout(self.patience) {
             Ok(result) => result,
-            Err(RecvTimeoutError::Timeout) => Err(Error::Store(format!(
-                "PostgreSQL did not answer within {:?}",
-                self.patience
-            ))),
+            Err(RecvTimeoutError::Timeout) => Err(self.no_answer()),
             Err(RecvTimeoutError::Disconnected) => {
                 Err(Error::Store("the PostgreSQL store's thread stopped".into()))
             }
@@ -178,12 +211,13 @@ impl PgStore {
     }
 
     /// A write whose answer the caller needs.
-    fn write(&self, op: Op) -> Result<bool> {
+    async fn write(&self, op: Op) -> Result<bool> {
         self.refuse_if_read_only()?;
         self.call(|reply| Job::Write {
             op,
             reply: Some(reply),
         })
+        .await
     }
 
     /// A write the caller does not wait for: it is applied in call order
@@ -196,18 +230,39 @@ impl PgStore {
             .map_err(|_| Error::Closed)
     }
 
-    fn read(&self, read: Read) -> Result<ReadAnswer> {
-        self.call(|reply| Job::Read { read, reply })
+    /// A read of this worker's own instance `id` comes after the writes
+    /// queued before it; any other read goes to the pool at once.
+    async fn read_of(&self, id: &str, read: Read) -> Result<ReadAnswer> {
+        if self.owns(id) {
+            self.call(|reply| Job::Read { read, reply }).await
+        } else {
+            self.read(read).await
+        }
+    }
+
+    /// A read that needs no write queued before it.
+    async fn read(&self, read: Read) -> Result<ReadAnswer> {
+        let (reply, answer) = oneshot::channel();
+        self.unordered
+            .send(Unordered { read, reply })
+            .map_err(|_| Error::Closed)?;
+        self.answer(answer).await
     }
 }
 
 impl Store for PgStore {
-    fn create(&self, id: &str, index: &IndexRow<'_>, record: &[u8]) -> Result<bool> {
-        self.write(Op::Create {
+    fn create<'a>(
+        &'a self,
+        id: &'a str,
+        index: &'a IndexRow<'_>,
+        record: &'a [u8],
+    ) -> StoreFuture<'a, bool> {
+        let op = Op::Create {
             id: id.to_owned(),
             index: Row::of(index),
             record: record.to_vec(),
-        })
+        };
+        Box::pin(self.write(op))
     }
 
     fn append_indexed(
@@ -233,18 +288,22 @@ impl Store for PgStore {
         })
     }
 
-    fn journal(&self, id: &str) -> Result<Vec<(u64, Vec<u8>)>> {
-        match self.read(Read::Journal(id.to_owned()))? {
-            ReadAnswer::Journal(records) => Ok(records),
-            other => Err(other.unexpected()),
-        }
+    fn journal<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Vec<(u64, Vec<u8>)>> {
+        Box::pin(async move {
+            match self.read_of(id, Read::Journal(id.to_owned())).await? {
+                ReadAnswer::Journal(records) => Ok(records),
+                other => Err(other.unexpected()),
+            }
+        })
     }
 
-    fn last_seq(&self, id: &str) -> Result<Option<u64>> {
-        match self.read(Read::LastSeq(id.to_owned()))? {
-            ReadAnswer::LastSeq(seq) => Ok(seq),
-            other => Err(other.unexpected()),
-        }
+    fn last_seq<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<u64>> {
+        Box::pin(async move {
+            match self.read_of(id, Read::LastSeq(id.to_owned())).await? {
+                ReadAnswer::LastSeq(seq) => Ok(seq),
+                other => Err(other.unexpected()),
+            }
+        })
     }
 
     fn put_index(&self, id: &str, index: &IndexRow<'_>) -> Result<()> {
@@ -254,32 +313,39 @@ impl Store for PgStore {
         })
     }
 
-    fn index(&self, id: &str) -> Result<Option<Vec<u8>>> {
-        match self.read(Read::Index(id.to_owned()))? {
-            ReadAnswer::Index(summary) => Ok(summary),
-            other => Err(other.unexpected()),
-        }
+    fn index<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<Vec<u8>>> {
+        Box::pin(async move {
+            match self.read_of(id, Read::Index(id.to_owned())).await? {
+                ReadAnswer::Index(summary) => Ok(summary),
+                other => Err(other.unexpected()),
+            }
+        })
     }
 
-    fn index_entries(&self) -> Result<Vec<(String, Vec<u8>)>> {
-        match self.read(Read::IndexEntries)? {
-            ReadAnswer::Entries(entries) => Ok(entries),
-            other => Err(other.unexpected()),
-        }
+    fn index_entries(&self) -> StoreFuture<'_, Vec<(String, Vec<u8>)>> {
+        Box::pin(async move {
+            match self.read(Read::IndexEntries).await? {
+                ReadAnswer::Entries(entries) => Ok(entries),
+                other => Err(other.unexpected()),
+            }
+        })
     }
 
-    fn index_entries_where(
-        &self,
-        status: Option<&str>,
-        workflow: Option<&str>,
-    ) -> Result<Vec<(String, Vec<u8>)>> {
-        match self.read(Read::EntriesWhere {
+    fn index_entries_where<'a>(
+        &'a self,
+        status: Option<&'a str>,
+        workflow: Option<&'a str>,
+    ) -> StoreFuture<'a, Vec<(String, Vec<u8>)>> {
+        let read = Read::EntriesWhere {
             status: status.map(str::to_owned),
             workflow: workflow.map(str::to_owned),
-        })? {
-            ReadAnswer::Entries(entries) => Ok(entries),
-            other => Err(other.unexpected()),
-        }
+        };
+        Box::pin(async move {
+            match self.read(read).await? {
+                ReadAnswer::Entries(entries) => Ok(entries),
+                other => Err(other.unexpected()),
+            }
+        })
     }
 
     fn remove(&self, id: &str) -> Result<()> {
@@ -291,40 +357,54 @@ impl Store for PgStore {
             // It wrote nothing.
             return Ok(());
         }
-        self.call(|reply| Job::Flush { reply })
+        self.call_blocking(|reply| Job::Flush { reply })
     }
 
     fn read_only(&self) -> bool {
         self.read_only
     }
 
-    fn settle(&self) -> Result<()> {
-        match self.read(Read::Settle)? {
-            ReadAnswer::Done => Ok(()),
-            other => Err(other.unexpected()),
-        }
+    fn settle(&self) -> StoreFuture<'_, ()> {
+        Box::pin(async move {
+            match self.read(Read::Settle).await? {
+                ReadAnswer::Done => Ok(()),
+                other => Err(other.unexpected()),
+            }
+        })
     }
 
     fn shared(&self) -> bool {
         !self.read_only
     }
 
-    fn tail_start(&self) -> Result<Option<TailPosition>> {
-        match self.read(Read::TailStart)? {
-            ReadAnswer::Position(position) => Ok(Some(position)),
-            other => Err(other.unexpected()),
-        }
+    fn tail_start(&self) -> StoreFuture<'_, Option<TailPosition>> {
+        Box::pin(async move {
+            // In the queue, ahead of the writes made after it: a tail
+            // begun now sees them all.
+            let read = Read::TailStart;
+            match self.call(|reply| Job::Read { read, reply }).await? {
+                ReadAnswer::Position(position) => Ok(Some(position)),
+                other => Err(other.unexpected()),
+            }
+        })
     }
 
-    fn tail(&self, from: &TailPosition, limit: usize) -> Result<(TailRecords, TailPosition)> {
+    fn tail<'a>(
+        &'a self,
+        from: &'a TailPosition,
+        limit: usize,
+    ) -> StoreFuture<'a, (TailRecords, TailPosition)> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        match self.read(Read::Tail {
+        let read = Read::Tail {
             from: from.clone(),
             limit,
-        })? {
-            ReadAnswer::Tail(records, position) => Ok((records, position)),
-            other => Err(other.unexpected()),
-        }
+        };
+        Box::pin(async move {
+            match self.read(read).await? {
+                ReadAnswer::Tail(records, position) => Ok((records, position)),
+                other => Err(other.unexpected()),
+            }
+        })
     }
 
     fn changes(&self, what: Told) -> Option<tokio::sync::watch::Receiver<u64>> {
@@ -338,43 +418,53 @@ impl Store for PgStore {
         lock(&self.owned).contains(id)
     }
 
-    fn claim(&self, workflows: &[&str], limit: usize) -> Result<Vec<String>> {
-        if self.read_only {
-            return Ok(Vec::new());
-        }
+    fn claim<'a>(&'a self, workflows: &'a [&'a str], limit: usize) -> StoreFuture<'a, Vec<String>> {
         let workflows = workflows.iter().map(|w| (*w).to_owned()).collect();
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        self.call(|reply| Job::Claim {
-            workflows,
-            limit,
-            reply,
+        Box::pin(async move {
+            if self.read_only {
+                return Ok(Vec::new());
+            }
+            self.call(|reply| Job::Claim {
+                workflows,
+                limit,
+                reply,
+            })
+            .await
         })
     }
 
-    fn post(&self, id: &str, intent: &[u8]) -> Result<()> {
-        match self.read(Read::Post {
+    fn post<'a>(&'a self, id: &'a str, intent: &'a [u8]) -> StoreFuture<'a, ()> {
+        let read = Read::Post {
             id: id.to_owned(),
             intent: intent.to_vec(),
             token: post_token(),
-        })? {
-            ReadAnswer::Done => Ok(()),
-            other => Err(other.unexpected()),
-        }
+        };
+        Box::pin(async move {
+            match self.read(read).await? {
+                ReadAnswer::Done => Ok(()),
+                other => Err(other.unexpected()),
+            }
+        })
     }
 
-    fn posts(&self, limit: usize) -> Result<Vec<(i64, String, Vec<u8>)>> {
+    fn posts(&self, limit: usize) -> StoreFuture<'_, Vec<(i64, String, Vec<u8>)>> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        match self.read(Read::Posts(limit))? {
-            ReadAnswer::Posts(posts) => Ok(posts),
-            other => Err(other.unexpected()),
-        }
+        Box::pin(async move {
+            match self.read(Read::Posts(limit)).await? {
+                ReadAnswer::Posts(posts) => Ok(posts),
+                other => Err(other.unexpected()),
+            }
+        })
     }
 
-    fn done_post(&self, n: i64) -> Result<()> {
-        match self.read(Read::DonePost(n))? {
-            ReadAnswer::Done => Ok(()),
-            other => Err(other.unexpected()),
-        }
+    fn done_post(&self, n: i64) -> StoreFuture<'_, ()> {
+        Box::pin(async move {
+            match self.read(Read::DonePost(n)).await? {
+                ReadAnswer::Done => Ok(()),
+                other => Err(other.unexpected()),
+            }
+        })
     }
 
     /// Flushes and ends the lease, so other workers claim this one's
@@ -383,7 +473,7 @@ impl Store for PgStore {
     fn close(&self) {
         let thread = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take();
         let Some(thread) = thread else { return };
-        if let Err(e) = self.call(|reply| Job::Release { reply }) {
+        if let Err(e) = self.call_blocking(|reply| Job::Release { reply }) {
             tracing::warn!(error = %e, "could not end the PostgreSQL lease; other workers claim this one's instances when it expires");
         }
         // The thread ends once it answered the release.

@@ -62,6 +62,10 @@ const MIGRATIONS: &[&str] = &[
     "ALTER TABLE {s}.journal ADD COLUMN tx xid8 NOT NULL DEFAULT pg_current_xact_id();
      CREATE INDEX journal_tail ON {s}.journal (tx, id, seq);
      ALTER TABLE {s}.inbox ADD COLUMN token text UNIQUE;",
+    // 5: which kinds of journal record an instance holds (0: only kinds
+    // every release reads), so a worker of an older release never claims
+    // an instance a newer one wrote records into (`journal::change`).
+    "ALTER TABLE {s}.instances ADD COLUMN needs integer NOT NULL DEFAULT 0;",
 ];
 
 /// The newest schema version this release knows.

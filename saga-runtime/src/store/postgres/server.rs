@@ -129,11 +129,12 @@ pub(super) enum Job {
     /// failure is told by the next flush.
     Write {
         op: Op,
-        reply: Option<SyncSender<Result<bool>>>,
+        reply: Option<oneshot::Sender<Result<bool>>>,
     },
+    /// A read served after every write queued before it, so it sees them.
     Read {
         read: Read,
-        reply: SyncSender<Result<ReadAnswer>>,
+        reply: oneshot::Sender<Result<ReadAnswer>>,
     },
     Flush {
         reply: SyncSender<Result<()>>,
@@ -144,13 +145,25 @@ pub(super) enum Job {
     Claim {
         workflows: Vec<String>,
         limit: i64,
-        reply: SyncSender<Result<Vec<String>>>,
+        reply: oneshot::Sender<Result<Vec<String>>>,
     },
     /// Flush, end the lease (other workers claim what is left), and stop.
     Release {
         reply: SyncSender<Result<()>>,
     },
 }
+
+/// A read that needs no write queued before it (another worker's
+/// instance, `list()`, the inbox, a tail): served at once by a small pool
+/// of connections of its own, so it never waits behind this worker's
+/// writes, nor behind another read that waits for a lock.
+pub(super) struct Unordered {
+    pub(super) read: Read,
+    pub(super) reply: oneshot::Sender<Result<ReadAnswer>>,
+}
+
+/// How many connections serve unordered reads.
+const READ_POOL: usize = 2;
 
 /// Why a statement failed.
 enum Failure {
@@ -179,6 +192,7 @@ pub(super) fn run(
     owned: Arc<Mutex<HashSet<String>>>,
     heard: super::listen::Heard<tokio::sync::watch::Sender<u64>>,
     jobs: UnboundedReceiver<Job>,
+    unordered: UnboundedReceiver<Unordered>,
     ready: oneshot::Sender<Result<()>>,
 ) {
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -197,6 +211,12 @@ pub(super) fn run(
         match Server::start(options, owned).await {
             Ok(mut server) => {
                 super::listen::spawn(server.target.clone(), server.worker.clone(), heard);
+                tokio::spawn(serve_unordered(
+                    server.target.clone(),
+                    server.worker.clone(),
+                    server.timeout,
+                    unordered,
+                ));
                 if ready.send(Ok(())).is_err() {
                     // The caller of `connect` is gone: end the lease.
                     let _ = server.release().await;
@@ -405,10 +425,12 @@ impl Target {
                             WHERE i.id IN (SELECT id FROM {s}.instances WHERE active
                                            UNION SELECT id FROM {s}.inbox)
                               AND (i.workflow IS NULL OR i.workflow = ANY($2))
+                              AND i.needs <= {}
                               AND {}
                             LIMIT $3
                             FOR UPDATE OF i SKIP LOCKED)
                  UPDATE {s}.instances i SET owner = $1 FROM c WHERE i.id = c.id RETURNING i.id",
+                crate::journal::RECORD_KINDS,
                 lease::orphan(s)
             ))
             .await?;
@@ -612,6 +634,22 @@ impl Server {
                         let _ = reply.send(self.flush().await);
                         heartbeat.reset();
                     }
+                    Job::Read {
+                        read: read @ Read::TailStart,
+                        reply,
+                    } => {
+                        // Answered before any write queued after it.
+                        let deadline = Instant::now() + self.timeout;
+                        let answer = read_with_retry(
+                            &self.target,
+                            &self.reader,
+                            &read,
+                            &self.worker,
+                            deadline,
+                        )
+                        .await;
+                        let _ = reply.send(answer);
+                    }
                     Job::Read { read, reply } => {
                         // Every write queued before it is applied: it sees them.
                         let reader = self.reader.clone();
@@ -750,6 +788,13 @@ impl Server {
     /// Ends this worker's lease now, so others claim its instances at once.
     async fn leave(&mut self) {
         lock(&self.owned).clear();
+        self.end_lease().await;
+    }
+
+    /// Ends the lease in the database. A fenced worker keeps its list of
+    /// instances: a call on one answers `Error::Fenced` (it writes nothing
+    /// more), instead of being posted as if from a reader.
+    async fn end_lease(&mut self) {
         let sql = lease::leave_sql(&self.target.schema, &self.worker);
         if let Some(conn) = &self.writer
             && let Err(e) = conn.client.batch_execute(&sql).await
@@ -791,7 +836,7 @@ impl Server {
                         worker = %self.worker,
                         "this worker's lease ran out and other workers may have taken over its instances: it writes nothing more; restart it"
                     );
-                    self.leave().await;
+                    self.end_lease().await;
                     return Err(lease::fenced(&self.target.schema));
                 }
                 Failure::Other(e) => return Err(e),
@@ -977,6 +1022,28 @@ async fn renew(conn: Arc<Conn>, sql: String) -> std::result::Result<(), Failure>
             "PostgreSQL answered a flush with {} results, not 4",
             counts.len()
         )))),
+    }
+}
+
+/// Serves unordered reads, each on the next connection of the pool, all
+/// at once.
+async fn serve_unordered(
+    target: Arc<Target>,
+    worker: Arc<str>,
+    timeout: Duration,
+    mut reads: UnboundedReceiver<Unordered>,
+) {
+    let pool: Arc<[tokio::sync::Mutex<Option<Arc<Conn>>>; READ_POOL]> = Arc::default();
+    let mut next = 0;
+    while let Some(Unordered { read, reply }) = reads.recv().await {
+        let (target, worker, pool) = (target.clone(), worker.clone(), pool.clone());
+        let slot = next % READ_POOL;
+        next += 1;
+        let deadline = Instant::now() + timeout;
+        tokio::spawn(async move {
+            let answer = read_with_retry(&target, &pool[slot], &read, &worker, deadline).await;
+            let _ = reply.send(answer);
+        });
     }
 }
 
