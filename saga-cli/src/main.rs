@@ -15,7 +15,7 @@
 //! their intent into the instance's journal, and the application's engine
 //! acts on it when it opens the store. A sled store is held by one process
 //! at a time; while the application runs, use the same commands embedded
-//! in it (`saga_runtime::cli::run`).
+//! in it (`saga_cli::run`).
 
 mod store;
 
@@ -24,7 +24,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use saga_runtime::cli::{self, CliError, Colors};
+use saga_cli::{self as cli, CliError, Colors};
 
 use crate::store::Backend;
 
@@ -73,7 +73,7 @@ fn run(args: SagaArgs, out: &mut std::io::Stdout) -> Result<(), CliError> {
     let backend = Backend::choose(args.db, args.database_url);
     if args.commands.is_watch() && !backend.watches_from_another_process() {
         return Err(CliError::usage(format!(
-            "watch needs the process that holds the store ({}): run saga_runtime::cli::run(&engine, [\"saga\", \"watch\"], ..) inside the application",
+            "watch needs the process that holds the store ({}): run saga_cli::run(&engine, [\"saga\", \"watch\"], ..) inside the application",
             backend
         )));
     }

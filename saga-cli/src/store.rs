@@ -6,7 +6,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use saga_runtime::cli::CliError;
+use saga_cli::CliError;
 use saga_runtime::{Engine, Error};
 
 pub(crate) enum Backend {
@@ -60,7 +60,7 @@ fn open_sled(dir: &std::path::Path) -> Result<Engine, CliError> {
     let engine = Engine::builder().retention(Duration::MAX).open(dir);
     engine.map_err(|error| match error {
         Error::StoreLocked { path } => CliError::usage(format!(
-            "the store in {} is held by a running application: use the embedded command (saga_runtime::cli::run) from that application instead",
+            "the store in {} is held by a running application: use the embedded command (saga_cli::run) from that application instead",
             path.display()
         )),
         error => CliError::usage(format!("cannot open the store in {}: {error}", dir.display())),

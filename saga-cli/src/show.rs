@@ -6,13 +6,13 @@
 use std::io::Write;
 use std::time::SystemTime;
 
-use super::CliError;
-use super::args::ShowArgs;
-use super::json;
-use super::list::place;
-use super::output::{Cell, Paint, Style, Table, bar, between, duration, pad, short, size, time};
-use crate::engine::Engine;
-use crate::inspect::{
+use crate::CliError;
+use crate::args::ShowArgs;
+use crate::json::{self, NEWER};
+use crate::list::place;
+use crate::output::{Cell, Paint, Style, Table, bar, between, duration, pad, short, size, time};
+use saga_runtime::Engine;
+use saga_runtime::{
     CompensationOutcome, InspectedSlot, Inspection, PayloadView, StepState, WaitState,
 };
 
@@ -186,6 +186,7 @@ fn describe(slot: &InspectedSlot) -> SlotRow {
                     ("failed", Paint::Red, *attempts)
                 }
                 StepState::Cancelled => ("cancelled", Paint::Yellow, 0),
+                _ => ("unknown", Paint::Dim, 0),
             };
             let tries = if attempts == 0 {
                 "-".to_owned()
@@ -232,6 +233,7 @@ fn describe(slot: &InspectedSlot) -> SlotRow {
                     ("received", Paint::Green)
                 }
                 WaitState::TimedOut => ("timed out", Paint::Yellow),
+                _ => ("unknown", Paint::Dim),
             };
             let deadline = w
                 .deadline
@@ -246,6 +248,14 @@ fn describe(slot: &InspectedSlot) -> SlotRow {
                 lines,
             }
         }
+        _ => SlotRow {
+            name: slot.name().to_owned(),
+            state: "unknown",
+            paint: Paint::Dim,
+            tries: "-".into(),
+            detail: NEWER.to_owned(),
+            lines: Vec::new(),
+        },
     }
 }
 
@@ -264,6 +274,7 @@ fn rollback(i: &Inspection, style: &Style) -> String {
                 Paint::Red,
                 vec![format!("      error   {error}")],
             ),
+            _ => ("unknown".into(), Paint::Dim, Vec::new()),
         };
         let took = match (c.started_at, c.ended_at) {
             (Some(from), Some(to)) => duration(between(from, to)),
@@ -348,6 +359,7 @@ fn payload(view: &PayloadView) -> String {
         PayloadView::Unavailable { bytes, reason } => {
             format!("<unavailable: {reason}>  ({})", size(*bytes))
         }
+        _ => format!("<unavailable: {NEWER}>"),
     }
 }
 

@@ -4,12 +4,12 @@
 
 use std::io::Write;
 
-use super::CliError;
-use super::args::WatchArgs;
-use super::json;
-use super::output::time;
-use crate::engine::Engine;
-use crate::subscription::RecvError;
+use crate::CliError;
+use crate::args::WatchArgs;
+use crate::json;
+use crate::output::time;
+use saga_runtime::Engine;
+use saga_runtime::RecvError;
 
 pub(crate) async fn run(
     engine: &Engine,

@@ -5,9 +5,9 @@ use std::io::IsTerminal;
 use std::sync::OnceLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::zone::Zone;
-use crate::history::Timestamp;
-use crate::status::Status;
+use jiff::Timestamp;
+use jiff::tz::TimeZone;
+use saga_runtime::Status;
 
 /// Whether human output is colored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -85,36 +85,39 @@ impl Style {
 }
 
 /// `2030-01-01 09:00:07 JST`: in the machine's local time zone (`$TZ`, else
-/// `/etc/localtime`, else UTC), named by its abbreviation.
+/// the system's zone, else UTC), named by its abbreviation.
 pub(crate) fn time(at: SystemTime) -> String {
-    static LOCAL: OnceLock<Zone> = OnceLock::new();
-    time_in(at, LOCAL.get_or_init(Zone::local))
+    static LOCAL: OnceLock<TimeZone> = OnceLock::new();
+    // An unreadable or malformed `$TZ` is UTC, not the system zone: a
+    // person who set it wants something else than the machine's zone.
+    time_in(
+        at,
+        LOCAL.get_or_init(|| TimeZone::try_system().unwrap_or(TimeZone::UTC)),
+    )
 }
 
 /// [`time`] in `zone`.
-fn time_in(at: SystemTime, zone: &Zone) -> String {
-    let unix = match at.duration_since(UNIX_EPOCH) {
-        Ok(d) => i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
-        Err(e) => -i64::try_from(e.duration().as_secs()).unwrap_or(i64::MAX),
-    };
-    let (offset, name) = zone.at(unix);
-    let shift = Duration::from_secs(u64::from(offset.unsigned_abs()));
-    let local = if offset >= 0 {
-        at.checked_add(shift)
-    } else {
-        at.checked_sub(shift)
-    }
-    .unwrap_or(at);
-    let stamp = Timestamp(local).to_string(); // 2030-01-01T00:00:07.250Z
-    let (date, rest) = stamp.split_once('T').unwrap_or((&stamp, ""));
-    let clock = rest.split('.').next().unwrap_or(rest);
-    let clock = clock.trim_end_matches('Z');
-    format!("{date} {clock} {name}")
+fn time_in(at: SystemTime, zone: &TimeZone) -> String {
+    let instant = instant(at);
+    let info = zone.to_offset_info(instant);
+    let local = info.offset().to_datetime(instant);
+    format!(
+        "{} {}",
+        local.strftime("%Y-%m-%d %H:%M:%S"),
+        info.abbreviation()
+    )
 }
 
-/// `2030-01-01T00:00:07.250Z`, for JSON.
+/// `2030-01-01T00:00:07.250Z`, for JSON: UTC, to the millisecond (cut,
+/// not rounded), as the runtime writes the times of its events.
 pub(crate) fn rfc3339(at: SystemTime) -> String {
-    Timestamp(at).to_string()
+    instant(at).strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
+}
+
+/// `at` as an instant; a time before 1970 is 1970, as in the runtime's
+/// event texts, and one past the year 9999 is the last instant there is.
+fn instant(at: SystemTime) -> Timestamp {
+    Timestamp::try_from(at.max(UNIX_EPOCH)).unwrap_or(Timestamp::MAX)
 }
 
 /// `850ms`, `1.2s`, `3m 20s`, `2h 5m`, `7d 0h`.
@@ -304,11 +307,19 @@ mod tests {
     #[test]
     fn readable_times_durations_and_sizes() {
         let at = std::time::UNIX_EPOCH + Duration::from_millis(1_893_456_007_250);
-        assert_eq!(time_in(at, &Zone::utc()), "2030-01-01 00:00:07 UTC");
-        let tokyo = Zone::from_posix("JST-9").unwrap();
+        assert_eq!(time_in(at, &TimeZone::UTC), "2030-01-01 00:00:07 UTC");
+        let tokyo = TimeZone::posix("JST-9").unwrap();
         assert_eq!(time_in(at, &tokyo), "2030-01-01 09:00:07 JST");
-        let new_york = Zone::from_posix("EST5EDT,M3.2.0,M11.1.0").unwrap();
+        let new_york = TimeZone::posix("EST5EDT,M3.2.0,M11.1.0").unwrap();
         assert_eq!(time_in(at, &new_york), "2029-12-31 19:00:07 EST");
+        let summer = at + Duration::from_secs(180 * 86_400);
+        assert_eq!(time_in(summer, &new_york), "2030-06-29 20:00:07 EDT");
+        assert_eq!(rfc3339(at), "2030-01-01T00:00:07.250Z");
+        let almost = at + Duration::from_nanos(999_999);
+        assert_eq!(rfc3339(almost), "2030-01-01T00:00:07.250Z");
+        assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
+        let before = UNIX_EPOCH - Duration::from_secs(5);
+        assert_eq!(rfc3339(before), "1970-01-01T00:00:00.000Z");
         assert_eq!(duration(Duration::from_millis(850)), "850ms");
         assert_eq!(duration(Duration::from_millis(1250)), "1.2s");
         assert_eq!(duration(Duration::from_secs(200)), "3m 20s");

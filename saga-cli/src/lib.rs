@@ -1,4 +1,5 @@
-//! The `saga` command's commands, to embed in an application.
+//! The `saga` command: see, control and watch the instances of a saga
+//! store, from the `saga` binary or embedded in an application.
 //!
 //! A sled store is held by the one process that opened it, so while an
 //! application's engine runs, the standalone `saga` binary cannot open its
@@ -16,7 +17,7 @@
 //! // `myapp saga show transfer-43`: hand the words after `saga` over.
 //! let args = std::env::args_os().skip(1); // ["saga", "show", "transfer-43"]
 //! let mut out = std::io::stdout();
-//! if let Err(e) = saga_runtime::cli::run(&engine, args, &mut out).await {
+//! if let Err(e) = saga_cli::run(&engine, args, &mut out).await {
 //!     eprintln!("saga: {e}");
 //!     std::process::exit(e.exit_code().into());
 //! }
@@ -46,8 +47,8 @@
 //!
 //! # Output
 //!
-//! Times are in local time (`2030-01-01 09:00:07 JST`: `$TZ`, else
-//! `/etc/localtime`, else UTC), durations and sizes are rounded for
+//! Times are in local time (`2030-01-01 09:00:07 JST`: `$TZ`, else the
+//! system's zone, else UTC; an unreadable `$TZ` is UTC), durations and sizes are rounded for
 //! reading. [`run`] writes no colors; [`execute`] with
 //! [`Colors::when_terminal`] colors a terminal.
 //!
@@ -76,7 +77,7 @@
 //!   (`running`, `completed`, `failed`), `"attempts"`, `"error"`,
 //!   `"started_at"`, `"ended_at"`.
 //! - `watch`: per event `{"schema": 1, "instance", "seq", "at", "event",
-//!   "text"}`: `event` is the [`EventKind`](crate::EventKind) variant's name
+//!   "text"}`: `event` is the [`EventKind`](saga_runtime::EventKind) variant's name
 //!   (`"StepCompleted"`), `text` the sentence it reads as.
 //! - `check`: `{"schema": 1, "lock", "stale": [{"id", "workflow", "status",
 //!   "missing": [{"kind", "name"}]}]}`; `kind` is `workflow`, `step`,
@@ -97,7 +98,6 @@ mod list;
 mod output;
 mod show;
 mod watch;
-mod zone;
 
 use std::ffi::OsString;
 use std::fmt;
@@ -108,7 +108,7 @@ use clap::Parser;
 pub use self::args::Args;
 use self::args::Command;
 pub use self::output::Colors;
-use crate::engine::Engine;
+use saga_runtime::Engine;
 
 /// Parses `args` (the first one is the program name, as in
 /// `std::env::args_os()`) and runs the command on `engine`, writing to
@@ -227,8 +227,8 @@ impl fmt::Display for CliError {
 
 impl std::error::Error for CliError {}
 
-impl From<crate::Error> for CliError {
-    fn from(error: crate::Error) -> Self {
+impl From<saga_runtime::Error> for CliError {
+    fn from(error: saga_runtime::Error) -> Self {
         CliError::failed(error.to_string())
     }
 }

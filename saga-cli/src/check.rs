@@ -10,13 +10,13 @@ use std::path::Path;
 
 use serde_json::json;
 
-use super::CliError;
-use super::args::CheckArgs;
-use super::json;
-use super::output::{Paint, Style};
-use crate::engine::Engine;
-use crate::inspect::{InspectedSlot, Inspection};
-use crate::instance::ListFilter;
+use crate::CliError;
+use crate::args::CheckArgs;
+use crate::json;
+use crate::output::{Paint, Style};
+use saga_runtime::Engine;
+use saga_runtime::ListFilter;
+use saga_runtime::{InspectedSlot, Inspection};
 
 /// The names a `saga.lock` keeps (its format is documented in
 /// `saga-macros/src/lock.rs`).
