@@ -4,10 +4,16 @@ use std::path::PathBuf;
 
 use saga_runtime::Status;
 
+use crate::output::ColorWhen;
+
 /// The `saga` commands, to put in an application's own `clap` parser with
 /// `#[command(flatten)]` and run with [`execute`](crate::execute).
 #[derive(Debug, clap::Args)]
 pub struct Args {
+    /// When to color the output: auto (a terminal, unless NO_COLOR is
+    /// set), always, never.
+    #[arg(long, global = true, value_enum, value_name = "WHEN", default_value_t)]
+    pub(crate) color: ColorWhen,
     #[command(subcommand)]
     pub(crate) command: Command,
 }

@@ -13,7 +13,7 @@ use serde_json::json;
 use crate::CliError;
 use crate::args::CheckArgs;
 use crate::json;
-use crate::output::{Paint, Style};
+use crate::output::{Paint, Style, escape};
 use saga_runtime::Engine;
 use saga_runtime::ListFilter;
 use saga_runtime::{InspectedSlot, Inspection};
@@ -164,13 +164,13 @@ pub(crate) async fn run(
         for (i, missing) in &stale {
             let names: Vec<String> = missing
                 .iter()
-                .map(|(kind, name)| format!("{kind} {name:?}"))
+                .map(|(kind, name)| format!("{kind} {}", escape(&format!("{name:?}"))))
                 .collect();
             writeln!(
                 out,
                 "  {}  {}  {}  missing {}",
-                i.id,
-                i.workflow,
+                escape(&i.id),
+                escape(&i.workflow),
                 style.status(i.status),
                 style.paint(Paint::Red, &names.join(", "))
             )?;

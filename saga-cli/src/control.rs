@@ -9,6 +9,7 @@ use std::io::Write;
 
 use crate::CliError;
 use crate::args::{IdArg, RestartArgs, SendEventArgs, TerminateArgs};
+use crate::output::escape;
 use saga_runtime::Engine;
 use saga_runtime::Instance;
 
@@ -179,8 +180,8 @@ async fn report(
     if !info.workflow_registered && !info.status.is_terminal() && !engine.reads_only() {
         writeln!(
             out,
-            "workflow {:?} is not registered here: an engine that registers it acts on this when it opens the store",
-            info.workflow
+            "workflow {} is not registered here: an engine that registers it acts on this when it opens the store",
+            escape(&format!("{:?}", info.workflow))
         )?;
     }
     Ok(())

@@ -49,8 +49,13 @@
 //!
 //! Times are in local time (`2030-01-01 09:00:07 JST`: `$TZ`, else the
 //! system's zone, else UTC; an unreadable `$TZ` is UTC), durations and sizes are rounded for
-//! reading. [`run`] writes no colors; [`execute`] with
-//! [`Colors::when_terminal`] colors a terminal.
+//! reading. Colors follow `--color auto|always|never`: [`run`] writes
+//! none unless `--color always`; [`execute`] with
+//! [`Colors::when_terminal`] colors a terminal (not with `NO_COLOR` set).
+//! Text the instances stored (ids, names, errors, payloads) is printed
+//! with its control characters, bidi overrides and line breaks escaped
+//! (`\u{1b}`, `\n`), so it cannot act on the terminal; `--json` has it as
+//! stored.
 //!
 //! With `--json`, read commands print one JSON document (`watch`: one per
 //! line) whose `"schema"` field is `1`. A later schema changes that number;
@@ -112,7 +117,8 @@ use saga_runtime::Engine;
 
 /// Parses `args` (the first one is the program name, as in
 /// `std::env::args_os()`) and runs the command on `engine`, writing to
-/// `out` without colors. `--help` writes the help to `out`.
+/// `out` without colors (unless `--color always`). `--help` writes the
+/// help to `out`.
 pub async fn run<I, T>(engine: &Engine, args: I, out: &mut impl Write) -> Result<(), CliError>
 where
     I: IntoIterator<Item = T>,
@@ -126,14 +132,17 @@ where
 }
 
 /// Runs a parsed command on `engine`, for an application that puts
-/// [`Args`] in its own `clap` parser (`#[command(flatten)]`).
+/// [`Args`] in its own `clap` parser (`#[command(flatten)]`). `colors` is
+/// what `--color auto` (the default) stands for, such as
+/// `Colors::when_terminal(&std::io::stdout())`; `--color always` and
+/// `--color never` override it.
 pub async fn execute(
     engine: &Engine,
     args: &Args,
     out: &mut impl Write,
     colors: Colors,
 ) -> Result<(), CliError> {
-    let style = output::Style::new(colors);
+    let style = output::Style::new(args.color.colors(colors));
     match &args.command {
         Command::List(a) => list::run(engine, a, out, &style).await,
         Command::Show(a) => show::run(engine, a, out, &style).await,
@@ -229,7 +238,8 @@ impl std::error::Error for CliError {}
 
 impl From<saga_runtime::Error> for CliError {
     fn from(error: saga_runtime::Error) -> Self {
-        CliError::failed(error.to_string())
+        // Its message may quote stored text (a step name, an error).
+        CliError::failed(output::escape(&error.to_string()))
     }
 }
 

@@ -1,13 +1,18 @@
 //! How human output looks: colors, times, durations, sizes, tables and
-//! bars. ANSI codes are written by hand: four colors do not need a crate.
+//! bars, and the escaping that keeps stored text from acting on the
+//! terminal.
 
-use std::io::IsTerminal;
+use std::borrow::Cow;
 use std::sync::OnceLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use anstream::stream::RawStream;
+use anstream::{AutoStream, ColorChoice};
+use anstyle::AnsiColor;
 use jiff::Timestamp;
 use jiff::tz::TimeZone;
 use saga_runtime::Status;
+use unicode_width::{UnicodeWidthChar, UnicodeWidthStr};
 
 /// Whether human output is colored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -19,13 +24,36 @@ pub enum Colors {
 }
 
 impl Colors {
-    /// Colors when `stream` is a terminal (`std::io::stdout()`), none
-    /// when it is a pipe or a file.
-    pub fn when_terminal(stream: &impl IsTerminal) -> Colors {
-        if stream.is_terminal() {
-            Colors::On
-        } else {
-            Colors::Off
+    /// Colors when `stream` (`std::io::stdout()`) is a terminal that shows
+    /// them, none when it is a pipe or a file, or when `NO_COLOR` is set
+    /// (also `CLICOLOR=0`, `TERM=dumb`); `CLICOLOR_FORCE=1` colors a pipe.
+    pub fn when_terminal<S: RawStream>(stream: &S) -> Colors {
+        match AutoStream::<S>::choice(stream) {
+            ColorChoice::Never => Colors::Off,
+            _ => Colors::On,
+        }
+    }
+}
+
+/// `--color`: when human output is colored.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum ColorWhen {
+    /// On a terminal, unless `NO_COLOR` is set.
+    #[default]
+    Auto,
+    /// Always, even into a pipe, and whatever `NO_COLOR` says.
+    Always,
+    /// Never.
+    Never,
+}
+
+impl ColorWhen {
+    /// The colors to use, given those `auto` stands for.
+    pub(crate) fn colors(self, auto: Colors) -> Colors {
+        match self {
+            ColorWhen::Auto => auto,
+            ColorWhen::Always => Colors::On,
+            ColorWhen::Never => Colors::Off,
         }
     }
 }
@@ -54,15 +82,15 @@ impl Style {
         if self.colors == Colors::Off {
             return text.to_owned();
         }
-        let code = match paint {
-            Paint::Red => "31",
-            Paint::Green => "32",
-            Paint::Yellow => "33",
-            Paint::Cyan => "36",
-            Paint::Dim => "2",
-            Paint::Bold => "1",
+        let style = match paint {
+            Paint::Red => AnsiColor::Red.on_default(),
+            Paint::Green => AnsiColor::Green.on_default(),
+            Paint::Yellow => AnsiColor::Yellow.on_default(),
+            Paint::Cyan => AnsiColor::Cyan.on_default(),
+            Paint::Dim => anstyle::Style::new().dimmed(),
+            Paint::Bold => anstyle::Style::new().bold(),
         };
-        format!("\x1b[{code}m{text}\x1b[0m")
+        format!("{style}{text}{style:#}")
     }
 
     /// A status in the color of its outcome.
@@ -151,21 +179,61 @@ pub(crate) fn size(bytes: usize) -> String {
     }
 }
 
-/// At most `max` characters, with `…` when cut; one line.
-pub(crate) fn short(text: &str, max: usize) -> String {
-    let line = text.replace(['\n', '\r'], " ");
-    if line.chars().count() <= max {
-        return line;
+/// Stored text made safe to print on a terminal, on one line. Whatever
+/// a workflow stored (an error message, a name, an id, a payload) could
+/// otherwise clear the screen, move the cursor or draw a fake row. Every
+/// control character (C0, DEL, C1), the bidi overrides and isolates, and
+/// the line and paragraph separators are written as `\u{1b}`; newline,
+/// carriage return and tab as `\n`, `\r`, `\t`. Everything else passes.
+pub(crate) fn escape(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(needs_escape) {
+        return Cow::Borrowed(text);
     }
-    let mut cut: String = line.chars().take(max.saturating_sub(1)).collect();
+    let mut safe = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            '\n' => safe.push_str("\\n"),
+            '\r' => safe.push_str("\\r"),
+            '\t' => safe.push_str("\\t"),
+            c if needs_escape(c) => safe.push_str(&format!("\\u{{{:x}}}", u32::from(c))),
+            c => safe.push(c),
+        }
+    }
+    Cow::Owned(safe)
+}
+
+/// Whether a terminal could act on `c` instead of showing it.
+fn needs_escape(c: char) -> bool {
+    c.is_control() // C0, DEL and C1
+        || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+        || matches!(c, '\u{2028}' | '\u{2029}')
+}
+
+/// Stored text, escaped ([`escape`]), in at most `max` columns, with `…`
+/// when cut.
+pub(crate) fn short(text: &str, max: usize) -> String {
+    let line = escape(text);
+    if line.width() <= max {
+        return line.into_owned();
+    }
+    let mut cut = String::new();
+    let mut used = 0;
+    for c in line.chars() {
+        let w = c.width().unwrap_or(0);
+        if used + w + 1 > max {
+            break;
+        }
+        used += w;
+        cut.push(c);
+    }
     cut.push('…');
     cut
 }
 
-/// `text` padded with spaces to `width` characters.
+/// `text` padded with spaces to `width` columns (a CJK character or an
+/// emoji takes two).
 pub(crate) fn pad(text: &str, width: usize) -> String {
-    let len = text.chars().count();
-    format!("{text}{}", " ".repeat(width.saturating_sub(len)))
+    format!("{text}{}", " ".repeat(width.saturating_sub(text.width())))
 }
 
 /// A bar of `width` cells for the span `start..end` of the whole
@@ -211,23 +279,24 @@ struct Row {
     lines: Vec<String>,
 }
 
-/// One cell: its text, and that text as painted.
+/// One cell: its text, and that text as painted. A cell escapes its text
+/// ([`escape`]), so stored text goes in as it is.
 pub(crate) struct Cell {
     plain: String,
     painted: String,
 }
 
 impl Cell {
-    pub(crate) fn plain(text: impl Into<String>) -> Cell {
-        let plain = text.into();
+    pub(crate) fn plain(text: impl AsRef<str>) -> Cell {
+        let plain = escape(text.as_ref()).into_owned();
         Cell {
             painted: plain.clone(),
             plain,
         }
     }
 
-    pub(crate) fn painted(text: impl Into<String>, style: &Style, paint: Paint) -> Cell {
-        let plain = text.into();
+    pub(crate) fn painted(text: impl AsRef<str>, style: &Style, paint: Paint) -> Cell {
+        let plain = escape(text.as_ref()).into_owned();
         Cell {
             painted: style.paint(paint, &plain),
             plain,
@@ -265,7 +334,7 @@ impl Table {
         let mut widths: Vec<usize> = self.header.iter().map(|h| h.len()).collect();
         for row in &self.rows {
             for (i, cell) in row.cells.iter().enumerate() {
-                widths[i] = widths[i].max(cell.plain.chars().count());
+                widths[i] = widths[i].max(cell.plain.width());
             }
         }
         let mut out = String::new();
@@ -285,7 +354,7 @@ impl Table {
                 }
                 line.push_str(&cell.painted);
                 if i + 1 < row.cells.len() {
-                    let used = cell.plain.chars().count();
+                    let used = cell.plain.width();
                     line.push_str(&" ".repeat(widths[i].saturating_sub(used)));
                 }
             }
@@ -345,5 +414,40 @@ mod tests {
             Style::new(Colors::On).paint(Paint::Red, "x"),
             "\x1b[31mx\x1b[0m"
         );
+        assert_eq!(
+            Style::new(Colors::On).paint(Paint::Bold, "x"),
+            "\x1b[1mx\x1b[0m"
+        );
+    }
+
+    #[test]
+    fn stored_text_is_escaped() {
+        assert_eq!(escape("credit-bank-b: declined"), "credit-bank-b: declined");
+        assert_eq!(
+            escape("a\x1b[2J\nb\r\tc\u{7f}\u{9b}\u{202a}\u{202e}\u{2066}\u{2069}\u{2028}d"),
+            r"a\u{1b}[2J\nb\r\tc\u{7f}\u{9b}\u{202a}\u{202e}\u{2066}\u{2069}\u{2028}d"
+        );
+        // Escaping what was escaped changes nothing.
+        let once = escape("x\x1b[H\n").into_owned();
+        assert_eq!(escape(&once), once);
+        // A cut never leaves a raw control character behind.
+        assert_eq!(short("ab\ncd", 4), r"ab\…");
+        assert_eq!(Cell::plain("a\x1bb").plain, r"a\u{1b}b");
+    }
+
+    #[test]
+    fn wide_characters_line_up() {
+        let mut table = Table::new(vec!["NAME", "N"]);
+        table.row(vec![Cell::plain("注文"), Cell::plain("1")]);
+        table.row(vec![Cell::plain("🚀"), Cell::plain("2")]);
+        table.row(vec![Cell::plain("abcd"), Cell::plain("3")]);
+        let text = table.render(&Style::new(Colors::Off));
+        for line in text.lines() {
+            let last = line.rfind(' ').unwrap() + 1;
+            assert_eq!(line[..last].width(), 6, "{text}");
+        }
+        assert_eq!(pad("注", 4), "注  ");
+        assert_eq!(short("注文注文", 5), "注文…");
+        assert_eq!(short("注文", 4), "注文");
     }
 }
