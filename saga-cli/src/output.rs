@@ -79,7 +79,7 @@ impl Style {
     }
 
     pub(crate) fn paint(&self, paint: Paint, text: &str) -> String {
-        if self.colors == Colors::Off {
+        if self.colors == Colors::Off || text.is_empty() {
             return text.to_owned();
         }
         let style = match paint {
@@ -418,6 +418,7 @@ mod tests {
             Style::new(Colors::On).paint(Paint::Bold, "x"),
             "\x1b[1mx\x1b[0m"
         );
+        assert_eq!(Style::new(Colors::On).paint(Paint::Red, ""), "");
     }
 
     #[test]
