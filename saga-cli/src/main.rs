@@ -11,11 +11,15 @@
 //! saga check --lock saga.lock
 //! ```
 //!
+//! On `--db DIR` (sled, default `./saga-data`) or `--database-url URL`
+//! (`$SAGA_DATABASE_URL`) with `--schema NAME` (`$SAGA_DATABASE_SCHEMA`,
+//! default `saga`); `--color auto|always|never` (auto honours `NO_COLOR`).
+//!
 //! It opens the store with no workflow registered: control commands write
 //! their intent into the instance's journal, and the application's engine
 //! acts on it when it opens the store. A sled store is held by one process
 //! at a time; while the application runs, use the same commands embedded
-//! in it (`saga_runtime::cli::run`).
+//! in it (`saga_cli::run`).
 
 mod store;
 
@@ -24,7 +28,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use saga_runtime::cli::{self, CliError, Colors};
+use saga_cli::{self as cli, CliError, Colors};
 
 use crate::store::Backend;
 
@@ -38,8 +42,7 @@ struct SagaArgs {
     /// The directory of a sled store [default: ./saga-data].
     #[arg(long, global = true, value_name = "DIR")]
     db: Option<PathBuf>,
-    /// A PostgreSQL store, read while its workers run (schema:
-    /// $SAGA_DATABASE_SCHEMA, default saga); --db wins over
+    /// A PostgreSQL store, read while its workers run; --db wins over
     /// $SAGA_DATABASE_URL.
     #[arg(
         long,
@@ -49,6 +52,10 @@ struct SagaArgs {
         hide_env_values = true
     )]
     database_url: Option<String>,
+    /// The PostgreSQL schema that holds the store's tables, as the
+    /// workers' `postgres_schema` [default: saga].
+    #[arg(long, global = true, value_name = "NAME", env = "SAGA_DATABASE_SCHEMA")]
+    schema: Option<String>,
     #[command(flatten)]
     commands: cli::Args,
 }
@@ -70,10 +77,10 @@ fn main() -> ExitCode {
 }
 
 fn run(args: SagaArgs, out: &mut std::io::Stdout) -> Result<(), CliError> {
-    let backend = Backend::choose(args.db, args.database_url);
+    let backend = Backend::choose(args.db, args.database_url, args.schema);
     if args.commands.is_watch() && !backend.watches_from_another_process() {
         return Err(CliError::usage(format!(
-            "watch needs the process that holds the store ({}): run saga_runtime::cli::run(&engine, [\"saga\", \"watch\"], ..) inside the application",
+            "watch needs the process that holds the store ({}): run saga_cli::run(&engine, [\"saga\", \"watch\"], ..) inside the application",
             backend
         )));
     }

@@ -6,23 +6,29 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use saga_runtime::cli::CliError;
+use saga_cli::CliError;
 use saga_runtime::{Engine, Error};
 
 pub(crate) enum Backend {
     /// A sled store in a directory, held by one process at a time.
     Sled(PathBuf),
-    /// A PostgreSQL store, read beside its running workers.
-    Postgres(String),
+    /// A PostgreSQL store, read beside its running workers: its URL, and
+    /// its schema when not the runtime's default.
+    Postgres { url: String, schema: Option<String> },
 }
 
 impl Backend {
-    /// `--db DIR` when given, else `--database-url` / `$SAGA_DATABASE_URL`,
-    /// else `./saga-data`.
-    pub(crate) fn choose(db: Option<PathBuf>, database_url: Option<String>) -> Backend {
+    /// `--db DIR` when given, else `--database-url` / `$SAGA_DATABASE_URL`
+    /// (in `--schema` / `$SAGA_DATABASE_SCHEMA`, default `saga`), else
+    /// `./saga-data`.
+    pub(crate) fn choose(
+        db: Option<PathBuf>,
+        database_url: Option<String>,
+        schema: Option<String>,
+    ) -> Backend {
         match (db, database_url) {
             (Some(dir), _) => Backend::Sled(dir),
-            (None, Some(url)) => Backend::Postgres(url),
+            (None, Some(url)) => Backend::Postgres { url, schema },
             (None, None) => Backend::Sled(PathBuf::from("./saga-data")),
         }
     }
@@ -33,7 +39,7 @@ impl Backend {
             // Only the process that holds the store sees its events.
             Backend::Sled(_) => false,
             // Any process follows the journals in the database.
-            Backend::Postgres(_) => true,
+            Backend::Postgres { .. } => true,
         }
     }
 
@@ -41,7 +47,7 @@ impl Backend {
     pub(crate) async fn open(&self) -> Result<Engine, CliError> {
         match self {
             Backend::Sled(dir) => open_sled(dir),
-            Backend::Postgres(url) => open_postgres(url).await,
+            Backend::Postgres { url, schema } => open_postgres(url, schema.as_deref()).await,
         }
     }
 }
@@ -60,7 +66,7 @@ fn open_sled(dir: &std::path::Path) -> Result<Engine, CliError> {
     let engine = Engine::builder().retention(Duration::MAX).open(dir);
     engine.map_err(|error| match error {
         Error::StoreLocked { path } => CliError::usage(format!(
-            "the store in {} is held by a running application: use the embedded command (saga_runtime::cli::run) from that application instead",
+            "the store in {} is held by a running application: use the embedded command (saga_cli::run) from that application instead",
             path.display()
         )),
         error => CliError::usage(format!("cannot open the store in {}: {error}", dir.display())),
@@ -69,12 +75,15 @@ fn open_sled(dir: &std::path::Path) -> Result<Engine, CliError> {
 
 /// A read-only connection: it takes no lease, so it works while workers
 /// run. Control commands are posted to the worker that owns the instance.
-async fn open_postgres(url: &str) -> Result<Engine, CliError> {
-    let schema = std::env::var("SAGA_DATABASE_SCHEMA").unwrap_or_else(|_| "saga".to_owned());
-    Engine::builder()
+async fn open_postgres(url: &str, schema: Option<&str>) -> Result<Engine, CliError> {
+    let builder = Engine::builder()
         .retention(Duration::MAX)
-        .store_timeout(Duration::from_secs(10))
-        .postgres_schema(&schema)
+        .store_timeout(Duration::from_secs(10));
+    let builder = match schema {
+        Some(schema) => builder.postgres_schema(schema),
+        None => builder,
+    };
+    builder
         .connect_read_only(url)
         .await
         .map_err(|error| CliError::usage(format!("cannot open the PostgreSQL store: {error}")))
@@ -84,7 +93,7 @@ impl fmt::Display for Backend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Backend::Sled(dir) => write!(f, "sled store in {}", dir.display()),
-            Backend::Postgres(_) => f.write_str("PostgreSQL store"),
+            Backend::Postgres { .. } => f.write_str("PostgreSQL store"),
         }
     }
 }

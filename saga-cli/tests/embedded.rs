@@ -1,4 +1,4 @@
-//! The same commands embedded in an application (`saga_runtime::cli::run`),
+//! The same commands embedded in an application (`saga_cli::run`),
 //! on the engine that holds the store: `watch` works here, and the
 //! instances run as the control commands ask.
 
@@ -12,7 +12,7 @@ use support::{Order, fulfil};
 async fn saga(engine: &Engine, args: &[&str]) -> String {
     let mut out = Vec::new();
     let argv = std::iter::once("saga").chain(args.iter().copied());
-    saga_runtime::cli::run(engine, argv, &mut out)
+    saga_cli::run(engine, argv, &mut out)
         .await
         .unwrap_or_else(|e| panic!("saga {args:?}: {e}"));
     String::from_utf8(out).unwrap()

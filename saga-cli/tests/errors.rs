@@ -87,7 +87,7 @@ fn a_locked_store_points_at_the_embedded_command() {
     assert_eq!(run.code, 2);
     assert!(
         run.stderr.contains("held by a running application")
-            && run.stderr.contains("saga_runtime::cli::run"),
+            && run.stderr.contains("saga_cli::run"),
         "{}",
         run.stderr
     );
@@ -99,9 +99,5 @@ fn watch_on_sled_points_at_the_embedded_command() {
     let store = bank_transfer_store();
     let run = fails(store.path(), &["watch"]);
     assert_eq!(run.code, 2);
-    assert!(
-        run.stderr.contains("saga_runtime::cli::run"),
-        "{}",
-        run.stderr
-    );
+    assert!(run.stderr.contains("saga_cli::run"), "{}", run.stderr);
 }

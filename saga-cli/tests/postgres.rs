@@ -152,3 +152,54 @@ fn an_unreachable_database_is_one_line() {
     assert_eq!(run.stderr.lines().count(), 1, "{}", run.stderr);
     assert!(run.stderr.contains("127.0.0.1:1"), "{}", run.stderr);
 }
+
+/// `--schema NAME` names the schema, and wins over
+/// `$SAGA_DATABASE_SCHEMA`; a bad name is one line, exit 2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_schema_flag_names_the_schema() {
+    let url = postgres::database_url();
+    let schema = postgres::fresh_schema("cli_flag").await;
+    let worker = Engine::builder()
+        .postgres_schema(&schema)
+        .register(fulfil())
+        .connect(&url)
+        .await
+        .unwrap_or_else(|e| postgres::missing(e));
+    worker
+        .start(fulfil(), "order-5", support::Order { item: "rug".into() })
+        .await
+        .unwrap();
+    let (url2, schema2) = (url.clone(), schema.clone());
+    let list = tokio::task::spawn_blocking(move || {
+        // The variable names a schema that is not there: the flag wins.
+        saga_pg(
+            &url2,
+            "saga_t_not_this_one",
+            &["list", "--schema", &schema2, "--json"],
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(list.code, 0, "{}{}", list.stdout, list.stderr);
+    let list: serde_json::Value = serde_json::from_str(&list.stdout).unwrap();
+    let ids: Vec<_> = list["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["order-5"]);
+
+    let (url2, schema2) = (url.clone(), schema.clone());
+    let bad = tokio::task::spawn_blocking(move || {
+        saga_pg(&url2, &schema2, &["--schema", "Not-A-Schema", "list"])
+    })
+    .await
+    .unwrap();
+    assert_eq!(bad.code, 2, "{}", bad.stderr);
+    assert_eq!(bad.stderr.lines().count(), 1, "{}", bad.stderr);
+    assert!(bad.stderr.contains("Not-A-Schema"), "{}", bad.stderr);
+
+    worker.close().await;
+    postgres::drop_schema(&schema).await;
+}

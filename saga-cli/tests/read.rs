@@ -234,3 +234,34 @@ fn check_lists_in_flight_instances_the_lock_no_longer_fits() {
     let lock = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/saga.lock");
     ok(examples.path(), &["check", "--lock", lock]);
 }
+
+#[test]
+fn colors_follow_the_color_flag_and_no_color() {
+    let store = waiting_store();
+    let colored = |vars: &[(&str, &str)], args: &[&str]| {
+        let run = support::saga_with_env(store.path(), vars, args);
+        assert_eq!(run.code, 0, "{args:?}: {}", run.stderr);
+        run.stdout.contains("\x1b[")
+    };
+    assert!(!colored(&[], &["list"]), "none into a pipe");
+    assert!(colored(&[], &["list", "--color", "always"]));
+    assert!(colored(&[], &["--color=always", "show", "order-7"]));
+    assert!(colored(&[("CLICOLOR_FORCE", "1")], &["list"]));
+    // NO_COLOR turns auto off; an explicit --color always still colors.
+    assert!(!colored(
+        &[("CLICOLOR_FORCE", "1"), ("NO_COLOR", "1")],
+        &["list"]
+    ));
+    assert!(colored(
+        &[("NO_COLOR", "1")],
+        &["list", "--color", "always"]
+    ));
+    assert!(!colored(
+        &[("CLICOLOR_FORCE", "1")],
+        &["list", "--color", "never"]
+    ));
+    // JSON is never colored.
+    assert!(!colored(&[], &["list", "--json", "--color", "always"]));
+    let wrong = support::saga(store.path(), &["list", "--color", "sometimes"]);
+    assert_eq!(wrong.code, 2, "{}", wrong.stderr);
+}

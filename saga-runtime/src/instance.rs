@@ -532,15 +532,6 @@ impl Instance {
         Ok(from_slot)
     }
 
-    /// Runs `work` (stopping a driver, then writing what replaces it) in a
-    /// task of the engine's, so a caller that drops its future leaves it
-    /// to finish instead of an instance stopped half way.
-    /// Whether its engine only reads ([`Engine::reads_only`](crate::Engine::reads_only)).
-    #[cfg(feature = "cli")]
-    pub(crate) fn reads_only(&self) -> bool {
-        self.journal().read_only()
-    }
-
     /// When another worker drives the instance (or this engine only
     /// reads), posts `intent` to that worker and answers `true`: the
     /// control call returns once it is posted, durably, and the worker acts
@@ -554,6 +545,9 @@ impl Instance {
         Ok(true)
     }
 
+    /// Runs `work` (stopping a driver, then writing what replaces it) in a
+    /// task of the engine's, so a caller that drops its future leaves it
+    /// to finish instead of an instance stopped half way.
     async fn in_engine_task(
         &self,
         work: impl std::future::Future<Output = Result<()>> + Send + 'static,

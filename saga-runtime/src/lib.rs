@@ -61,8 +61,6 @@
     warn(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
-#[cfg(feature = "cli")]
-pub mod cli;
 mod clock;
 mod codec;
 mod compensation;

@@ -38,6 +38,22 @@ pub enum Status {
 }
 
 impl Status {
+    /// Every status, for a tool that parses one from its name (`saga list
+    /// --status`): outside this crate no match can list them all. A new
+    /// status is added here too; the test below stops compiling until it is.
+    #[doc(hidden)]
+    pub const ALL: [Status; 9] = [
+        Status::Queued,
+        Status::Running,
+        Status::Waiting,
+        Status::Paused,
+        Status::RollingBack,
+        Status::Blocked,
+        Status::Complete,
+        Status::Errored,
+        Status::Terminated,
+    ];
+
     /// Whether the instance has finished for good.
     pub fn is_terminal(self) -> bool {
         matches!(
@@ -79,5 +95,29 @@ impl Status {
 impl fmt::Display for Status {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.label())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn all_holds_every_status_once() {
+        for (n, status) in Status::ALL.into_iter().enumerate() {
+            assert!(!Status::ALL[..n].contains(&status), "{status} twice");
+            // No wildcard: a status added to the enum fails to compile here.
+            match status {
+                Status::Queued
+                | Status::Running
+                | Status::Waiting
+                | Status::Paused
+                | Status::RollingBack
+                | Status::Blocked
+                | Status::Complete
+                | Status::Errored
+                | Status::Terminated => {}
+            }
+        }
     }
 }

@@ -229,12 +229,24 @@ pub fn saga(db: &Path, args: &[&str]) -> Saga {
 
 /// Runs `saga --db <db> <args..>` with `TZ` set to `zone`.
 pub fn saga_in_zone(db: &Path, zone: &str, args: &[&str]) -> Saga {
-    let output = Command::new(env!("CARGO_BIN_EXE_saga"))
+    saga_with_env(db, &[("TZ", zone)], args)
+}
+
+/// Runs `saga --db <db> <args..>` in UTC, with these variables set (and
+/// none of the color variables of the test's own environment).
+pub fn saga_with_env(db: &Path, vars: &[(&str, &str)], args: &[&str]) -> Saga {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_saga"));
+    command
         .arg("--db")
         .arg(db)
         .args(args)
-        .env("TZ", zone)
-        .env_remove("SAGA_DATABASE_URL")
+        .env("TZ", "UTC")
+        .env_remove("SAGA_DATABASE_URL");
+    for var in ["NO_COLOR", "CLICOLOR", "CLICOLOR_FORCE"] {
+        command.env_remove(var);
+    }
+    let output = command
+        .envs(vars.iter().copied())
         .output()
         .expect("the saga binary runs");
     Saga {

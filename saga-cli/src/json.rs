@@ -7,14 +7,18 @@ use std::time::SystemTime;
 
 use serde_json::{Value, json};
 
-use super::CliError;
-use super::output::{between, rfc3339};
-use crate::history::Event;
-use crate::inspect::{
+use crate::CliError;
+use crate::output::{between, rfc3339};
+use saga_runtime::Event;
+use saga_runtime::InstanceInfo;
+use saga_runtime::{
     CompensationOutcome, InspectedCompensation, InspectedSlot, Inspection, PayloadView, StepState,
     WaitState,
 };
-use crate::instance::InstanceInfo;
+
+/// What stands for a kind of record that a newer runtime added and this
+/// command does not know yet.
+pub(crate) const NEWER: &str = "written by a newer saga-runtime: update saga-cli";
 
 /// The schema version every document carries.
 pub(crate) const SCHEMA: u32 = 1;
@@ -38,6 +42,7 @@ fn payload(view: Option<&PayloadView>) -> Value {
         Some(PayloadView::Unavailable { bytes, reason }) => {
             json!({"bytes": bytes, "unavailable": reason})
         }
+        Some(_) => json!({"bytes": null, "unavailable": NEWER}),
     }
 }
 
@@ -149,6 +154,7 @@ fn slot(slot: &InspectedSlot) -> Value {
                 "payload": payload(received),
             })
         }
+        _ => json!({"kind": "unknown", "name": slot.name(), "unavailable": NEWER}),
     };
     if let Value::Object(map) = &mut value {
         map.insert("started_at".into(), time(slot.started_at()));
@@ -163,6 +169,7 @@ fn compensation(c: &InspectedCompensation) -> Value {
         CompensationOutcome::Running { attempts } => ("running", Some(*attempts), None),
         CompensationOutcome::Completed => ("completed", None, None),
         CompensationOutcome::Failed { error } => ("failed", None, Some(error.as_str())),
+        _ => ("unknown", None, None),
     };
     json!({
         "step": c.step,

@@ -6,15 +6,18 @@
 use std::io::Write;
 use std::time::SystemTime;
 
-use super::CliError;
-use super::args::ShowArgs;
-use super::json;
-use super::list::place;
-use super::output::{Cell, Paint, Style, Table, bar, between, duration, pad, short, size, time};
-use crate::engine::Engine;
-use crate::inspect::{
+use crate::CliError;
+use crate::args::ShowArgs;
+use crate::json::{self, NEWER};
+use crate::list::place;
+use crate::output::{
+    Cell, Paint, Style, Table, bar, between, duration, escape, pad, short, size, time,
+};
+use saga_runtime::Engine;
+use saga_runtime::{
     CompensationOutcome, InspectedSlot, Inspection, PayloadView, StepState, WaitState,
 };
+use unicode_width::UnicodeWidthStr;
 
 /// The width of a step's bar, in cells.
 const BAR: usize = 24;
@@ -50,8 +53,8 @@ fn timeline(i: &Inspection, style: &Style) -> String {
         ));
         for event in &i.pending_events {
             text.push_str(&format!(
-                "  {:?} sent {}  {}\n",
-                event.event_type,
+                "  {} sent {}  {}\n",
+                escape(&format!("{:?}", event.event_type)),
                 time(event.sent_at),
                 payload(&event.payload)
             ));
@@ -64,8 +67,8 @@ fn timeline(i: &Inspection, style: &Style) -> String {
 fn header(i: &Inspection, style: &Style) -> String {
     let mut text = format!(
         "{}  {}  {}\n",
-        style.paint(Paint::Bold, &i.id),
-        i.workflow,
+        style.paint(Paint::Bold, &escape(&i.id)),
+        escape(&i.workflow),
         style.status(i.status)
     );
     let mut line = |label: &str, value: String| {
@@ -87,7 +90,7 @@ fn header(i: &Inspection, style: &Style) -> String {
         line("generation", format!("{} (restarted)", i.generation));
     }
     if let Some((kind, name)) = place(i) {
-        line("at", format!("{kind} {name}"));
+        line("at", format!("{kind} {}", escape(&name)));
     }
     line("input", payload(&i.input));
     if let Some(output) = &i.output {
@@ -182,10 +185,11 @@ fn describe(slot: &InspectedSlot) -> SlotRow {
                 }
                 StepState::Completed { attempts } => ("completed", Paint::Green, *attempts),
                 StepState::Failed { attempts, error } => {
-                    lines.push(format!("error   {}", error.message()));
+                    lines.push(format!("error   {}", escape(error.message())));
                     ("failed", Paint::Red, *attempts)
                 }
                 StepState::Cancelled => ("cancelled", Paint::Yellow, 0),
+                _ => ("unknown", Paint::Dim, 0),
             };
             let tries = if attempts == 0 {
                 "-".to_owned()
@@ -232,6 +236,7 @@ fn describe(slot: &InspectedSlot) -> SlotRow {
                     ("received", Paint::Green)
                 }
                 WaitState::TimedOut => ("timed out", Paint::Yellow),
+                _ => ("unknown", Paint::Dim),
             };
             let deadline = w
                 .deadline
@@ -246,6 +251,14 @@ fn describe(slot: &InspectedSlot) -> SlotRow {
                 lines,
             }
         }
+        _ => SlotRow {
+            name: slot.name().to_owned(),
+            state: "unknown",
+            paint: Paint::Dim,
+            tries: "-".into(),
+            detail: NEWER.to_owned(),
+            lines: Vec::new(),
+        },
     }
 }
 
@@ -262,8 +275,9 @@ fn rollback(i: &Inspection, style: &Style) -> String {
             CompensationOutcome::Failed { error } => (
                 "failed".into(),
                 Paint::Red,
-                vec![format!("      error   {error}")],
+                vec![format!("      error   {}", escape(error))],
             ),
+            _ => ("unknown".into(), Paint::Dim, Vec::new()),
         };
         let took = match (c.started_at, c.ended_at) {
             (Some(from), Some(to)) => duration(between(from, to)),
@@ -309,7 +323,7 @@ fn outcome(i: &Inspection, style: &Style) -> String {
         (None, _) => "none".to_owned(),
         (Some(_), Some(failure)) => format!(
             "gave up: {}; {} of {with_rollback} compensations ran",
-            failure.message(),
+            escape(failure.message()),
             ran
         ),
         (Some(_), None) if i.status.is_terminal() => {
@@ -317,8 +331,8 @@ fn outcome(i: &Inspection, style: &Style) -> String {
         }
         (Some(_), None) => format!("running: {ran} of {with_rollback} compensations begun"),
     };
-    let width = error.chars().count().clamp(5, 96);
     let error = short(&error, 96);
+    let width = error.width().clamp(5, 96);
     let error_paint = if i.failure.is_some() {
         Paint::Red
     } else {
@@ -346,8 +360,9 @@ fn payload(view: &PayloadView) -> String {
             format!("{}  ({})", short(&value.to_string(), PAYLOAD), size(*bytes))
         }
         PayloadView::Unavailable { bytes, reason } => {
-            format!("<unavailable: {reason}>  ({})", size(*bytes))
+            format!("<unavailable: {}>  ({})", escape(reason), size(*bytes))
         }
+        _ => format!("<unavailable: {NEWER}>"),
     }
 }
 

@@ -4,12 +4,12 @@
 
 use std::io::Write;
 
-use super::CliError;
-use super::args::WatchArgs;
-use super::json;
-use super::output::time;
-use crate::engine::Engine;
-use crate::subscription::RecvError;
+use crate::CliError;
+use crate::args::WatchArgs;
+use crate::json;
+use crate::output::{escape, time};
+use saga_runtime::Engine;
+use saga_runtime::RecvError;
 
 pub(crate) async fn run(
     engine: &Engine,
@@ -24,7 +24,7 @@ pub(crate) async fn run(
     if !args.json {
         // Said once subscribed: what happens from here on is shown.
         match &args.id {
-            Some(id) => writeln!(out, "watching {id} (interrupt to stop)")?,
+            Some(id) => writeln!(out, "watching {} (interrupt to stop)", escape(id))?,
             None => writeln!(out, "watching every instance (interrupt to stop)")?,
         }
         out.flush()?;
@@ -51,9 +51,9 @@ pub(crate) async fn run(
                 out,
                 "{}  {}  #{} {}",
                 time(event.at),
-                event.instance,
+                escape(&event.instance),
                 event.seq,
-                event.kind
+                escape(&event.kind.to_string())
             )?;
         }
         out.flush()?;

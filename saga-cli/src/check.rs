@@ -10,13 +10,13 @@ use std::path::Path;
 
 use serde_json::json;
 
-use super::CliError;
-use super::args::CheckArgs;
-use super::json;
-use super::output::{Paint, Style};
-use crate::engine::Engine;
-use crate::inspect::{InspectedSlot, Inspection};
-use crate::instance::ListFilter;
+use crate::CliError;
+use crate::args::CheckArgs;
+use crate::json;
+use crate::output::{Paint, Style, escape};
+use saga_runtime::Engine;
+use saga_runtime::ListFilter;
+use saga_runtime::{InspectedSlot, Inspection};
 
 /// The names a `saga.lock` keeps (its format is documented in
 /// `saga-macros/src/lock.rs`).
@@ -164,13 +164,13 @@ pub(crate) async fn run(
         for (i, missing) in &stale {
             let names: Vec<String> = missing
                 .iter()
-                .map(|(kind, name)| format!("{kind} {name:?}"))
+                .map(|(kind, name)| format!("{kind} {}", escape(&format!("{name:?}"))))
                 .collect();
             writeln!(
                 out,
                 "  {}  {}  {}  missing {}",
-                i.id,
-                i.workflow,
+                escape(&i.id),
+                escape(&i.workflow),
                 style.status(i.status),
                 style.paint(Paint::Red, &names.join(", "))
             )?;

@@ -7,10 +7,11 @@
 
 use std::io::Write;
 
-use super::CliError;
-use super::args::{IdArg, RestartArgs, SendEventArgs, TerminateArgs};
-use crate::engine::Engine;
-use crate::instance::Instance;
+use crate::CliError;
+use crate::args::{IdArg, RestartArgs, SendEventArgs, TerminateArgs};
+use crate::output::escape;
+use saga_runtime::Engine;
+use saga_runtime::Instance;
 
 pub(crate) async fn send_event(
     engine: &Engine,
@@ -29,7 +30,7 @@ pub(crate) async fn send_event(
         &format!("sent event {:?} to {}", args.event_type, args.id),
         &format!("take event {:?}", args.event_type),
     )?;
-    report(&instance, out).await
+    report(engine, &instance, out).await
 }
 
 pub(crate) async fn pause(
@@ -46,7 +47,7 @@ pub(crate) async fn pause(
         &format!("paused {} (it stops at its next step boundary)", args.id),
         "pause it",
     )?;
-    report(&instance, out).await
+    report(engine, &instance, out).await
 }
 
 pub(crate) async fn resume(
@@ -63,7 +64,7 @@ pub(crate) async fn resume(
         &format!("resumed {}", args.id),
         "resume it",
     )?;
-    report(&instance, out).await
+    report(engine, &instance, out).await
 }
 
 pub(crate) async fn terminate(
@@ -95,7 +96,7 @@ pub(crate) async fn terminate(
         instance.terminate().await?;
         writeln!(out, "terminated {}", args.id)?;
     }
-    report(&instance, out).await
+    report(engine, &instance, out).await
 }
 
 pub(crate) async fn restart(
@@ -126,7 +127,7 @@ pub(crate) async fn restart(
             )?;
         }
     }
-    report(&instance, out).await
+    report(engine, &instance, out).await
 }
 
 pub(crate) async fn retry_rollback(
@@ -146,7 +147,7 @@ pub(crate) async fn retry_rollback(
         ),
         "retry its rollback",
     )?;
-    report(&instance, out).await
+    report(engine, &instance, out).await
 }
 
 /// What was done, or, on an engine that only reads, what the driving
@@ -169,14 +170,18 @@ fn said(
 }
 
 /// The status now, and who acts on the intent when no one here can.
-async fn report(instance: &Instance, out: &mut impl Write) -> Result<(), CliError> {
+async fn report(
+    engine: &Engine,
+    instance: &Instance,
+    out: &mut impl Write,
+) -> Result<(), CliError> {
     let info = instance.info().await?;
     writeln!(out, "status: {}", info.status)?;
-    if !info.workflow_registered && !info.status.is_terminal() && !instance.reads_only() {
+    if !info.workflow_registered && !info.status.is_terminal() && !engine.reads_only() {
         writeln!(
             out,
-            "workflow {:?} is not registered here: an engine that registers it acts on this when it opens the store",
-            info.workflow
+            "workflow {} is not registered here: an engine that registers it acts on this when it opens the store",
+            escape(&format!("{:?}", info.workflow))
         )?;
     }
     Ok(())

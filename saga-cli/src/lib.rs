@@ -1,4 +1,5 @@
-//! The `saga` command's commands, to embed in an application.
+//! The `saga` command: see, control and watch the instances of a saga
+//! store, from the `saga` binary or embedded in an application.
 //!
 //! A sled store is held by the one process that opened it, so while an
 //! application's engine runs, the standalone `saga` binary cannot open its
@@ -16,7 +17,7 @@
 //! // `myapp saga show transfer-43`: hand the words after `saga` over.
 //! let args = std::env::args_os().skip(1); // ["saga", "show", "transfer-43"]
 //! let mut out = std::io::stdout();
-//! if let Err(e) = saga_runtime::cli::run(&engine, args, &mut out).await {
+//! if let Err(e) = saga_cli::run(&engine, args, &mut out).await {
 //!     eprintln!("saga: {e}");
 //!     std::process::exit(e.exit_code().into());
 //! }
@@ -46,10 +47,15 @@
 //!
 //! # Output
 //!
-//! Times are in local time (`2030-01-01 09:00:07 JST`: `$TZ`, else
-//! `/etc/localtime`, else UTC), durations and sizes are rounded for
-//! reading. [`run`] writes no colors; [`execute`] with
-//! [`Colors::when_terminal`] colors a terminal.
+//! Times are in local time (`2030-01-01 09:00:07 JST`: `$TZ`, else the
+//! system's zone, else UTC; an unreadable `$TZ` is UTC), durations and sizes are rounded for
+//! reading. Colors follow `--color auto|always|never`: [`run`] writes
+//! none unless `--color always`; [`execute`] with
+//! [`Colors::when_terminal`] colors a terminal (not with `NO_COLOR` set).
+//! Text the instances stored (ids, names, errors, payloads) is printed
+//! with its control characters, bidi overrides and line breaks escaped
+//! (`\u{1b}`, `\n`), so it cannot act on the terminal; `--json` has it as
+//! stored.
 //!
 //! With `--json`, read commands print one JSON document (`watch`: one per
 //! line) whose `"schema"` field is `1`. A later schema changes that number;
@@ -76,7 +82,7 @@
 //!   (`running`, `completed`, `failed`), `"attempts"`, `"error"`,
 //!   `"started_at"`, `"ended_at"`.
 //! - `watch`: per event `{"schema": 1, "instance", "seq", "at", "event",
-//!   "text"}`: `event` is the [`EventKind`](crate::EventKind) variant's name
+//!   "text"}`: `event` is the [`EventKind`](saga_runtime::EventKind) variant's name
 //!   (`"StepCompleted"`), `text` the sentence it reads as.
 //! - `check`: `{"schema": 1, "lock", "stale": [{"id", "workflow", "status",
 //!   "missing": [{"kind", "name"}]}]}`; `kind` is `workflow`, `step`,
@@ -97,7 +103,6 @@ mod list;
 mod output;
 mod show;
 mod watch;
-mod zone;
 
 use std::ffi::OsString;
 use std::fmt;
@@ -108,11 +113,12 @@ use clap::Parser;
 pub use self::args::Args;
 use self::args::Command;
 pub use self::output::Colors;
-use crate::engine::Engine;
+use saga_runtime::Engine;
 
 /// Parses `args` (the first one is the program name, as in
 /// `std::env::args_os()`) and runs the command on `engine`, writing to
-/// `out` without colors. `--help` writes the help to `out`.
+/// `out` without colors (unless `--color always`). `--help` writes the
+/// help to `out`.
 pub async fn run<I, T>(engine: &Engine, args: I, out: &mut impl Write) -> Result<(), CliError>
 where
     I: IntoIterator<Item = T>,
@@ -126,14 +132,17 @@ where
 }
 
 /// Runs a parsed command on `engine`, for an application that puts
-/// [`Args`] in its own `clap` parser (`#[command(flatten)]`).
+/// [`Args`] in its own `clap` parser (`#[command(flatten)]`). `colors` is
+/// what `--color auto` (the default) stands for, such as
+/// `Colors::when_terminal(&std::io::stdout())`; `--color always` and
+/// `--color never` override it.
 pub async fn execute(
     engine: &Engine,
     args: &Args,
     out: &mut impl Write,
     colors: Colors,
 ) -> Result<(), CliError> {
-    let style = output::Style::new(colors);
+    let style = output::Style::new(args.color.colors(colors));
     match &args.command {
         Command::List(a) => list::run(engine, a, out, &style).await,
         Command::Show(a) => show::run(engine, a, out, &style).await,
@@ -227,9 +236,10 @@ impl fmt::Display for CliError {
 
 impl std::error::Error for CliError {}
 
-impl From<crate::Error> for CliError {
-    fn from(error: crate::Error) -> Self {
-        CliError::failed(error.to_string())
+impl From<saga_runtime::Error> for CliError {
+    fn from(error: saga_runtime::Error) -> Self {
+        // Its message may quote stored text (a step name, an error).
+        CliError::failed(output::escape(&error.to_string()))
     }
 }
 

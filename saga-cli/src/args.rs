@@ -2,12 +2,18 @@
 
 use std::path::PathBuf;
 
-use crate::status::Status;
+use saga_runtime::Status;
+
+use crate::output::ColorWhen;
 
 /// The `saga` commands, to put in an application's own `clap` parser with
-/// `#[command(flatten)]` and run with [`execute`](super::execute).
+/// `#[command(flatten)]` and run with [`execute`](crate::execute).
 #[derive(Debug, clap::Args)]
 pub struct Args {
+    /// When to color the output: auto (a terminal, unless NO_COLOR is
+    /// set), always, never.
+    #[arg(long, global = true, value_enum, value_name = "WHEN", default_value_t)]
+    pub(crate) color: ColorWhen,
     #[command(subcommand)]
     pub(crate) command: Command,
 }
@@ -127,20 +133,6 @@ pub(crate) struct CheckArgs {
     pub(crate) json: bool,
 }
 
-/// Every status, for parsing. A new status is added here too:
-/// the match in the test below stops compiling until it is.
-const STATUSES: [Status; 9] = [
-    Status::Queued,
-    Status::Running,
-    Status::Waiting,
-    Status::Paused,
-    Status::RollingBack,
-    Status::Blocked,
-    Status::Complete,
-    Status::Errored,
-    Status::Terminated,
-];
-
 /// `rolling-back`, `rolling_back`, `"rolling back"` and `RollingBack`
 /// are one status.
 pub(crate) fn parse_status(text: &str) -> Result<Status, String> {
@@ -151,11 +143,11 @@ pub(crate) fn parse_status(text: &str) -> Result<Status, String> {
             .collect::<String>()
     };
     let wanted = squash(text);
-    STATUSES
+    Status::ALL
         .into_iter()
         .find(|status| squash(&status.to_string()) == wanted)
         .ok_or_else(|| {
-            let known: Vec<String> = STATUSES
+            let known: Vec<String> = Status::ALL
                 .iter()
                 .map(|s| s.to_string().replace(' ', "-"))
                 .collect();
@@ -173,7 +165,7 @@ mod tests {
 
     #[test]
     fn every_status_parses_back_from_how_it_prints() {
-        for status in STATUSES {
+        for status in Status::ALL {
             assert_eq!(parse_status(&status.to_string()), Ok(status));
             assert_eq!(
                 parse_status(&status.to_string().replace(' ', "-")),
@@ -181,20 +173,6 @@ mod tests {
             );
         }
         assert_eq!(parse_status("RollingBack"), Ok(Status::RollingBack));
-        for status in STATUSES {
-            // No wildcard: a status added to the enum fails to compile here.
-            match status {
-                Status::Queued
-                | Status::Running
-                | Status::Waiting
-                | Status::Paused
-                | Status::RollingBack
-                | Status::Blocked
-                | Status::Complete
-                | Status::Errored
-                | Status::Terminated => {}
-            }
-        }
         assert!(parse_status("sleepy").unwrap_err().contains("rolling-back"));
     }
 }

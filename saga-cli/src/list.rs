@@ -4,13 +4,13 @@ use std::io::Write;
 
 use serde_json::json;
 
-use super::CliError;
-use super::args::ListArgs;
-use super::json;
-use super::output::{Cell, Paint, Style, Table, short, time};
-use crate::engine::Engine;
-use crate::inspect::{CompensationOutcome, InspectedSlot, Inspection, StepState, WaitState};
-use crate::instance::{InstanceInfo, ListFilter};
+use crate::CliError;
+use crate::args::ListArgs;
+use crate::json;
+use crate::output::{Cell, Paint, Style, Table, short, time};
+use saga_runtime::Engine;
+use saga_runtime::{CompensationOutcome, InspectedSlot, Inspection, StepState, WaitState};
+use saga_runtime::{InstanceInfo, ListFilter};
 
 pub(crate) async fn run(
     engine: &Engine,
