@@ -19,7 +19,7 @@ use std::time::Duration;
 use saga_runtime::prelude::*;
 use saga_runtime::{Error, EventKind, Instance, ListFilter, TestClock};
 
-use helpers::within;
+use helpers::{until_status, wait_until, within};
 
 /// Beyond this many polls a call that has not completed is a hang.
 const MAX_POLLS: usize = 64;
@@ -180,23 +180,10 @@ async fn check_invariants(world: &World, instance: &Instance) {
     }
 }
 
-async fn until_status(instance: &Instance, wanted: &[Status]) -> Status {
-    within("a status", async {
-        loop {
-            let status = instance.status().await.unwrap();
-            if wanted.contains(&status) {
-                return status;
-            }
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-    })
-    .await
-}
-
 async fn started(world: &World, id: &str) -> Instance {
     let run = world.engine.start(transfer, id, 5).await.unwrap();
     let instance = run.instance().clone();
-    until_status(&instance, &[Status::Waiting]).await;
+    until_status(&instance, Status::Waiting).await;
     instance
 }
 
@@ -238,7 +225,7 @@ async fn start() {
         }
         // The caller's retry returns what the dropped call began.
         let run = engine.start(transfer, &id, 5).await.unwrap();
-        until_status(run.instance(), &[Status::Waiting]).await;
+        until_status(run.instance(), Status::Waiting).await;
         approve(w, &id).await;
         completes(run.instance()).await;
         check_invariants(w, run.instance()).await;
@@ -412,7 +399,7 @@ async fn restarted(i: &Instance, polls: usize, restart_again: impl Future) {
         assert_eq!(i.status().await.unwrap(), Status::Complete);
         restart_again.await;
     }
-    until_status(i, &[Status::Complete]).await;
+    until_status(i, Status::Complete).await;
     completes(i).await;
     let history = i.history().await.unwrap();
     let restarts = history
@@ -488,10 +475,8 @@ async fn retry_rollback() {
             refunds(),
             i.info().await.unwrap()
         );
-        within("the refund", async {
-            while refunds() == 0 || i.info().await.unwrap().rollback_failure.is_some() {
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
+        wait_until("the refund", || async {
+            refunds() > 0 && i.info().await.unwrap().rollback_failure.is_none()
         })
         .await;
     };

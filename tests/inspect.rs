@@ -2,7 +2,9 @@
 //! in call order with keys, states, inputs and payloads as JSON and times
 //! from history; compensations in the order they ran; both errors.
 
-use std::future::Future;
+#[path = "support/helpers.rs"]
+mod helpers;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -12,15 +14,11 @@ use saga_runtime::{
 };
 use serde_json::json;
 
+use helpers::{wait_until, within};
+
 /// `TestClock::new()`'s start, 2030-01-01T00:00:00Z.
 fn at(secs: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_secs(1_893_456_000 + secs)
-}
-
-async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(60), future)
-        .await
-        .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -195,10 +193,8 @@ async fn sleeps_and_waits_show_wake_times_deadlines_and_payloads() {
     assert_eq!(sleeping.status, Status::Waiting);
 
     clock.advance(Duration::from_secs(24 * 3600));
-    within("the wait", async {
-        while run.inspect().await.unwrap().slots.len() < 4 {
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
+    wait_until("the wait", || async {
+        run.inspect().await.unwrap().slots.len() >= 4
     })
     .await;
     let waiting = run.inspect().await.unwrap();
@@ -247,15 +243,9 @@ async fn a_restart_shows_the_new_generation_and_its_keys() {
     let run = engine.start(transfer, "t-restart", t).await.unwrap();
     within("the sleep", clock.wait_for_sleepers(1)).await;
     run.restart_from("credit").await.unwrap();
-    within("the sleep of generation 1", async {
-        loop {
-            let inspection = run.inspect().await.unwrap();
-            if matches!(inspection.slots.get(2), Some(InspectedSlot::Sleep(s)) if s.generation == 1)
-            {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
+    wait_until("the sleep of generation 1", || async {
+        let inspection = run.inspect().await.unwrap();
+        matches!(inspection.slots.get(2), Some(InspectedSlot::Sleep(s)) if s.generation == 1)
     })
     .await;
     let inspection = run.inspect().await.unwrap();

@@ -9,8 +9,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+#[path = "support/helpers.rs"]
+mod helpers;
+
 use saga_runtime::prelude::*;
 use saga_runtime::{Error, EventKind, FailureKind, InspectedSlot, Instance, ListFilter, TestClock};
+
+use helpers::{settle, until_status, within};
 
 const LIMIT: usize = 1024;
 
@@ -20,12 +25,6 @@ fn engine() -> Engine {
         .max_payload_bytes(LIMIT)
         .temporary()
         .expect("temporary engine")
-}
-
-async fn within<T>(future: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(30), future)
-        .await
-        .expect("finished within 30 s")
 }
 
 fn echo() -> impl Workflow<Input = Vec<u8>, Output = usize> + Copy {
@@ -58,7 +57,7 @@ async fn an_oversized_input_is_refused_before_anything_is_stored() {
     assert!(engine.list(&ListFilter::all()).await.unwrap().is_empty());
     // Just under the limit is fine.
     let run = engine.start(echo(), "small", vec![7; 100]).await.unwrap();
-    assert_eq!(within(run.result()).await.unwrap(), 100);
+    assert_eq!(within("the result", run.result()).await.unwrap(), 100);
 }
 
 #[tokio::test]
@@ -79,7 +78,9 @@ async fn an_oversized_step_output_fails_the_step_for_good_naming_it() {
         }
     });
     let run = engine.start(wf, "big-output-1", ()).await.unwrap();
-    let error = within(run.result()).await.expect_err("the step failed");
+    let error = within("the result", run.result())
+        .await
+        .expect_err("the step failed");
     match &error {
         Error::WorkflowFailed { failure, .. } => {
             assert_eq!(
@@ -150,7 +151,7 @@ async fn blobs(ctx: WorkflowContext, size: usize) -> Result<usize, WorkflowError
 
 /// The failure of a step that `run` ended with.
 async fn step_failure(run: &Instance) -> saga_runtime::Failure {
-    match within(run.result::<usize>()).await {
+    match within("the result", run.result::<usize>()).await {
         Err(Error::WorkflowFailed { failure, .. }) => *failure,
         other => panic!("expected WorkflowFailed, got {other:?}"),
     }
@@ -191,7 +192,7 @@ async fn oversized_step_inputs_fail_the_step_before_it_runs_naming_it() {
 
     // Under the limit, the step runs and its inputs are recorded.
     let run = engine.start(blobs, "blob-2", 10).await.unwrap();
-    assert_eq!(within(run.result()).await.unwrap(), 10);
+    assert_eq!(within("the result", run.result()).await.unwrap(), 10);
     assert_eq!(BLOB_RUNS.load(Ordering::SeqCst), 1);
 }
 
@@ -232,12 +233,7 @@ async fn an_oversized_event_payload_is_refused_before_anything_is_stored() {
         .temporary()
         .unwrap();
     let run = engine.start(waiter(), "w-1", ()).await.unwrap();
-    within(async {
-        while run.status().await.unwrap() != Status::Waiting {
-            tokio::task::yield_now().await;
-        }
-    })
-    .await;
+    until_status(&run, Status::Waiting).await;
     let before = run.history().await.unwrap().len();
     let error = engine
         .send_event("w-1", "ping", &"x".repeat(LIMIT * 2))
@@ -251,7 +247,7 @@ async fn an_oversized_event_payload_is_refused_before_anything_is_stored() {
     );
     assert_eq!(run.status().await.unwrap(), Status::Waiting);
     engine.send_event("w-1", "ping", "ok").await.unwrap();
-    assert_eq!(within(run.result()).await.unwrap(), "ok");
+    assert_eq!(within("the result", run.result()).await.unwrap(), "ok");
 }
 
 #[tokio::test]
@@ -286,7 +282,7 @@ async fn invalid_ids_are_refused_everywhere() {
     let longest = "Z".repeat(100);
     for id in [longest.as_str(), "_x", "a-b_C9", "0"] {
         let run = engine.start(echo(), id, vec![1]).await.unwrap();
-        assert_eq!(within(run.result()).await.unwrap(), 1, "{id}");
+        assert_eq!(within("the result", run.result()).await.unwrap(), 1, "{id}");
     }
 }
 
@@ -308,10 +304,18 @@ async fn a_duplicate_id_returns_the_same_instance_or_is_refused_for_another_work
         }
     });
     let first = engine.start(once.clone(), "dup", 1).await.unwrap();
-    assert_eq!(within(first.result()).await.unwrap(), 1);
+    assert_eq!(
+        within("the result of first", first.result()).await.unwrap(),
+        1
+    );
     // The same id and input again is the same instance.
     let second = engine.start(once.clone(), "dup", 1).await.unwrap();
-    assert_eq!(within(second.result()).await.unwrap(), 1);
+    assert_eq!(
+        within("the result of second", second.result())
+            .await
+            .unwrap(),
+        1
+    );
     assert_eq!(runs.load(Ordering::SeqCst), 1, "nothing ran twice");
     // Another input under that id is refused, not silently answered.
     let error = engine
@@ -351,7 +355,7 @@ async fn every_handle_call_on_an_unknown_instance_is_unknown_instance() {
     ));
     // A handle whose instance went away (removed by retention).
     let run = engine.start(echo(), "gone", vec![1]).await.unwrap();
-    within(run.result()).await.unwrap();
+    within("the result", run.result()).await.unwrap();
     assert_eq!(engine.sweep_expired().await.unwrap(), 1);
     let unknown = |what: &str, result: Result<(), Error>| {
         assert!(
@@ -362,7 +366,7 @@ async fn every_handle_call_on_an_unknown_instance_is_unknown_instance() {
     unknown("status", run.status().await.map(drop));
     unknown("info", run.info().await.map(drop));
     unknown("history", run.history().await.map(drop));
-    unknown("result", within(run.result()).await.map(drop));
+    unknown("result", within("the result", run.result()).await.map(drop));
     unknown("pause", run.pause().await);
     unknown("resume", run.resume().await);
     unknown("terminate", run.terminate().await);
@@ -398,7 +402,7 @@ async fn zero_and_enormous_durations_neither_panic_nor_overflow() {
         .start(sleeper(Duration::ZERO, Duration::MAX), "zero", ())
         .await
         .unwrap();
-    assert_eq!(within(run.result()).await.unwrap(), 1);
+    assert_eq!(within("the result", run.result()).await.unwrap(), 1);
     // Duration::MAX and "99999999 days" on an auto-advancing clock: the
     // clock jumps to a far future and the workflow goes on.
     for (id, duration) in [
@@ -412,7 +416,7 @@ async fn zero_and_enormous_durations_neither_panic_nor_overflow() {
             .start(sleeper(duration, Duration::from_secs(60)), id, ())
             .await
             .unwrap();
-        assert_eq!(within(run.result()).await.unwrap(), 1, "{id}");
+        assert_eq!(within("the result", run.result()).await.unwrap(), 1, "{id}");
         let wake = run
             .history()
             .await
@@ -437,15 +441,11 @@ async fn zero_and_enormous_durations_neither_panic_nor_overflow() {
             .start(sleeper(Duration::MAX, Duration::MAX), "forever", ())
             .await
             .unwrap();
-        within(async {
-            while run.status().await.unwrap() != Status::Waiting {
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
-        })
-        .await;
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        until_status(&run, Status::Waiting).await;
+        // An overflowing wake time would end the sleep at once.
+        settle().await;
         assert_eq!(run.status().await.unwrap(), Status::Waiting);
-        within(run.terminate()).await.unwrap();
+        within("the terminate", run.terminate()).await.unwrap();
         assert_eq!(run.status().await.unwrap(), Status::Terminated);
     }
     // A zero and an enormous event timeout.
@@ -463,7 +463,7 @@ async fn zero_and_enormous_durations_neither_panic_nor_overflow() {
         .unwrap();
     let run = engine.start(wf, "timeouts-1", ()).await.unwrap();
     engine.send_event("timeouts-1", "ping", &9u8).await.unwrap();
-    assert_eq!(within(run.result()).await.unwrap(), 9);
+    assert_eq!(within("the result", run.result()).await.unwrap(), 9);
 }
 
 #[tokio::test]
@@ -480,14 +480,14 @@ async fn an_invalid_duration_string_is_an_error_the_workflow_sees() {
         Ok::<_, WorkflowError>(())
     });
     let run = engine.start(wf, "bad-1", ()).await.unwrap();
-    within(run.result()).await.unwrap();
+    within("the result", run.result()).await.unwrap();
 }
 
 #[tokio::test]
 async fn events_for_finished_instances_are_invalid_state() {
     let engine = engine();
     let run = engine.start(echo(), "done", vec![1, 2]).await.unwrap();
-    within(run.result()).await.unwrap();
+    within("the result", run.result()).await.unwrap();
     let error = engine
         .send_event("done", "ping", &1)
         .await
@@ -508,7 +508,7 @@ async fn events_for_finished_instances_are_invalid_state() {
         .temporary()
         .unwrap();
     let waiting = engine.start(waiter(), "ended", ()).await.unwrap();
-    within(waiting.terminate()).await.unwrap();
+    within("the terminate", waiting.terminate()).await.unwrap();
     assert!(matches!(
         engine.send_event("ended", "ping", "late").await,
         Err(Error::InvalidState {

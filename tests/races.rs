@@ -7,8 +7,6 @@
 #[path = "support/helpers.rs"]
 mod helpers;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use saga_runtime::prelude::*;
@@ -18,30 +16,22 @@ use helpers::{until_status, within};
 
 const ROUNDS: usize = 50;
 
-/// A step, then a wait for an event, then a step.
-fn waits(steps: &Arc<AtomicU32>) -> impl Workflow<Input = u64, Output = u64> + Clone + use<> {
-    let steps = steps.clone();
-    workflow_fn("waits", move |ctx: WorkflowContext, n: u64| {
-        let steps = steps.clone();
-        async move {
-            let first = {
-                let steps = steps.clone();
-                ctx.step("first", StepConfig::default(), move |_key| {
-                    steps.fetch_add(1, Ordering::SeqCst);
-                    async move { Ok(n) }
-                })
-                .await?
-            };
-            let got: u64 = ctx.wait_for_event("wait-go", "go", "1 day").await?;
-            Ok::<_, WorkflowError>(first + got)
-        }
-    })
+#[step(name = "first", read_only)]
+async fn first(n: u64) -> Result<u64, StepError> {
+    Ok(n)
+}
+
+/// A step, then a wait for an event.
+#[workflow(name = "waits")]
+async fn waits(ctx: WorkflowContext, n: u64) -> Result<u64, WorkflowError> {
+    let first = first(&ctx, n).await?;
+    let got: u64 = ctx.wait_for_event("wait-go", "go", "1 day").await?;
+    Ok(first + got)
 }
 
 struct World {
     engine: Engine,
     clock: TestClock,
-    steps: Arc<AtomicU32>,
 }
 
 fn world() -> World {
@@ -56,16 +46,12 @@ fn world_keeping(retention: Duration) -> World {
         .retention(retention)
         .temporary()
         .unwrap();
-    World {
-        engine,
-        clock,
-        steps: Arc::default(),
-    }
+    World { engine, clock }
 }
 
 impl World {
     async fn waiting(&self, id: &str) -> Instance {
-        let run = self.engine.start(waits(&self.steps), id, 1).await.unwrap();
+        let run = self.engine.start(waits, id, 1).await.unwrap();
         until_status(&run, Status::Waiting).await;
         run.instance().clone()
     }

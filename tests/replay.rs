@@ -1,14 +1,23 @@
 //! Replay safety: non-determinism and changed output types are reported as
 //! such, naming the step, and nothing completed runs again.
+//!
+//! Each test runs a first release of a workflow until a step completed,
+//! closes the engine with the instance unfinished (as a crash would leave
+//! it), and opens the store again with a second release registered under
+//! the same workflow name.
+
+#[path = "support/helpers.rs"]
+mod helpers;
 
 use std::future::pending;
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use saga_runtime::prelude::*;
 use saga_runtime::{Error, FailureKind};
+
+use helpers::{wait_until, within};
 
 fn temp_dir(name: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("saga-replay-{name}-{}", std::process::id()));
@@ -16,33 +25,48 @@ fn temp_dir(name: &str) -> std::path::PathBuf {
     dir
 }
 
+/// What the steps share with the test, provided to both engines.
+#[derive(Default)]
+struct Probe {
+    /// Runs of the bodies of `reserve`, `one`, `two` and `three`.
+    reserve_runs: AtomicU32,
+    runs: [AtomicU32; 3],
+    /// While set, the body of step `three` never returns: the first
+    /// release is stopped with it in flight.
+    hang_three: AtomicBool,
+}
+
 /// Runs `first` on a fresh store until `ready` says so, closes the engine
 /// (as a crash would leave it: the instance unfinished), then reopens the
 /// store with `second` registered and returns the instance's result.
 async fn run_then_replay<W1: Workflow<Input = ()>, W2: Workflow<Input = ()>>(
     dir: &Path,
+    probe: &Arc<Probe>,
     first: W1,
     ready: impl Fn(&[saga_runtime::Event]) -> bool,
     second: W2,
 ) -> (Result<W2::Output, Error>, saga_runtime::InstanceInfo) {
-    let engine = Engine::open(dir).unwrap();
+    let engine = Engine::builder()
+        .provide_arc(probe.clone())
+        .open(dir)
+        .unwrap();
     let run = engine.start(first, "replay-1", ()).await.unwrap();
-    tokio::time::timeout(Duration::from_secs(30), async {
-        while !ready(&run.history().await.unwrap()) {
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
+    wait_until("the first run to reach its point", || async {
+        ready(&run.history().await.unwrap())
     })
-    .await
-    .expect("first run reached its point");
+    .await;
     drop(run);
     engine.close().await;
+    // The hang belonged to the first process.
+    probe.hang_three.store(false, Ordering::SeqCst);
 
-    let engine = Engine::open(dir).unwrap();
+    let engine = Engine::builder()
+        .provide_arc(probe.clone())
+        .open(dir)
+        .unwrap();
     engine.register(second).unwrap();
     let instance = engine.instance("replay-1").await.unwrap();
-    let result = tokio::time::timeout(Duration::from_secs(30), instance.result::<W2::Output>())
-        .await
-        .expect("replay finished");
+    let result = within("the replay", instance.result::<W2::Output>()).await;
     let info = instance.info().await.unwrap();
     engine.close().await;
     (result, info)
@@ -56,41 +80,44 @@ fn completed(step: &'static str) -> impl Fn(&[saga_runtime::Event]) -> bool {
     }
 }
 
+#[step(name = "reserve", read_only)]
+async fn reserve(probe: Service<Probe>) -> Result<u32, StepError> {
+    probe.reserve_runs.fetch_add(1, Ordering::SeqCst);
+    Ok(1)
+}
+
+#[step(name = "charge", read_only)]
+async fn charge() -> Result<u32, StepError> {
+    Ok(2)
+}
+
+/// `charge` renamed without `renamed_from`: history says otherwise.
+#[step(name = "charge-card", read_only)]
+async fn charge_card() -> Result<u32, StepError> {
+    Ok(2)
+}
+
+#[workflow(name = "order")]
+async fn order_v1(ctx: WorkflowContext, (): ()) -> Result<(), WorkflowError> {
+    reserve(&ctx).await?;
+    charge(&ctx).await?;
+    pending::<()>().await;
+    Ok(())
+}
+
+#[workflow(name = "order")]
+async fn order_v2(ctx: WorkflowContext, (): ()) -> Result<(), WorkflowError> {
+    reserve(&ctx).await?;
+    charge_card(&ctx).await?;
+    Ok(())
+}
+
 #[tokio::test]
 async fn a_replay_that_reaches_another_step_is_a_non_determinism_error() {
     let dir = temp_dir("nondeterminism");
-    let a_runs = Arc::new(AtomicU32::new(0));
-    let runs = a_runs.clone();
-    let v1 = workflow_fn("order", move |ctx: WorkflowContext, (): ()| {
-        let runs = runs.clone();
-        async move {
-            ctx.step("reserve", StepConfig::default(), move |_| {
-                runs.fetch_add(1, Ordering::SeqCst);
-                async { Ok(1u32) }
-            })
-            .await?;
-            ctx.step("charge", StepConfig::default(), |_| async { Ok(2u32) })
-                .await?;
-            pending::<()>().await;
-            Ok::<_, WorkflowError>(())
-        }
-    });
-    let runs = a_runs.clone();
-    let v2 = workflow_fn("order", move |ctx: WorkflowContext, (): ()| {
-        let runs = runs.clone();
-        async move {
-            ctx.step("reserve", StepConfig::default(), move |_| {
-                runs.fetch_add(1, Ordering::SeqCst);
-                async { Ok(1u32) }
-            })
-            .await?;
-            // Renamed from "charge": history says otherwise.
-            ctx.step("charge-card", StepConfig::default(), |_| async { Ok(2u32) })
-                .await?;
-            Ok::<_, WorkflowError>(())
-        }
-    });
-    let (result, info) = run_then_replay(&dir, v1, completed("charge"), v2).await;
+    let probe = Arc::new(Probe::default());
+    let (result, info) =
+        run_then_replay(&dir, &probe, order_v1, completed("charge"), order_v2).await;
     match result {
         Err(Error::Blocked { failure, .. }) => {
             assert_eq!(
@@ -107,34 +134,42 @@ async fn a_replay_that_reaches_another_step_is_a_non_determinism_error() {
     }
     assert_eq!(info.status, Status::Blocked, "parked, not ended");
     assert_eq!(
-        a_runs.load(Ordering::SeqCst),
+        probe.reserve_runs.load(Ordering::SeqCst),
         1,
         "the completed step ran again"
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+#[step(name = "price", read_only)]
+async fn price_v1() -> Result<Vec<u8>, StepError> {
+    Ok(vec![1, 2, 3])
+}
+
+/// The output type changed from `Vec<u8>` to `(String, u64, u64)`.
+#[step(name = "price", read_only)]
+async fn price_v2() -> Result<(String, u64, u64), StepError> {
+    Ok(("x".to_string(), 1, 2))
+}
+
+#[workflow(name = "quote")]
+async fn quote_v1(ctx: WorkflowContext, (): ()) -> Result<(), WorkflowError> {
+    price_v1(&ctx).await?;
+    pending::<()>().await;
+    Ok(())
+}
+
+#[workflow(name = "quote")]
+async fn quote_v2(ctx: WorkflowContext, (): ()) -> Result<u64, WorkflowError> {
+    let price = price_v2(&ctx).await?;
+    Ok(price.1)
+}
+
 #[tokio::test]
 async fn a_stored_output_that_no_longer_decodes_names_the_step_and_type() {
     let dir = temp_dir("decode");
-    let v1 = workflow_fn("quote", |ctx: WorkflowContext, (): ()| async move {
-        ctx.step("price", StepConfig::default(), |_| async {
-            Ok(vec![1u8, 2, 3])
-        })
-        .await?;
-        pending::<()>().await;
-        Ok::<_, WorkflowError>(())
-    });
-    let v2 = workflow_fn("quote", |ctx: WorkflowContext, (): ()| async move {
-        // The output type changed from Vec<u8> to (String, u64, u64).
-        let price: (String, u64, u64) = ctx
-            .step("price", StepConfig::default(), |_| async {
-                Ok(("x".to_string(), 1, 2))
-            })
-            .await?;
-        Ok::<_, WorkflowError>(price.1)
-    });
-    let (result, _) = run_then_replay(&dir, v1, completed("price"), v2).await;
+    let probe = Arc::new(Probe::default());
+    let (result, _) = run_then_replay(&dir, &probe, quote_v1, completed("price"), quote_v2).await;
     match result {
         Err(Error::Blocked { failure, .. }) => {
             assert_eq!(failure.kind(), &FailureKind::Decode, "{failure}");
@@ -146,37 +181,48 @@ async fn a_stored_output_that_no_longer_decodes_names_the_step_and_type() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+#[step(name = "one", read_only)]
+async fn one(probe: Service<Probe>) -> Result<u64, StepError> {
+    probe.runs[0].fetch_add(1, Ordering::SeqCst);
+    Ok(1)
+}
+
+#[step(name = "two", read_only)]
+async fn two(probe: Service<Probe>) -> Result<u64, StepError> {
+    probe.runs[1].fetch_add(1, Ordering::SeqCst);
+    Ok(10)
+}
+
+#[step(name = "three", read_only)]
+async fn three(probe: Service<Probe>) -> Result<u64, StepError> {
+    probe.runs[2].fetch_add(1, Ordering::SeqCst);
+    if probe.hang_three.load(Ordering::SeqCst) {
+        pending::<()>().await;
+    }
+    Ok(100)
+}
+
+#[workflow(name = "three")]
+async fn one_two_three(ctx: WorkflowContext, (): ()) -> Result<u64, WorkflowError> {
+    let mut total = one(&ctx).await?;
+    total += two(&ctx).await?;
+    total += three(&ctx).await?;
+    Ok(total)
+}
+
 #[tokio::test]
 async fn replay_returns_stored_outputs_and_runs_only_what_did_not_complete() {
     let dir = temp_dir("resume");
-    let runs: Arc<[AtomicU32; 3]> = Arc::default();
-    let make = |block_last: bool| {
-        let runs = runs.clone();
-        workflow_fn("three", move |ctx: WorkflowContext, (): ()| {
-            let runs = runs.clone();
-            async move {
-                let mut total = 0u64;
-                for (i, name) in ["one", "two", "three"].into_iter().enumerate() {
-                    let runs = runs.clone();
-                    total += ctx
-                        .step(name, StepConfig::default(), move |_| {
-                            runs[i].fetch_add(1, Ordering::SeqCst);
-                            async move {
-                                if i == 2 && block_last {
-                                    pending::<()>().await;
-                                }
-                                Ok(10u64.pow(i as u32))
-                            }
-                        })
-                        .await?;
-                }
-                Ok::<_, WorkflowError>(total)
-            }
-        })
-    };
-    let (result, _) = run_then_replay(&dir, make(true), completed("two"), make(false)).await;
+    let probe = Arc::new(Probe::default());
+    probe.hang_three.store(true, Ordering::SeqCst);
+    let (result, _) =
+        run_then_replay(&dir, &probe, one_two_three, completed("two"), one_two_three).await;
     assert_eq!(result.unwrap(), 111);
-    let counts: Vec<u32> = runs.iter().map(|c| c.load(Ordering::SeqCst)).collect();
+    let counts: Vec<u32> = probe
+        .runs
+        .iter()
+        .map(|c| c.load(Ordering::SeqCst))
+        .collect();
     assert_eq!(counts[..2], [1, 1], "completed steps ran again: {counts:?}");
     assert!(counts[2] >= 1);
     let _ = std::fs::remove_dir_all(&dir);

@@ -12,7 +12,7 @@ use std::time::Duration;
 use saga_runtime::prelude::*;
 use saga_runtime::{DEFAULT_RETENTION, Error, EventKind, Instance, TestClock};
 
-use helpers::within;
+use helpers::{settle, wait_until, within};
 
 const HOUR: u64 = 60 * 60;
 const DAY: u64 = 24 * HOUR;
@@ -77,7 +77,7 @@ async fn one_of_each(engine: &Engine, clock: &TestClock) {
     engine.start(sleeper, "asleep", ()).await.unwrap();
     within("the sleep", clock.wait_for_sleepers(1)).await;
     let running = engine.start(busy, "busy", ()).await.unwrap();
-    within("the busy step", until_started(&running)).await;
+    until_started(&running).await;
     let paused = engine.start(sleeper, "paused", ()).await.unwrap();
     within("the second sleep", clock.wait_for_sleepers(2)).await;
     paused.pause().await.unwrap();
@@ -100,15 +100,14 @@ async fn one_of_each(engine: &Engine, clock: &TestClock) {
 }
 
 async fn until_started(run: &Instance) {
-    while !run
-        .history()
-        .await
-        .unwrap()
-        .iter()
-        .any(|e| matches!(e.kind, EventKind::StepStarted { .. }))
-    {
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
+    wait_until("the busy step", || async {
+        run.history()
+            .await
+            .unwrap()
+            .iter()
+            .any(|e| matches!(e.kind, EventKind::StepStarted { .. }))
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -193,14 +192,9 @@ async fn the_engine_sweeps_on_its_own_every_hour_of_its_clock() {
     one_of_each(&engine, &clock).await;
 
     clock.advance(Duration::from_secs(DAY + HOUR));
-    within("the sweeper", async {
-        for id in ["done", "failed", "ended"] {
-            while !is_gone(&engine, id).await {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-        }
-    })
-    .await;
+    for id in ["done", "failed", "ended"] {
+        wait_until("the sweeper", || is_gone(&engine, id)).await;
+    }
     for id in ["asleep", "busy", "paused"] {
         assert!(!is_gone(&engine, id).await, "{id} is kept");
     }
@@ -209,15 +203,12 @@ async fn the_engine_sweeps_on_its_own_every_hour_of_its_clock() {
     let late = engine.start(echo, "late", 3).await.unwrap();
     within("late", late.result()).await.unwrap();
     clock.advance(Duration::from_secs(12 * HOUR));
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // The sweeper waits on a timeout, which the clock does not count: the
+    // harness's pause stands in.
+    settle().await;
     assert!(!is_gone(&engine, "late").await, "only half a day old");
     clock.advance(Duration::from_secs(13 * HOUR));
-    within("the next sweeps", async {
-        while !is_gone(&engine, "late").await {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await;
+    wait_until("the next sweeps", || is_gone(&engine, "late")).await;
 }
 
 #[tokio::test]

@@ -16,17 +16,16 @@
 mod helpers;
 
 use std::fmt::Debug;
-use std::future::{Future, pending};
+use std::future::pending;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use saga_runtime::prelude::*;
 use saga_runtime::{BoxFuture, Error, EventKind, FailureKind, Instance, ListFilter, TestClock};
 use tokio::sync::{Notify, mpsc};
 
-/// Bounds every wait of a test, so a broken rule fails instead of hanging.
-const PATIENCE: Duration = Duration::from_secs(30);
+use helpers::{kinds, settle, wait_until, within};
 
 /// What one attempt of a compensation was given.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -113,32 +112,6 @@ async fn world_on(clock: TestClock) -> World {
     }
 }
 
-async fn bounded<T>(what: &str, future: impl Future<Output = T>) -> T {
-    tokio::time::timeout(PATIENCE, future)
-        .await
-        .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
-}
-
-/// Polls `condition` every few real milliseconds, at most [`PATIENCE`].
-async fn wait_until<F: Future<Output = bool>>(what: &str, condition: impl Fn() -> F) {
-    bounded(what, async {
-        while !condition().await {
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-    })
-    .await;
-}
-
-async fn kinds(instance: &Instance) -> Vec<EventKind> {
-    instance
-        .history()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|e| e.kind)
-        .collect()
-}
-
 /// The events from `RollbackStarted` on (empty if rollback never started).
 fn rollback_tail(kinds: &[EventKind]) -> Vec<EventKind> {
     let start = kinds
@@ -178,7 +151,7 @@ fn completed(step: &str) -> EventKind {
 async fn failed_with(
     instance: &Instance,
 ) -> (saga_runtime::Failure, Option<saga_runtime::Failure>) {
-    match bounded("the result", instance.result::<u64>()).await {
+    match within("the result", instance.result::<u64>()).await {
         Err(Error::WorkflowFailed {
             failure,
             rollback_failure,
@@ -452,7 +425,7 @@ async fn parallel_steps_are_compensated_in_reverse_call_order_not_completion_ord
     let mut events = engine.subscribe();
     let run = engine.start(parallel, "par-1", ()).await.unwrap();
     // Let `a` finish only once `b`'s completion is durable.
-    bounded("b to complete", async {
+    within("b to complete", async {
         loop {
             let event = events.recv().await.unwrap();
             if event.instance == "par-1"
@@ -548,7 +521,7 @@ async fn caught(ctx: WorkflowContext, (): ()) -> Result<u64, WorkflowError> {
 async fn a_caught_step_error_does_not_start_rollback() {
     let World { engine, probe, .. } = world().await;
     let run = engine.start(caught, "caught-1", ()).await.unwrap();
-    assert_eq!(bounded("the result", run.result()).await.unwrap(), 5);
+    assert_eq!(within("the result", run.result()).await.unwrap(), 5);
     assert_eq!(run.status().await.unwrap(), Status::Complete);
     assert!(calls(&probe).is_empty(), "{:?}", calls(&probe));
     let history = kinds(&run).await;
@@ -626,7 +599,7 @@ async fn succeeds(ctx: WorkflowContext, (): ()) -> Result<u64, WorkflowError> {
 async fn a_successful_workflow_runs_no_compensation() {
     let World { engine, probe, .. } = world().await;
     let run = engine.start(succeeds, "ok-1", ()).await.unwrap();
-    assert_eq!(bounded("the result", run.result()).await.unwrap(), 1);
+    assert_eq!(within("the result", run.result()).await.unwrap(), 1);
     assert!(calls(&probe).is_empty());
     assert!(!kinds(&run).await.iter().any(is_rollback_event));
 }
@@ -954,7 +927,7 @@ async fn lifecycle_events_are_stored_and_streamed_in_order() {
     let World { engine, .. } = world().await;
     let mut subscription = engine.subscribe();
     let run = engine.start(lifecycle, "events-1", ()).await.unwrap();
-    let streamed = bounded("the streamed end", async {
+    let streamed = within("the streamed end", async {
         let mut seen = Vec::new();
         loop {
             let event = subscription.recv().await.unwrap();
@@ -1033,13 +1006,13 @@ async fn terminate_with_rollback_during_a_step_compensates_and_terminates() {
         mut began,
     } = world().await;
     let run = engine.start(terminate_step, "term-1", ()).await.unwrap();
-    assert_eq!(bounded("the step", began.recv()).await, Some("book-car"));
-    bounded("terminate", run.terminate_with_rollback())
+    assert_eq!(within("the step", began.recv()).await, Some("book-car"));
+    within("terminate", run.terminate_with_rollback())
         .await
         .unwrap();
 
     assert_eq!(run.status().await.unwrap(), Status::Terminated);
-    match bounded("the result", run.result()).await {
+    match within("the result", run.result()).await {
         Err(Error::Terminated {
             rollback_failure: None,
             ..
@@ -1107,12 +1080,12 @@ async fn terminate_with_rollback_during_an_event_wait_compensates_and_terminates
                 .any(|k| matches!(k, EventKind::EventWaitStarted { .. }))
     })
     .await;
-    bounded("terminate", run.terminate_with_rollback())
+    within("terminate", run.terminate_with_rollback())
         .await
         .unwrap();
     assert_eq!(run.status().await.unwrap(), Status::Terminated);
     assert!(matches!(
-        bounded("the result", run.result()).await,
+        within("the result", run.result()).await,
         Err(Error::Terminated { .. })
     ));
     assert_eq!(steps_compensated(&probe), ["hold-meal", "hold-seat"]);
@@ -1178,7 +1151,8 @@ async fn a_step_in_flight_when_the_workflow_fails_is_compensated_and_never_rerun
         seen.push(name);
     }
     assert!(seen.contains(&"fails"), "{seen:?}");
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // No clock wait can show a run that never comes: the harness's pause.
+    settle().await;
     assert!(probe.runs.load(Ordering::SeqCst) <= 1);
     let history = kinds(&run).await;
     assert!(
@@ -1259,7 +1233,7 @@ async fn the_status_is_rolling_back_while_a_compensation_runs() {
         mut began,
     } = world().await;
     let run = engine.start(slow_undo, "rolling-1", ()).await.unwrap();
-    bounded("the compensation to start", began.recv())
+    within("the compensation to start", began.recv())
         .await
         .unwrap();
     assert_eq!(run.status().await.unwrap(), Status::RollingBack);
@@ -1334,7 +1308,7 @@ async fn terminate_with_rollback_of_a_paused_instance_replays_to_compensate() {
         mut began,
     } = world().await;
     let run = engine.start(paused, "paused-1", ()).await.unwrap();
-    bounded("step b", began.recv()).await.unwrap();
+    within("step b", began.recv()).await.unwrap();
     run.pause().await.unwrap();
     probe.release.notify_one();
     // It stops at its next step boundary, before "c" starts.
@@ -1346,16 +1320,14 @@ async fn terminate_with_rollback_of_a_paused_instance_replays_to_compensate() {
             && engine.list(&ListFilter::all()).await.unwrap()[0].status == Status::Paused
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    settle().await;
     assert_eq!(run.status().await.unwrap(), Status::Paused);
 
-    bounded("terminate", run.terminate_with_rollback())
+    within("terminate", run.terminate_with_rollback())
         .await
         .unwrap();
-    bounded("the end", async {
-        while !run.status().await.unwrap().is_terminal() {
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
+    wait_until("the end", || async {
+        run.status().await.unwrap().is_terminal()
     })
     .await;
     assert_eq!(run.status().await.unwrap(), Status::Terminated);
@@ -1409,7 +1381,7 @@ async fn retry_rollback_runs_the_compensations_that_gave_up_with_the_same_keys()
     // The refund API is down until the test fixes it.
     probe.refund_down.store(true, Ordering::SeqCst);
     let run = engine.start(out_of_stock, "retry-1", ()).await.unwrap();
-    match bounded("the failure", run.result()).await {
+    match within("the failure", run.result()).await {
         Err(Error::WorkflowFailed {
             failure,
             rollback_failure: Some(_),
@@ -1419,8 +1391,8 @@ async fn retry_rollback_runs_the_compensations_that_gave_up_with_the_same_keys()
     }
 
     probe.refund_down.store(false, Ordering::SeqCst);
-    bounded("the retry", run.retry_rollback()).await.unwrap();
-    match bounded("the result", run.result()).await {
+    within("the retry", run.retry_rollback()).await.unwrap();
+    match within("the result", run.result()).await {
         Err(Error::WorkflowFailed {
             failure,
             rollback_failure: None,
@@ -1469,7 +1441,7 @@ async fn retry_rollback_right_after_the_end_is_driven() {
             .start(out_of_stock_again, &format!("at-once-{i}"), ())
             .await
             .unwrap();
-        let failed = bounded("the failure", run.result()).await;
+        let failed = within("the failure", run.result()).await;
         assert!(
             matches!(
                 &failed,
@@ -1481,8 +1453,8 @@ async fn retry_rollback_right_after_the_end_is_driven() {
             "{failed:?}"
         );
         probe.refund_down.store(false, Ordering::SeqCst);
-        bounded("the retry", run.retry_rollback()).await.unwrap();
-        let ended = bounded("the retried rollback", run.result()).await;
+        within("the retry", run.retry_rollback()).await.unwrap();
+        let ended = within("the retried rollback", run.result()).await;
         assert!(
             matches!(
                 &ended,

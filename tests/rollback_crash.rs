@@ -4,28 +4,33 @@
 //! Each test re-executes its own test binary as a child process (the child
 //! role is selected by an environment variable naming the data directory).
 //! The child runs a workflow whose steps all have compensations, fails it,
-//! and blocks inside a chosen compensation; the parent SIGKILLs it there,
-//! opens the same directory, registers the workflow and checks how the
-//! rollback finished.
+//! and blocks inside a chosen compensation, which tells the parent so; the
+//! parent SIGKILLs it there, opens the same directory, registers the
+//! workflow and checks how the rollback finished. The workflows are
+//! written with `#[workflow]`, `#[step]` and `#[rollback]`; the callee is
+//! a service the engine provides to them.
 //!
 //! The side effects go to a fake callee outside the engine: append-only
 //! files, fsynced, that record every call (`calls`) and apply each
 //! idempotency key once (`applied`), as a payment provider would.
 
-use std::fs::{File, OpenOptions};
+#[path = "support/child.rs"]
+mod child;
+#[path = "support/helpers.rs"]
+mod helpers;
+
+use std::fs::OpenOptions;
 use std::future::pending;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use saga_runtime::prelude::*;
-use saga_runtime::{BoxFuture, Error, EventKind, FailureKind, ListFilter};
+use saga_runtime::{Error, EventKind, FailureKind, ListFilter};
 
-/// Set in the child: the data directory it works in.
-const CHILD_DIR: &str = "SAGA_ROLLBACK_CRASH_DIR";
-/// How long anything may take before the test fails instead of hanging.
-const PATIENCE: Duration = Duration::from_secs(60);
+use child::{DataDir, child_dir, report};
+use helpers::{kinds, within};
+
 const INSTANCE: &str = "order-1";
 
 /// Which process is calling the callee.
@@ -47,14 +52,13 @@ impl Phase {
 }
 
 /// The fake service the workflow talks to, living in files beside the
-/// store.
-#[derive(Clone)]
+/// store; provided to the engine, taken by the steps and compensations.
 struct Callee {
     dir: PathBuf,
     phase: Phase,
     /// The compensation (by step name) that blocks forever before the
-    /// crash, after it applied its effect and dropped the marker file.
-    blocks_in: &'static str,
+    /// crash, after it applied its effect and told the parent.
+    blocks_in: String,
 }
 
 /// One line of the `calls` file.
@@ -80,8 +84,21 @@ impl Callee {
         }
     }
 
-    fn marker(&self) -> PathBuf {
-        self.dir.join("blocked")
+    /// A forward step's call: with its key, returning `value`.
+    fn forward(&self, key: &IdempotencyKey, value: u64) -> u64 {
+        self.call("forward", key.as_str(), "");
+        value
+    }
+
+    /// A compensation's call, with its own key; before the crash, the one
+    /// of step `blocks_in` then tells the parent and blocks forever.
+    async fn compensate(&self, step: &str, ctx: &RollbackContext<'_, u64>) {
+        let seen = format!("output={:?} cause={}", ctx.output(), ctx.cause());
+        self.call("rollback", ctx.key().as_str(), &seen);
+        if self.phase == Phase::BeforeCrash && self.blocks_in == step {
+            report(&format!("blocked in {step}"));
+            pending::<()>().await;
+        }
     }
 }
 
@@ -123,180 +140,123 @@ fn calls(dir: &Path) -> Vec<CallLine> {
         .collect()
 }
 
-/// A step whose body calls the callee with its key and returns `value`.
-fn forward(
-    callee: &Callee,
+#[step(name = "reserve-stock", rollback = undo_reserve_stock)]
+async fn reserve_stock(
+    key: IdempotencyKey,
+    callee: Service<Callee>,
     value: u64,
-) -> impl FnMut(IdempotencyKey) -> BoxFuture<Result<u64, StepError>> + Send + 'static {
-    let callee = callee.clone();
-    move |key| {
-        callee.call("forward", key.as_str(), "");
-        Box::pin(async move { Ok(value) })
-    }
+) -> Result<u64, StepError> {
+    Ok(callee.forward(&key, value))
 }
 
-/// A compensation that calls the callee with its own key; before the crash,
-/// the one named `callee.blocks_in` then blocks forever.
-fn undo(callee: &Callee, step: &'static str) -> RollbackRegistration<u64> {
-    let callee = callee.clone();
-    RollbackRegistration::new(StepConfig::default(), move |input: RollbackInput<u64>| {
-        let callee = callee.clone();
-        Box::pin(async move {
-            let ctx = input.context();
-            let seen = format!("output={:?} cause={}", ctx.output(), ctx.cause());
-            callee.call("rollback", ctx.key().as_str(), &seen);
-            if callee.phase == Phase::BeforeCrash && callee.blocks_in == step {
-                append(&callee.marker(), step);
-                pending::<()>().await;
-            }
-            Ok(())
-        }) as BoxFuture<Result<(), StepError>>
-    })
+#[rollback]
+async fn undo_reserve_stock(
+    ctx: RollbackContext<'_, u64>,
+    callee: Service<Callee>,
+) -> Result<(), StepError> {
+    callee.compensate("reserve-stock", &ctx).await;
+    Ok(())
+}
+
+#[step(name = "charge-card", rollback = undo_charge_card)]
+async fn charge_card(
+    key: IdempotencyKey,
+    callee: Service<Callee>,
+    amount: u64,
+) -> Result<u64, StepError> {
+    Ok(callee.forward(&key, amount))
+}
+
+#[rollback]
+async fn undo_charge_card(
+    ctx: RollbackContext<'_, u64>,
+    callee: Service<Callee>,
+) -> Result<(), StepError> {
+    callee.compensate("charge-card", &ctx).await;
+    Ok(())
+}
+
+#[step(name = "create-shipment", rollback = undo_create_shipment)]
+async fn create_shipment(
+    key: IdempotencyKey,
+    callee: Service<Callee>,
+    value: u64,
+) -> Result<u64, StepError> {
+    Ok(callee.forward(&key, value))
+}
+
+#[rollback]
+async fn undo_create_shipment(
+    ctx: RollbackContext<'_, u64>,
+    callee: Service<Callee>,
+) -> Result<(), StepError> {
+    callee.compensate("create-shipment", &ctx).await;
+    Ok(())
+}
+
+#[step(name = "send-confirmation", read_only, retries = 0)]
+async fn send_confirmation() -> Result<(), StepError> {
+    Err(StepError::fatal("the mailer rejected the address"))
 }
 
 /// Three steps with compensations, then a step that fails for good.
-fn order(callee: Callee) -> impl Workflow<Input = u64, Output = u64> + Clone {
-    workflow_fn("order", move |ctx: WorkflowContext, amount: u64| {
-        let callee = callee.clone();
-        async move {
-            let config = StepConfig::default();
-            let stock = ctx
-                .step_with_rollback(
-                    "reserve-stock",
-                    config,
-                    forward(&callee, 1),
-                    undo(&callee, "reserve-stock"),
-                )
-                .await?;
-            let charge = ctx
-                .step_with_rollback(
-                    "charge-card",
-                    config,
-                    forward(&callee, amount),
-                    undo(&callee, "charge-card"),
-                )
-                .await?;
-            let shipment = ctx
-                .step_with_rollback(
-                    "create-shipment",
-                    config,
-                    forward(&callee, 3),
-                    undo(&callee, "create-shipment"),
-                )
-                .await?;
-            ctx.step("send-confirmation", config.retries(0), |_| async {
-                Err::<(), _>(StepError::fatal("the mailer rejected the address"))
-            })
-            .await?;
-            Ok::<u64, WorkflowError>(stock + charge + shipment)
-        }
-    })
+#[workflow(name = "order")]
+async fn order(ctx: WorkflowContext, amount: u64) -> Result<u64, WorkflowError> {
+    let stock = reserve_stock(&ctx, 1).await?;
+    let charge = charge_card(&ctx, amount).await?;
+    let shipment = create_shipment(&ctx, 3).await?;
+    send_confirmation(&ctx).await?;
+    Ok(stock + charge + shipment)
 }
 
 /// One step with a compensation that completes, then a second one that is
 /// called and not awaited: the workflow fails before its body ever runs.
-fn hasty(callee: Callee) -> impl Workflow<Input = u64, Output = u64> + Clone {
-    workflow_fn("hasty", move |ctx: WorkflowContext, amount: u64| {
-        let callee = callee.clone();
-        async move {
-            let config = StepConfig::default();
-            ctx.step_with_rollback(
-                "reserve-stock",
-                config,
-                forward(&callee, amount),
-                undo(&callee, "reserve-stock"),
-            )
-            .await?;
-            let _called = ctx.step_with_rollback(
-                "charge-card",
-                config,
-                forward(&callee, amount),
-                undo(&callee, "charge-card"),
-            );
-            Err::<u64, _>(WorkflowError::new("the cart expired"))
-        }
-    })
+#[workflow(name = "hasty")]
+async fn hasty(ctx: WorkflowContext, amount: u64) -> Result<u64, WorkflowError> {
+    reserve_stock(&ctx, amount).await?;
+    let _called = charge_card(&ctx, amount);
+    Err(WorkflowError::new("the cart expired"))
 }
 
-/// Kills the child when dropped, so a failing parent leaves nothing behind.
-struct ChildGuard(Child);
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn data_dir(test: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("rollback-crash-{test}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+/// A fresh directory for `test`, removed when dropped.
+fn data_dir(test: &str) -> DataDir {
+    let dir = DataDir::new(&format!("rollback-crash-{test}"));
+    std::fs::create_dir_all(dir.path()).unwrap();
     dir
 }
 
-/// Runs the test `test` as a child in `dir` until it drops the marker
-/// file, then SIGKILLs it.
-fn run_child_until_blocked(test: &str, dir: &Path, marker: &Path) {
-    let log = File::create(dir.join("child.log")).unwrap();
-    let child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", test, "--nocapture", "--test-threads=1"])
-        .env(CHILD_DIR, dir)
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .unwrap();
-    let mut child = ChildGuard(child);
-    let began = Instant::now();
-    while !marker.exists() {
-        if let Some(status) = child.0.try_wait().unwrap() {
-            panic!(
-                "the child exited ({status}) before blocking in its compensation:\n{}",
-                std::fs::read_to_string(dir.join("child.log")).unwrap_or_default()
-            );
-        }
-        assert!(
-            began.elapsed() < PATIENCE,
-            "the child did not block in its compensation within {PATIENCE:?}"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+/// Runs the test `test` as a child in `dir` until its compensation of
+/// `step` blocks, then SIGKILLs it.
+fn run_child_until_blocked(test: &str, dir: &Path, step: &str) {
+    std::fs::write(dir.join("blocks-in"), step).unwrap();
+    let mut child = child::spawn(test, dir);
+    assert_eq!(child.wait_for("blocked in "), step);
     // SIGKILL: no destructor, no flush, no goodbye.
-    child.0.kill().unwrap();
-    let status = child.0.wait().unwrap();
-    assert!(!status.success(), "{status}");
+    child.kill();
 }
 
 /// The child role: start the instance and let it run until it is killed.
-fn child<W, M>(make: M)
-where
-    W: Workflow<Input = u64, Output = u64> + Clone,
-    M: FnOnce(Callee) -> W,
-{
-    let dir = PathBuf::from(std::env::var_os(CHILD_DIR).unwrap());
+fn run_child<W: Workflow<Input = u64, Output = u64>>(dir: &Path, workflow: W) {
     // Never outlive a parent that died.
     std::thread::spawn(|| {
         std::thread::sleep(Duration::from_secs(120));
         std::process::exit(3);
     });
     let callee = Callee {
-        dir: dir.clone(),
+        dir: dir.to_owned(),
         phase: Phase::BeforeCrash,
-        blocks_in: std::fs::read_to_string(dir.join("blocks-in"))
-            .unwrap()
-            .leak(),
+        blocks_in: std::fs::read_to_string(dir.join("blocks-in")).unwrap(),
     };
-    let workflow = make(callee);
     // One thread: the order of the driver and of step tasks is fixed.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
     let outcome = runtime.block_on(async move {
-        let engine = Engine::open(dir.join("store")).unwrap();
-        engine.register(workflow.clone()).unwrap();
+        let engine = Engine::builder()
+            .provide(callee)
+            .open(dir.join("store"))
+            .unwrap();
         let run = engine.start(workflow, INSTANCE, 100).await.unwrap();
         run.result().await
     });
@@ -307,15 +267,14 @@ where
 /// The parent's second life: open the directory, check the instance waits
 /// in `RollingBack`, register the workflow and wait for the rollback to
 /// finish. Returns the result and the history.
-fn recover<W, M>(dir: &Path, make: M) -> (Result<u64, Error>, Vec<EventKind>)
-where
-    W: Workflow<Input = u64, Output = u64> + Clone,
-    M: FnOnce(Callee) -> W,
-{
+fn recover<W: Workflow<Input = u64, Output = u64>>(
+    dir: &Path,
+    workflow: W,
+) -> (Result<u64, Error>, Vec<EventKind>) {
     let callee = Callee {
         dir: dir.to_owned(),
         phase: Phase::AfterCrash,
-        blocks_in: "",
+        blocks_in: String::new(),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -323,7 +282,10 @@ where
         .build()
         .unwrap();
     runtime.block_on(async move {
-        let engine = Engine::open(dir.join("store")).unwrap();
+        let engine = Engine::builder()
+            .provide(callee)
+            .open(dir.join("store"))
+            .unwrap();
         let instance = engine.instance(INSTANCE).await.unwrap();
         assert_eq!(instance.status().await.unwrap(), Status::RollingBack);
         let waiting = engine
@@ -333,17 +295,9 @@ where
         assert_eq!(waiting.len(), 1);
         assert_eq!(waiting[0].status, Status::RollingBack);
 
-        engine.register(make(callee)).unwrap();
-        let result = tokio::time::timeout(PATIENCE, instance.result::<u64>())
-            .await
-            .expect("the rollback finishes after recovery");
-        let history = instance
-            .history()
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|e| e.kind)
-            .collect();
+        engine.register(workflow).unwrap();
+        let result = within("the rollback after recovery", instance.result::<u64>()).await;
+        let history = kinds(&instance).await;
         engine.close().await;
         (result, history)
     })
@@ -379,12 +333,12 @@ fn rollback_key(step: &str) -> String {
 #[test]
 fn a_crash_in_the_second_compensation_resumes_after_the_completed_one() {
     const TEST: &str = "a_crash_in_the_second_compensation_resumes_after_the_completed_one";
-    if std::env::var_os(CHILD_DIR).is_some() {
-        return child(order);
+    if let Some(dir) = child_dir() {
+        return run_child(&dir, order);
     }
     let dir = data_dir("second");
-    std::fs::write(dir.join("blocks-in"), "charge-card").unwrap();
-    run_child_until_blocked(TEST, &dir, &dir.join("blocked"));
+    let dir = dir.path();
+    run_child_until_blocked(TEST, dir, "charge-card");
 
     // Before the crash: every forward step ran once, the third step's
     // compensation completed, the second's applied its effect and hung.
@@ -396,10 +350,10 @@ fn a_crash_in_the_second_compensation_resumes_after_the_completed_one() {
     let mut expected_applied: Vec<String> = forward_keys.to_vec();
     expected_applied.push(rollback_key("create-shipment"));
     expected_applied.push(rollback_key("charge-card"));
-    assert_eq!(applied(&dir), expected_applied);
-    let before = calls(&dir);
+    assert_eq!(applied(dir), expected_applied);
+    let before = calls(dir);
 
-    let (result, history) = recover(&dir, order);
+    let (result, history) = recover(dir, order);
 
     // The instance ends Errored with the original error.
     match result {
@@ -425,7 +379,7 @@ fn a_crash_in_the_second_compensation_resumes_after_the_completed_one() {
     }
 
     // Every call the callee saw, across both processes.
-    let all = calls(&dir);
+    let all = calls(dir);
     assert_eq!(all[..before.len()], before[..]);
     let summary: Vec<_> = all
         .iter()
@@ -462,7 +416,7 @@ fn a_crash_in_the_second_compensation_resumes_after_the_completed_one() {
 
     // The callee applied every key once, in order.
     expected_applied.push(rollback_key("reserve-stock"));
-    assert_eq!(applied(&dir), expected_applied);
+    assert_eq!(applied(dir), expected_applied);
 
     // History: each forward step started once, one rollback, each
     // compensation completed once in reverse start order, the end last.
@@ -507,7 +461,7 @@ fn a_crash_in_the_second_compensation_resumes_after_the_completed_one() {
         "{history:?}"
     );
 
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// A step that was called (so it started, and is eligible) but whose body
@@ -516,13 +470,13 @@ fn a_crash_in_the_second_compensation_resumes_after_the_completed_one() {
 #[test]
 fn a_crash_in_the_compensation_of_a_step_that_never_ran_resumes_it() {
     const TEST: &str = "a_crash_in_the_compensation_of_a_step_that_never_ran_resumes_it";
-    if std::env::var_os(CHILD_DIR).is_some() {
-        return child(hasty);
+    if let Some(dir) = child_dir() {
+        return run_child(&dir, hasty);
     }
     let dir = data_dir("never-ran");
-    std::fs::write(dir.join("blocks-in"), "charge-card").unwrap();
-    run_child_until_blocked(TEST, &dir, &dir.join("blocked"));
-    let before = calls(&dir);
+    let dir = dir.path();
+    run_child_until_blocked(TEST, dir, "charge-card");
+    let before = calls(dir);
     let summary: Vec<_> = before
         .iter()
         .map(|c| (c.kind.as_str(), c.key.clone()))
@@ -536,7 +490,7 @@ fn a_crash_in_the_compensation_of_a_step_that_never_ran_resumes_it() {
         "the child's single thread never ran the second step's body"
     );
 
-    let (result, history) = recover(&dir, hasty);
+    let (result, history) = recover(dir, hasty);
     match result {
         Err(Error::WorkflowFailed {
             failure,
@@ -545,7 +499,7 @@ fn a_crash_in_the_compensation_of_a_step_that_never_ran_resumes_it() {
         }) => assert_eq!(failure.message(), "the cart expired"),
         other => panic!("expected the original failure, got {other:?}"),
     }
-    let after: Vec<_> = calls(&dir)[before.len()..]
+    let after: Vec<_> = calls(dir)[before.len()..]
         .iter()
         .map(|c| (c.phase.clone(), c.key.clone(), c.seen.clone()))
         .collect();
@@ -569,12 +523,12 @@ fn a_crash_in_the_compensation_of_a_step_that_never_ran_resumes_it() {
         ["charge-card", "reserve-stock"]
     );
     assert_eq!(
-        applied(&dir),
+        applied(dir),
         [
             key("reserve-stock"),
             rollback_key("charge-card"),
             rollback_key("reserve-stock")
         ]
     );
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(dir);
 }

@@ -11,13 +11,13 @@ mod child;
 #[path = "support/helpers.rs"]
 mod helpers;
 
-use std::future::Future;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use saga_runtime::prelude::*;
 use saga_runtime::{EventKind, TestClock};
 
 use child::{DataDir, child_dir, report};
+use helpers::within;
 
 const SECOND: u64 = 1;
 const HOUR: u64 = 60 * 60;
@@ -30,19 +30,6 @@ const EPOCH: u64 = 1_893_456_000;
 /// `secs` after the time line's start.
 fn at(secs: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_secs(EPOCH + secs)
-}
-
-/// Fails the test instead of hanging when something never happens.
-async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(120), future)
-        .await
-        .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
-}
-
-/// Lets the engine's tasks run for a moment (real time, a few
-/// milliseconds), for checks that something did *not* happen.
-async fn settle() {
-    tokio::time::sleep(Duration::from_millis(50)).await;
 }
 
 /// What `settle_for_a_week` saw: the recorded time before its sleep, a
@@ -162,9 +149,10 @@ async fn a_restart_before_the_wake_time_sleeps_only_for_the_rest() {
 
     // Six days minus a second later it still sleeps...
     clock.advance(Duration::from_secs(6 * DAY - SECOND));
-    settle().await;
-    assert_eq!(run.status().await.unwrap(), Status::Waiting);
+    // The clock wakes what is due inside `advance`: still holding the
+    // sleep, it says the sleep was not due.
     assert_eq!(clock.sleepers(), 1);
+    assert_eq!(run.status().await.unwrap(), Status::Waiting);
 
     // ...and at the stored wake time (seven days after the start, not
     // seven days after the restart) it goes on.
@@ -230,7 +218,7 @@ async fn a_sleeps_cache_key_is_its_name_not_its_duration() {
     let run = engine.instance("nap-1").await.unwrap();
     within("the replayed sleep", clock.wait_for_sleepers(1)).await;
     clock.advance(Duration::from_secs(HOUR));
-    settle().await;
+    assert_eq!(clock.sleepers(), 1, "the stored wake time is not due");
     assert_eq!(run.status().await.unwrap(), Status::Waiting);
     clock.advance(Duration::from_secs(7 * DAY - HOUR));
     let woke = within("the result", run.result::<SystemTime>())
@@ -246,7 +234,7 @@ async fn sleep_until_wakes_at_the_given_time_and_a_past_time_at_once() {
     let run = engine.start(until, "until-1", ()).await.unwrap();
     within("the sleep", clock.wait_for_sleepers(1)).await;
     clock.advance(Duration::from_secs(3 * HOUR - SECOND));
-    settle().await;
+    assert_eq!(clock.sleepers(), 1, "the deadline is not due");
     assert_eq!(run.status().await.unwrap(), Status::Waiting);
     clock.advance(Duration::from_secs(SECOND));
     let (after_past, after_deadline) = within("the result", run.result()).await.unwrap();

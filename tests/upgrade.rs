@@ -15,16 +15,26 @@
 //! SAGA_WRITE_FIXTURE=1 cargo test -p saga-runtime --test upgrade
 //! ```
 
+#[path = "support/helpers.rs"]
+mod helpers;
+
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use saga_runtime::prelude::*;
 use saga_runtime::{Error, EventKind, FailureKind, ListFilter, TestClock};
 
-/// How many times a step body or a compensation ran in this process.
-static BODIES: AtomicU32 = AtomicU32::new(0);
-static COMPENSATIONS: AtomicU32 = AtomicU32::new(0);
+use helpers::{kinds, until_status, within};
+
+/// What ran in this process, provided to the engine as a service: how
+/// many step bodies, and the keys of the compensations.
+#[derive(Default)]
+struct Runs {
+    bodies: AtomicU32,
+    compensations: Mutex<Vec<String>>,
+}
 
 #[derive(Clone, Copy, Debug, Serialize, Deserialize)]
 enum Shape {
@@ -34,49 +44,51 @@ enum Shape {
     Event,
 }
 
-fn fixture() -> impl Workflow<Input = Shape, Output = u64> + Copy {
-    workflow_fn("fixture", |ctx: WorkflowContext, shape: Shape| async move {
-        let undo =
-            RollbackRegistration::new(StepConfig::default(), |_input: RollbackInput<u64>| {
-                COMPENSATIONS.fetch_add(1, Ordering::SeqCst);
-                Box::pin(async { Ok(()) }) as saga_runtime::BoxFuture<Result<(), StepError>>
-            });
-        let reserved = ctx
-            .step_with_rollback(
-                "reserve",
-                StepConfig::default(),
-                |_key| async {
-                    BODIES.fetch_add(1, Ordering::SeqCst);
-                    Ok(10u64)
-                },
-                undo,
-            )
-            .await?;
-        match shape {
-            Shape::Complete => {}
-            Shape::Errored => {
-                ctx.step("charge", StepConfig::default().retries(0), |_key| async {
-                    BODIES.fetch_add(1, Ordering::SeqCst);
-                    Err::<u64, _>(StepError::fatal("card declined"))
-                })
-                .await?;
-            }
-            Shape::Sleep => ctx.sleep("settle", "7 days").await?,
-            Shape::Event => {
-                let approved: u64 = ctx
-                    .wait_for_event("approval", "approved", "30 days")
-                    .await?;
-                return Ok(reserved + approved);
-            }
+#[step(name = "reserve", read_only, rollback = undo_reserve)]
+async fn reserve(runs: Service<Runs>) -> Result<u64, StepError> {
+    runs.bodies.fetch_add(1, Ordering::SeqCst);
+    Ok(10)
+}
+
+#[rollback]
+async fn undo_reserve(ctx: RollbackContext<'_, u64>, runs: Service<Runs>) -> Result<(), StepError> {
+    runs.compensations
+        .lock()
+        .unwrap()
+        .push(ctx.key().as_str().to_owned());
+    Ok(())
+}
+
+#[step(name = "charge", read_only, retries = 0)]
+async fn charge(runs: Service<Runs>) -> Result<u64, StepError> {
+    runs.bodies.fetch_add(1, Ordering::SeqCst);
+    Err(StepError::fatal("card declined"))
+}
+
+#[step(name = "finish", read_only)]
+async fn finish(runs: Service<Runs>) -> Result<u64, StepError> {
+    runs.bodies.fetch_add(1, Ordering::SeqCst);
+    Ok(5)
+}
+
+#[workflow(name = "fixture")]
+async fn fixture(ctx: WorkflowContext, shape: Shape) -> Result<u64, WorkflowError> {
+    let reserved = reserve(&ctx).await?;
+    match shape {
+        Shape::Complete => {}
+        Shape::Errored => {
+            charge(&ctx).await?;
         }
-        let finished = ctx
-            .step("finish", StepConfig::default(), |_key| async {
-                BODIES.fetch_add(1, Ordering::SeqCst);
-                Ok(5u64)
-            })
-            .await?;
-        Ok::<_, WorkflowError>(reserved + finished)
-    })
+        Shape::Sleep => ctx.sleep("settle", "7 days").await?,
+        Shape::Event => {
+            let approved: u64 = ctx
+                .wait_for_event("approval", "approved", "30 days")
+                .await?;
+            return Ok(reserved + approved);
+        }
+    }
+    let finished = finish(&ctx).await?;
+    Ok(reserved + finished)
 }
 
 fn fixture_dir() -> PathBuf {
@@ -96,44 +108,32 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
-async fn within<T>(future: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(30), future)
-        .await
-        .expect("finished within 30 s")
-}
-
 /// Writes the fixture: run by hand, see the module docs.
 async fn write_fixture(dir: &Path) {
     let _ = std::fs::remove_dir_all(dir);
     let engine = Engine::builder()
         .clock(TestClock::new())
+        .provide(Runs::default())
         .open(dir)
         .expect("open the fixture dir");
     let complete = engine
-        .start(fixture(), "complete-1", Shape::Complete)
+        .start(fixture, "complete-1", Shape::Complete)
         .await
         .unwrap();
-    assert_eq!(within(complete.result()).await.unwrap(), 15);
+    assert_eq!(within("complete-1", complete.result()).await.unwrap(), 15);
     let errored = engine
-        .start(fixture(), "errored-1", Shape::Errored)
+        .start(fixture, "errored-1", Shape::Errored)
         .await
         .unwrap();
-    within(errored.result()).await.expect_err("errored");
+    within("errored-1", errored.result())
+        .await
+        .expect_err("errored");
     for (id, shape) in [("sleeping-1", Shape::Sleep), ("waiting-1", Shape::Event)] {
-        let run = engine.start(fixture(), id, shape).await.unwrap();
-        within(async {
-            while run.status().await.unwrap() != Status::Waiting {
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
-        })
-        .await;
+        let run = engine.start(fixture, id, shape).await.unwrap();
+        until_status(&run, Status::Waiting).await;
     }
     engine.close().await;
     println!("wrote the fixture to {}", dir.display());
-}
-
-fn kinds(events: &[saga_runtime::Event]) -> Vec<EventKind> {
-    events.iter().map(|e| e.kind.clone()).collect()
 }
 
 fn started(step: &str) -> EventKind {
@@ -168,9 +168,11 @@ async fn a_store_of_format_version_1_opens_and_replays() {
     let _ = std::fs::remove_dir_all(&copy);
     copy_dir(&fixture_dir(), &copy);
     let clock = TestClock::new();
+    let runs = Arc::new(Runs::default());
     let engine = Engine::builder()
         .clock(clock.clone())
-        .register(fixture())
+        .provide_arc(runs.clone())
+        .register(fixture)
         .open(&copy)
         .expect("the fixture opens");
 
@@ -187,7 +189,7 @@ async fn a_store_of_format_version_1_opens_and_replays() {
     assert_eq!(complete.status().await.unwrap(), Status::Complete);
     assert_eq!(complete.result::<u64>().await.unwrap(), 15);
     assert_eq!(
-        kinds(&complete.history().await.unwrap()),
+        kinds(&complete).await,
         [
             created(),
             EventKind::InstanceResumed,
@@ -216,7 +218,7 @@ async fn a_store_of_format_version_1_opens_and_replays() {
         }
         other => panic!("expected WorkflowFailed, got {other:?}"),
     }
-    let history = kinds(&errored.history().await.unwrap());
+    let history = kinds(&errored).await;
     assert_eq!(
         &history[..4],
         [
@@ -247,25 +249,33 @@ async fn a_store_of_format_version_1_opens_and_replays() {
     // The waiting ones resume by replay: their first step is not run again.
     let sleeping = engine.instance("sleeping-1").await.unwrap();
     let waiting = engine.instance("waiting-1").await.unwrap();
-    within(clock.wait_for_sleepers(1)).await;
+    within("the replayed sleep", clock.wait_for_sleepers(1)).await;
     clock.advance(Duration::from_secs(7 * 24 * 60 * 60));
-    assert_eq!(within(sleeping.result::<u64>()).await.unwrap(), 15);
+    assert_eq!(
+        within("sleeping-1", sleeping.result::<u64>())
+            .await
+            .unwrap(),
+        15
+    );
     engine
         .send_event("waiting-1", "approved", &7u64)
         .await
         .unwrap();
-    assert_eq!(within(waiting.result::<u64>()).await.unwrap(), 17);
     assert_eq!(
-        BODIES.load(Ordering::SeqCst),
+        within("waiting-1", waiting.result::<u64>()).await.unwrap(),
+        17
+    );
+    assert_eq!(
+        runs.bodies.load(Ordering::SeqCst),
         1,
         "only the sleeping instance's `finish` ran; every recorded step replayed from the store"
     );
-    assert_eq!(
-        COMPENSATIONS.load(Ordering::SeqCst),
-        0,
-        "no compensation ran again"
+    let compensated = runs.compensations.lock().unwrap().clone();
+    assert!(
+        compensated.is_empty(),
+        "no compensation ran again: {compensated:?}"
     );
-    let slept = kinds(&sleeping.history().await.unwrap());
+    let slept = kinds(&sleeping).await;
     assert!(slept.contains(&EventKind::SleepCompleted {
         name: "settle".into()
     }));

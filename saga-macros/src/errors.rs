@@ -1,7 +1,9 @@
 //! The error context: every stage pushes its errors here and the expansion
-//! reports them all at once (serde's `Ctxt`, in small).
+//! reports them all at once (serde's `Ctxt`, in small). Also the errors that
+//! only the compiler can decide (`StepCallError`: "if this callee is a
+//! step"), which the lock finds and the step checks emit.
 
-use proc_macro2::TokenStream;
+use proc_macro2::{Span, TokenStream};
 use quote::ToTokens;
 use std::fmt::Display;
 
@@ -41,4 +43,13 @@ impl Errors {
             .map(syn::Error::into_compile_error)
             .unwrap_or_default()
     }
+}
+
+/// An extra assertion on a callee: "if it is a step, fail with `message`"
+/// (emitted by `steps::workflow_checks`).
+pub(crate) struct StepCallError {
+    /// Index into `BodySummary::calls.callees`.
+    pub(crate) callee: usize,
+    pub(crate) span: Span,
+    pub(crate) message: String,
 }

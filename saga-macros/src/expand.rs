@@ -8,13 +8,14 @@
 use proc_macro2::{Span, TokenStream};
 use quote::{ToTokens, format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
-use syn::{Ident, ItemFn, LitStr};
+use syn::{Ident, ItemFn};
 
 use crate::ast::{ParamKind, RollbackFn, StepFn, WorkflowFn};
 use crate::attr::{Backoff, RetryConfig, RollbackArgs, StepArgs, WorkflowArgs};
 use crate::check;
 use crate::errors::Errors;
 use crate::fallback;
+use crate::items::{cfg_attrs, hidden_handler_type, name_or_ident, workflow_value};
 use crate::lock;
 use crate::steps;
 
@@ -382,41 +383,6 @@ fn fetch_services(vars: &[Ident], types: &[&syn::Type], fetch: TokenStream) -> T
     }
 }
 
-/// The type named like the handler function (a braced struct lives in the
-/// type namespace only, so it coexists with the function) that steps find
-/// through `rollback = handler`.
-pub(crate) fn hidden_handler_type(item: &ItemFn, services: &[&syn::Type]) -> TokenStream {
-    let ident = &item.sig.ident;
-    let services = steps::service_needs(services);
-    let doc =
-        format!("The rollback handler `{ident}` as a type, for `#[step(rollback = {ident})]`.");
-    let cfgs = cfg_attrs(item);
-    let hidden = hidden_type(item, &doc);
-    quote! {
-        #hidden
-        #(#cfgs)*
-        #[automatically_derived]
-        impl ::saga_runtime::__private::RollbackAttribute for #ident {
-            const SERVICES: &'static [::saga_runtime::__private::ServiceNeed] = #services;
-        }
-    }
-}
-
-/// A hidden braced struct named like the function `item` (it lives in the
-/// type namespace only, so it coexists with the function), documented as
-/// `doc`, for the traits the macros implement on a function.
-pub(crate) fn hidden_type(item: &ItemFn, doc: &str) -> TokenStream {
-    let (vis, ident) = (&item.vis, &item.sig.ident);
-    let cfgs = cfg_attrs(item);
-    quote! {
-        #(#cfgs)*
-        #[doc = #doc]
-        #[doc(hidden)]
-        #[allow(non_camel_case_types, dead_code, unreachable_pub)]
-        #vis struct #ident {}
-    }
-}
-
 /// The workflow value: a unit struct named like the function, implementing
 /// `Workflow` by running the function's body.
 /// `checks` go first in the body.
@@ -459,39 +425,6 @@ fn workflow_tokens(
         #services
     };
     workflow_value(&attrs, item, &name, (input, output), run)
-}
-
-/// The workflow value named like `item`: a unit struct carrying `attrs`,
-/// implementing `Workflow` (named `name`, with the `input` and `output`
-/// types) with `run`. Serves the expansion and its fallback alike.
-pub(crate) fn workflow_value(
-    attrs: &[&syn::Attribute],
-    item: &ItemFn,
-    name: &LitStr,
-    (input, output): (&syn::Type, &syn::Type),
-    run: TokenStream,
-) -> TokenStream {
-    let (vis, ident) = (&item.vis, &item.sig.ident);
-    let cfgs = cfg_attrs(item);
-    quote! {
-        #(#attrs)*
-        #[allow(non_camel_case_types)]
-        #[derive(::core::clone::Clone, ::core::marker::Copy, ::core::fmt::Debug)]
-        #vis struct #ident;
-
-        #(#cfgs)*
-        #[automatically_derived]
-        impl ::saga_runtime::__private::Workflow for #ident {
-            type Input = #input;
-            type Output = #output;
-
-            fn name(&self) -> &'static str {
-                #name
-            }
-
-            #run
-        }
-    }
 }
 
 /// `result` (a `Result<T, E>` of the step's or handler's own error type)
@@ -553,14 +486,6 @@ fn return_type_span(output: &syn::ReturnType) -> Span {
 /// The attributes that set lint levels.
 const LINT_LEVELS: &[&str] = &["allow", "expect", "warn", "deny", "forbid"];
 
-/// The `#[cfg(..)]`s of the function, for the items generated beside it.
-pub(crate) fn cfg_attrs(item: &ItemFn) -> Vec<&syn::Attribute> {
-    item.attrs
-        .iter()
-        .filter(|attr| attr.path().is_ident("cfg"))
-        .collect()
-}
-
 /// The user's function as a private `async fn` named `ident`, nested in the
 /// generated one: its body, parameters and spans stay as written.
 fn inner_async_fn(item: &ItemFn, ident: &Ident) -> TokenStream {
@@ -599,13 +524,6 @@ fn config_chain(config: &RetryConfig) -> TokenStream {
         tokens.extend(quote!(.timeout(::core::time::Duration::from_millis(#millis))));
     }
     tokens
-}
-
-/// The name literal, or (when it is missing or invalid, an error already
-/// reported) the function's name, so the expansion still type-checks.
-pub(crate) fn name_or_ident(name: Option<&LitStr>, ident: &Ident) -> LitStr {
-    name.cloned()
-        .unwrap_or_else(|| LitStr::new(&ident.to_string(), ident.span()))
 }
 
 /// The variable of a caller-visible input in the generated function: the

@@ -10,7 +10,7 @@ use syn::{FnArg, ItemFn, Type};
 
 use crate::ast::{WORKFLOW_CONTEXT, is_injected};
 use crate::attr::WorkflowArgs;
-use crate::expand::{cfg_attrs, hidden_handler_type, name_or_ident, workflow_value};
+use crate::items::{cfg_attrs, hidden_handler_type, name_or_ident, workflow_value};
 use crate::types;
 
 /// A step whose signature cannot be expanded: a function with the shape

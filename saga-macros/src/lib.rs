@@ -7,7 +7,8 @@
 //! (`check`) and generate code (`expand`). Every error is collected
 //! (`errors`) and reported in one build, next to a best-effort expansion, so
 //! a mistake never hides behind follow-on errors: an item that fails its
-//! checks still expands to its declared shape (`fallback`).
+//! checks still expands to its declared shape (`fallback`). The items both
+//! put beside a function (hidden types, the workflow value) are in `items`.
 //!
 //! Some rules need more than one item. `#[step]` gives each step a hidden
 //! type carrying its names, and a workflow's generated code asks the
@@ -25,6 +26,7 @@ mod errors;
 mod expand;
 mod fallback;
 mod forbidden;
+mod items;
 mod lock;
 mod name;
 mod steps;

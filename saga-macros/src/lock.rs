@@ -90,7 +90,7 @@ use syn::{Ident, LitStr, Type};
 
 use crate::body::BodySummary;
 use crate::errors::Errors;
-use crate::steps::StepCallError;
+use crate::errors::StepCallError;
 
 /// The lock file's default name, in `CARGO_MANIFEST_DIR`.
 const FILE_NAME: &str = "saga.lock";

@@ -26,7 +26,8 @@ use syn::{Ident, ItemFn, LitStr};
 
 use crate::body::BodySummary;
 use crate::calls::Callee;
-use crate::expand::{cfg_attrs, hidden_type};
+use crate::errors::StepCallError;
+use crate::items::{cfg_attrs, hidden_type, service_needs};
 
 /// The hidden type of a step function and its `StepDefinition`.
 /// `rebuild` is `Option<RebuildRollback>`: the step's compensation from
@@ -77,16 +78,6 @@ pub(crate) fn step_definition(
                 rollback_from_history: #rebuild,
             };
         }
-    }
-}
-
-/// `&[ServiceNeed::of::<T>(), ..]` for the `Service<T>` types `services`.
-pub(crate) fn service_needs(services: &[&syn::Type]) -> TokenStream {
-    let private = quote!(::saga_runtime::__private);
-    quote! {
-        &[#(
-            #private::ServiceNeed::of::<<#services as #private::ServiceParam>::Target>(),
-        )*]
     }
 }
 
@@ -155,14 +146,6 @@ pub(crate) fn local_item_names(block: &syn::Block) -> Vec<String> {
     let mut items = Items(Vec::new());
     syn::visit::Visit::visit_block(&mut items, block);
     items.0
-}
-
-/// An extra assertion on a callee: "if it is a step, fail with `message`".
-pub(crate) struct StepCallError {
-    /// Index into `BodySummary::calls.callees`.
-    pub(crate) callee: usize,
-    pub(crate) span: Span,
-    pub(crate) message: String,
 }
 
 /// The `const _: () = { .. };` item that checks the workflow's calls, to be

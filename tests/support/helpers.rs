@@ -1,4 +1,6 @@
-//! Small helpers shared by the integration tests of waits and control.
+//! The harness every integration test shares: bounded waits (a broken rule
+//! fails the test instead of hanging it), polling for a condition, and the
+//! engine and history helpers most files need.
 
 #![allow(dead_code)]
 
@@ -7,11 +9,26 @@ use std::time::Duration;
 
 use saga_runtime::{Engine, EventKind, Instance, Status, TestClock};
 
+/// How long any one wait of a test may take before the test fails: far
+/// beyond what a slow, loaded machine needs, so no test depends on speed.
+pub(crate) const PATIENCE: Duration = Duration::from_secs(30);
+
 /// Fails the test instead of hanging when something never happens.
 pub(crate) async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(30), future)
+    tokio::time::timeout(PATIENCE, future)
         .await
         .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
+}
+
+/// Polls `condition` every few real milliseconds until it holds, at most
+/// [`PATIENCE`], for states no event announces.
+pub(crate) async fn wait_until<F: Future<Output = bool>>(what: &str, condition: impl Fn() -> F) {
+    within(what, async {
+        while !condition().await {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await;
 }
 
 /// Lets the engine's tasks run for a few real milliseconds, for checks
@@ -64,10 +81,8 @@ pub(crate) async fn kinds(run: &Instance) -> Vec<EventKind> {
 
 /// Waits until the instance is in `status`.
 pub(crate) async fn until_status(run: &Instance, status: Status) {
-    within(&format!("status {status}"), async {
-        while run.status().await.unwrap() != status {
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
+    wait_until(&format!("status {status}"), || async {
+        run.status().await.unwrap() == status
     })
     .await;
 }
