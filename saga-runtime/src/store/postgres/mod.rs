@@ -45,6 +45,7 @@
 //! by a thread with its own Tokio runtime and connections, and a caller
 //! waits for the answer.
 
+mod fault;
 mod lease;
 mod listen;
 mod schema;
@@ -421,18 +422,5 @@ fn db_error(error: tokio_postgres::Error) -> Error {
             db.code().code()
         )),
         None => Error::Store(format!("PostgreSQL: {error}")),
-    }
-}
-
-/// Whether a failed call may succeed on a new connection: the connection
-/// broke, the server shut down or restarted, or it does not accept
-/// connections yet.
-fn is_connection_error(error: &tokio_postgres::Error) -> bool {
-    match error.code() {
-        None => true,
-        Some(code) => {
-            let code = code.code();
-            code.starts_with("08") || code.starts_with("57P")
-        }
     }
 }

@@ -1,0 +1,147 @@
+//! What a failed statement means: for the connection, for the
+//! transaction it ran in, and so for the worker.
+//!
+//! Errors are told apart by what they mean, not by their SQLSTATE class
+//! alone. A statement that failed did not take effect (each write is one
+//! statement, or one transaction), so trying it again is safe:
+//!
+//! - the connection broke, the server shut down or does not take
+//!   connections yet (`08`, `57P`, no SQLSTATE at all): connect again;
+//! - the statement was cancelled (`57014`: `pg_cancel_backend`, a
+//!   `statement_timeout`), lost a serialization race or a deadlock
+//!   (`40001`, `40P01`), waited too long for a lock (`55P03`), ran in a
+//!   transaction that an earlier error aborted (`25P02`), or met any other
+//!   fault of the server's: roll back what the connection has open, and
+//!   try again on it, until the call's deadline;
+//! - only a definite fault of our own statements, which no retry mends
+//!   (`42`: syntax, an undefined table or column, a missing privilege;
+//!   `22`: bad data), ends the call for good; so does losing the lease
+//!   ([`Failure::Fenced`]).
+
+use std::time::Duration;
+
+use super::db_error;
+use crate::error::{Error, Result};
+
+/// Why a statement failed, and so what to do next.
+pub(super) enum Failure {
+    /// The connection broke: a new one may do it.
+    Connection(String),
+    /// The statement, or the transaction it ran in, was undone: rolled
+    /// back, the same connection may do it when asked again.
+    Retry(String),
+    /// This worker does not own the instance any more: its lease ran out
+    /// and another worker claimed it.
+    Fenced,
+    /// A fault no retry mends.
+    Other(Error),
+}
+
+impl From<tokio_postgres::Error> for Failure {
+    fn from(error: tokio_postgres::Error) -> Failure {
+        let Some(code) = error.code() else {
+            return Failure::Connection(db_error(error).to_string());
+        };
+        let code = code.code();
+        if code.starts_with("08") || code.starts_with("57P") {
+            Failure::Connection(db_error(error).to_string())
+        } else if code.starts_with("42") || code.starts_with("22") {
+            Failure::Other(db_error(error))
+        } else {
+            Failure::Retry(db_error(error).to_string())
+        }
+    }
+}
+
+impl From<Error> for Failure {
+    fn from(error: Error) -> Failure {
+        Failure::Other(error)
+    }
+}
+
+/// The pauses between attempts: short at first, at most a second, and
+/// none that ends past the deadline.
+pub(super) struct Backoff {
+    next: Duration,
+    deadline: tokio::time::Instant,
+}
+
+impl Backoff {
+    pub(super) fn until(deadline: std::time::Instant) -> Backoff {
+        Backoff {
+            next: Duration::from_millis(20),
+            deadline: deadline.into(),
+        }
+    }
+
+    /// Waits before the next attempt; `false` (at once) when it would end
+    /// past the deadline.
+    pub(super) async fn wait(&mut self) -> bool {
+        if tokio::time::Instant::now() + self.next > self.deadline {
+            return false;
+        }
+        tokio::time::sleep(self.next).await;
+        self.next = (self.next * 2).min(Duration::from_secs(1));
+        true
+    }
+}
+
+/// Bounds a connection attempt, TCP and startup, by `limit`: a server
+/// that takes the connection and never answers (a load balancer in front
+/// of a dead database) fails it instead of holding it forever.
+pub(super) async fn bounded<T>(
+    limit: Duration,
+    attempt: impl Future<Output = std::result::Result<T, tokio_postgres::Error>>,
+) -> std::result::Result<T, Failure> {
+    match tokio::time::timeout(limit, attempt).await {
+        Ok(result) => result.map_err(Failure::from),
+        Err(_) => Err(Failure::Connection(format!(
+            "the server did not answer within {limit:?} (the URL's connect_timeout, or the store timeout)"
+        ))),
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Connection(detail) | Failure::Retry(detail) => f.write_str(detail),
+            Failure::Fenced => f.write_str("this worker's lease ran out"),
+            Failure::Other(e) => e.fmt(f),
+        }
+    }
+}
+
+impl Failure {
+    /// The error a caller sees when no more attempts are made.
+    pub(super) fn into_error(self, shown: &str, fenced: impl FnOnce() -> Error) -> Error {
+        match self {
+            Failure::Connection(detail) => Error::Store(format!(
+                "lost the connection to PostgreSQL at {shown} and could not get it back: {detail}"
+            )),
+            Failure::Retry(detail) => Error::Store(format!(
+                "PostgreSQL at {shown} kept refusing a statement until the store timeout: {detail}"
+            )),
+            Failure::Fenced => fenced(),
+            Failure::Other(e) => e,
+        }
+    }
+}
+
+/// Ends whatever transaction a failed statement left open on `client`, so
+/// the next statement does not meet `25P02` (with none open, PostgreSQL
+/// only warns). `false` when even that failed: drop the connection.
+pub(super) async fn roll_back(client: &tokio_postgres::Client) -> bool {
+    client.batch_execute("ROLLBACK").await.is_ok()
+}
+
+/// `Ok`, or the error a connection failure at connect time is.
+pub(super) fn unreachable<T>(result: std::result::Result<T, Failure>, shown: &str) -> Result<T> {
+    result.map_err(|failure| match failure {
+        Failure::Connection(detail) | Failure::Retry(detail) => Error::DatabaseUnreachable {
+            url: shown.to_owned(),
+            detail,
+        },
+        Failure::Fenced => Error::Store("fenced while connecting".into()),
+        Failure::Other(e) => e,
+    })
+}
