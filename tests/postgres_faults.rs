@@ -4,8 +4,6 @@
 
 #[path = "support/helpers.rs"]
 mod helpers;
-#[path = "support/postgres.rs"]
-mod postgres;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -14,7 +12,7 @@ use std::time::Duration;
 use saga_runtime::Error;
 use saga_runtime::prelude::*;
 
-use helpers::within;
+use helpers::{postgres, within};
 
 /// How often each idempotency key's step body ran.
 #[derive(Default)]
