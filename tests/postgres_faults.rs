@@ -54,6 +54,13 @@ async fn three_steps(ctx: WorkflowContext, n: u64) -> Result<u64, WorkflowError>
     Ok(third(&ctx, b).await?)
 }
 
+/// Waits for a number, then adds it.
+#[workflow(name = "add-later")]
+async fn add_later(ctx: WorkflowContext, n: u64) -> Result<u64, WorkflowError> {
+    let more: u64 = ctx.wait_for_event("wait-more", "more", "1 day").await?;
+    Ok(n + more)
+}
+
 /// Cancels the running statements of `schema`'s connections (they carry
 /// the application name `saga:<schema>`) every 150 ms, until dropped, and
 /// counts the statements it cancelled. So that there are statements to
@@ -364,10 +371,12 @@ async fn a_reader_creates_nothing_and_needs_only_read_privileges() {
         .postgres_schema(&schema)
         .provide_arc(runs.clone())
         .register(three_steps)
+        .register(add_later)
         .connect(&postgres::database_url())
         .await
         .unwrap_or_else(|e| postgres::missing(e));
     let run = worker.start(three_steps, "read-me", 1).await.unwrap();
+    let waiting = worker.start(add_later, "post-to-me", 1).await.unwrap();
     assert_eq!(within("the result", run.result()).await.unwrap(), 7);
     let role = create_role(&admin, "reader").await;
     admin
@@ -385,11 +394,21 @@ async fn a_reader_creates_nothing_and_needs_only_read_privileges() {
         .await
         .unwrap();
     let listed = reader.list(&ListFilter::all()).await.unwrap();
-    let ids: Vec<_> = listed.iter().map(|i| (i.id.as_str(), i.status)).collect();
-    assert_eq!(ids, [("read-me", Status::Complete)]);
+    let ids: Vec<_> = listed.iter().map(|i| i.id.as_str()).collect();
+    assert_eq!(ids, ["post-to-me", "read-me"]);
     let seen = reader.instance("read-me").await.unwrap();
+    assert_eq!(seen.status().await.unwrap(), Status::Complete);
     assert_eq!(within("the result", seen.result::<u64>()).await.unwrap(), 7);
     assert!(!seen.history().await.unwrap().is_empty());
+    // And posts to the worker (INSERT on inbox, USAGE on its sequence).
+    helpers::until_status(&waiting, Status::Waiting).await;
+    let sent = reader
+        .event("post-to-me", "more")
+        .send(&41u64)
+        .await
+        .unwrap();
+    assert_eq!(sent, saga_runtime::Sent::Posted);
+    assert_eq!(within("the result", waiting.result()).await.unwrap(), 42);
     reader.close().await;
     worker.close().await;
     postgres::drop_schema(&schema).await;
@@ -437,6 +456,18 @@ async fn a_worker_refuses_a_schema_another_role_made() {
         .await
         .unwrap();
     worker(&taker).await.unwrap().close().await;
+    // A schema of the taker's own, with a table of the maker's in it.
+    admin
+        .batch_execute(&format!(
+            "REVOKE {maker} FROM {taker}; ALTER SCHEMA {schema} OWNER TO {taker}"
+        ))
+        .await
+        .unwrap();
+    let err = worker(&taker).await.map(drop).unwrap_err();
+    assert!(
+        matches!(&err, Error::SchemaForeignOwner { owner, object } if *owner == maker && object.starts_with(&format!("table {schema}."))),
+        "{err}"
+    );
 
     postgres::drop_schema(&schema).await;
     admin

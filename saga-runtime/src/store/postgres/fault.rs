@@ -6,7 +6,8 @@
 //! statement, or one transaction), so trying it again is safe:
 //!
 //! - the connection broke, the server shut down or does not take
-//!   connections yet (`08`, `57P`, no SQLSTATE at all): connect again;
+//!   connections yet (`08`, `57P`, no SQLSTATE at all), or lost a prepared
+//!   statement (`26000`, `0A000`): connect again;
 //! - the statement was cancelled (`57014`: `pg_cancel_backend`, a
 //!   `statement_timeout`), lost a serialization race or a deadlock
 //!   (`40001`, `40P01`), waited too long for a lock (`55P03`), ran in a
@@ -39,17 +40,38 @@ pub(super) enum Failure {
 
 impl From<tokio_postgres::Error> for Failure {
     fn from(error: tokio_postgres::Error) -> Failure {
-        let Some(code) = error.code() else {
-            return Failure::Connection(db_error(error).to_string());
-        };
-        let code = code.code();
-        if code.starts_with("08") || code.starts_with("57P") {
-            Failure::Connection(db_error(error).to_string())
-        } else if code.starts_with("42") || code.starts_with("22") {
-            Failure::Other(db_error(error))
-        } else {
-            Failure::Retry(db_error(error).to_string())
+        let meaning = meaning(error.code().map(|code| code.code()));
+        let error = db_error(error);
+        match meaning {
+            Meaning::Connection => Failure::Connection(error.to_string()),
+            Meaning::Undone => Failure::Retry(error.to_string()),
+            Meaning::Ours => Failure::Other(error),
         }
+    }
+}
+
+/// What an error means, by its SQLSTATE (none: the driver's own, the
+/// connection's).
+#[derive(Debug, PartialEq)]
+enum Meaning {
+    Connection,
+    Undone,
+    Ours,
+}
+
+fn meaning(code: Option<&str>) -> Meaning {
+    let Some(code) = code else {
+        return Meaning::Connection;
+    };
+    // A prepared statement the server no longer has, or whose plan a
+    // migration changed (`0A000` "cached plan must not change result
+    // type"): a new connection prepares it again.
+    if code.starts_with("08") || code.starts_with("57P") || code == "26000" || code == "0A000" {
+        Meaning::Connection
+    } else if code.starts_with("42") || code.starts_with("22") {
+        Meaning::Ours
+    } else {
+        Meaning::Undone
     }
 }
 
@@ -144,4 +166,30 @@ pub(super) fn unreachable<T>(result: std::result::Result<T, Failure>, shown: &st
         Failure::Fenced => Error::Store("fenced while connecting".into()),
         Failure::Other(e) => e,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Meaning, meaning};
+
+    #[test]
+    fn errors_are_told_apart_by_what_they_mean() {
+        for code in [
+            None,
+            Some("08006"),
+            Some("57P01"),
+            Some("57P03"),
+            Some("0A000"),
+        ] {
+            assert_eq!(meaning(code), Meaning::Connection, "{code:?}");
+        }
+        // Cancelled, statement_timeout, serialization, deadlock, a failed
+        // transaction, too many connections.
+        for code in ["57014", "40001", "40P01", "25P02", "55P03", "53300"] {
+            assert_eq!(meaning(Some(code)), Meaning::Undone, "{code}");
+        }
+        for code in ["42601", "42P01", "42501", "22P02", "22003"] {
+            assert_eq!(meaning(Some(code)), Meaning::Ours, "{code}");
+        }
+    }
 }
