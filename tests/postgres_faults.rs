@@ -523,3 +523,49 @@ async fn a_worker_refuses_triggers_saga_did_not_make() {
     builder().connect(&url).await.unwrap().close().await;
     postgres::drop_schema(&schema).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_connects_through_a_cancelled_migration() {
+    let schema = postgres::fresh_schema("migrate").await;
+    let admin = postgres::admin().await;
+    // Holds the lock that migrations take, so the worker's migration waits
+    // where the test can cancel it.
+    let key = format!("saga-migrate:{schema}");
+    admin
+        .execute("SELECT pg_advisory_lock(hashtext($1))", &[&key])
+        .await
+        .unwrap();
+    let connecting = tokio::spawn({
+        let schema = schema.clone();
+        async move {
+            Engine::builder()
+                .postgres_schema(&schema)
+                .connect(&postgres::database_url())
+                .await
+        }
+    });
+    let cancel = format!(
+        "SELECT count(*) FILTER (WHERE pg_cancel_backend(pid)) FROM pg_stat_activity
+         WHERE application_name = 'saga:{schema}' AND wait_event_type = 'Lock'
+           AND wait_event = 'advisory'"
+    );
+    within("the migration to wait", async {
+        while admin
+            .query_one(&cancel, &[])
+            .await
+            .unwrap()
+            .get::<_, i64>(0)
+            == 0
+        {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    admin
+        .execute("SELECT pg_advisory_unlock(hashtext($1))", &[&key])
+        .await
+        .unwrap();
+    let engine = within("the connect", connecting).await.unwrap().unwrap();
+    engine.close().await;
+    postgres::drop_schema(&schema).await;
+}

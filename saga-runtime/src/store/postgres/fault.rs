@@ -22,7 +22,7 @@
 use std::time::Duration;
 
 use super::db_error;
-use crate::error::{Error, Result};
+use crate::error::Error;
 
 /// Why a statement failed, and so what to do next.
 pub(super) enum Failure {
@@ -156,16 +156,16 @@ pub(super) async fn roll_back(client: &tokio_postgres::Client) -> bool {
     client.batch_execute("ROLLBACK").await.is_ok()
 }
 
-/// `Ok`, or the error a connection failure at connect time is.
-pub(super) fn unreachable<T>(result: std::result::Result<T, Failure>, shown: &str) -> Result<T> {
-    result.map_err(|failure| match failure {
+/// The error of a connection that could not be made at connect time.
+pub(super) fn unreachable(failure: Failure, shown: &str) -> Error {
+    match failure {
         Failure::Connection(detail) | Failure::Retry(detail) => Error::DatabaseUnreachable {
             url: shown.to_owned(),
             detail,
         },
         Failure::Fenced => Error::Store("fenced while connecting".into()),
         Failure::Other(e) => e,
-    })
+    }
 }
 
 #[cfg(test)]

@@ -38,6 +38,7 @@
 
 use tokio_postgres::{Client, GenericClient};
 
+use super::fault::Failure;
 use crate::error::{Error, Result};
 
 /// The migrations, in order; entry `i` is version `i + 1`. Never edit a
@@ -130,15 +131,14 @@ pub(super) fn validate(schema: &str) -> Result<()> {
 /// Creates the schema and applies the migrations it lacks. A database
 /// migrated by a newer release is refused: this one would not know its
 /// tables.
-pub(super) async fn migrate(client: &mut Client, schema: &str) -> Result<()> {
-    let tx = client.transaction().await.map_err(super::db_error)?;
+pub(super) async fn migrate(client: &mut Client, schema: &str) -> Result<(), Failure> {
+    let tx = client.transaction().await?;
     // Namespaced by schema: advisory locks are database-wide.
     tx.execute(
         "SELECT pg_advisory_xact_lock(hashtext('saga-migrate:' || $1::text))",
         &[&schema],
     )
-    .await
-    .map_err(super::db_error)?;
+    .await?;
     refuse_foreign_owners(&tx, schema).await?;
     refuse_foreign_triggers(&tx, schema).await?;
     tx.batch_execute(&format!(
@@ -148,44 +148,39 @@ pub(super) async fn migrate(client: &mut Client, schema: &str) -> Result<()> {
              applied_at timestamptz NOT NULL DEFAULT now()
          );"
     ))
-    .await
-    .map_err(super::db_error)?;
+    .await?;
     let have = version(&tx, schema).await?;
     for (i, migration) in MIGRATIONS.iter().enumerate().skip(have as usize) {
-        tx.batch_execute(&migration.replace("{s}", schema))
-            .await
-            .map_err(super::db_error)?;
+        tx.batch_execute(&migration.replace("{s}", schema)).await?;
         tx.execute(
             &format!("INSERT INTO {schema}.migrations (version) VALUES ($1)"),
             &[&(i as i32 + 1)],
         )
-        .await
-        .map_err(super::db_error)?;
+        .await?;
     }
-    tx.commit().await.map_err(super::db_error)
+    Ok(tx.commit().await?)
 }
 
 /// What a reader checks instead of migrating: the schema is there, at
 /// this release's version, with no trigger saga did not make. It changes
 /// nothing.
-pub(super) async fn check(client: &Client, schema: &str) -> Result<()> {
+pub(super) async fn check(client: &Client, schema: &str) -> Result<(), Failure> {
     let exists = client
         .query_opt("SELECT 1 FROM pg_namespace WHERE nspname = $1", &[&schema])
-        .await
-        .map_err(super::db_error)?;
+        .await?;
     if exists.is_none() {
-        return Err(Error::SchemaMissing {
+        return Err(Failure::Other(Error::SchemaMissing {
             schema: schema.to_owned(),
-        });
+        }));
     }
     refuse_foreign_triggers(client, schema).await?;
     let have = version(client, schema).await?;
     if have < VERSION {
-        return Err(Error::SchemaOutdated {
+        return Err(Failure::Other(Error::SchemaOutdated {
             schema: schema.to_owned(),
             version: have,
             expected: VERSION,
-        });
+        }));
     }
     Ok(())
 }
@@ -193,14 +188,13 @@ pub(super) async fn check(client: &Client, schema: &str) -> Result<()> {
 /// The schema's migration version (0 without a `migrations` table); a
 /// version newer than this release knows is refused: this release would
 /// not know its tables.
-async fn version(client: &impl GenericClient, schema: &str) -> Result<i32> {
+async fn version(client: &impl GenericClient, schema: &str) -> Result<i32, Failure> {
     let row = client
         .query_one(
             "SELECT to_regclass(format('%I.migrations', $1::text)) IS NOT NULL",
             &[&schema],
         )
-        .await
-        .map_err(super::db_error)?;
+        .await?;
     if !row.get::<_, bool>(0) {
         return Ok(0);
     }
@@ -209,20 +203,19 @@ async fn version(client: &impl GenericClient, schema: &str) -> Result<i32> {
             &format!("SELECT coalesce(max(version), 0) FROM {schema}.migrations"),
             &[],
         )
-        .await
-        .map_err(super::db_error)?;
+        .await?;
     let have: i32 = row.get(0);
     if have > VERSION {
-        return Err(Error::Store(format!(
+        return Err(Failure::Other(Error::Store(format!(
             "the PostgreSQL schema {schema:?} is at version {have}, newer than this release knows ({VERSION}); upgrade saga-runtime"
-        )));
+        ))));
     }
     Ok(have)
 }
 
 /// Refuses a schema, or anything in it, that belongs to a role this
 /// connection's role is not a member of.
-async fn refuse_foreign_owners(client: &impl GenericClient, schema: &str) -> Result<()> {
+async fn refuse_foreign_owners(client: &impl GenericClient, schema: &str) -> Result<(), Failure> {
     let foreign = client
         .query_opt(
             "SELECT 'schema ' || quote_ident(n.nspname), n.nspowner::regrole::text
@@ -237,20 +230,19 @@ async fn refuse_foreign_owners(client: &impl GenericClient, schema: &str) -> Res
              LIMIT 1",
             &[&schema],
         )
-        .await
-        .map_err(super::db_error)?;
+        .await?;
     match foreign {
-        Some(row) => Err(Error::SchemaForeignOwner {
+        Some(row) => Err(Failure::Other(Error::SchemaForeignOwner {
             object: row.get(0),
             owner: row.get(1),
-        }),
+        })),
         None => Ok(()),
     }
 }
 
 /// Refuses triggers on the schema's tables: saga makes none, so any is
 /// someone else's code running inside saga's writes.
-async fn refuse_foreign_triggers(client: &impl GenericClient, schema: &str) -> Result<()> {
+async fn refuse_foreign_triggers(client: &impl GenericClient, schema: &str) -> Result<(), Failure> {
     let rows = client
         .query(
             "SELECT quote_ident(t.tgname) || ' ON ' || quote_ident(n.nspname) || '.' || quote_ident(c.relname)
@@ -261,15 +253,14 @@ async fn refuse_foreign_triggers(client: &impl GenericClient, schema: &str) -> R
              ORDER BY 1",
             &[&schema],
         )
-        .await
-        .map_err(super::db_error)?;
+        .await?;
     if rows.is_empty() {
         return Ok(());
     }
-    Err(Error::SchemaForeignTriggers {
+    Err(Failure::Other(Error::SchemaForeignTriggers {
         schema: schema.to_owned(),
         triggers: rows.iter().map(|row| row.get(0)).collect(),
-    })
+    }))
 }
 
 #[cfg(test)]

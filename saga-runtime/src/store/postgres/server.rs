@@ -494,7 +494,24 @@ impl Server {
             attempt_limit,
         });
         let timeout = options.timeout;
-        match tokio::time::timeout(timeout, Server::join(target.clone(), options, owned)).await {
+        let deadline = Instant::now() + timeout;
+        let joining = async {
+            let mut backoff = Backoff::until(deadline);
+            loop {
+                let failure =
+                    match Server::join(target.clone(), options.clone(), owned.clone()).await {
+                        Ok(server) => return Ok(server),
+                        Err(failure) => failure,
+                    };
+                // Undone (a cancelled migration, a deadlock): again.
+                if matches!(failure, Failure::Retry(_)) && backoff.wait().await {
+                    tracing::warn!(error = %failure, "a PostgreSQL statement was undone while connecting; trying again");
+                    continue;
+                }
+                return Err(failure.into_error(&target.shown, || lease::fenced(&target.schema)));
+            }
+        };
+        match tokio::time::timeout(timeout, joining).await {
             Ok(joined) => joined,
             Err(_) => Err(Error::DatabaseUnreachable {
                 url: target.shown.clone(),
@@ -504,13 +521,15 @@ impl Server {
     }
 
     /// Checks the schema (a worker migrates it), joins its workers (a
-    /// reader does not), and opens the write connection.
+    /// reader does not), and opens the write connection. A connection
+    /// that cannot be made is [`Error::DatabaseUnreachable`] at once.
     async fn join(
         target: Arc<Target>,
         options: PgOptions,
         owned: Arc<Mutex<HashSet<String>>>,
-    ) -> Result<Server> {
-        let (mut client, connection) = fault::unreachable(target.open().await, &target.shown)?;
+    ) -> std::result::Result<Server, Failure> {
+        let unreachable = |failure| Failure::Other(fault::unreachable(failure, &target.shown));
+        let (mut client, connection) = target.open().await.map_err(unreachable)?;
         tokio::spawn(async move {
             let _ = connection.await;
         });
@@ -524,7 +543,7 @@ impl Server {
             lease::join(&client, &target.schema, &worker, options.lease).await?;
         }
         drop(client);
-        let writer = fault::unreachable(target.connect_writer().await, &target.shown)?;
+        let writer = target.connect_writer().await.map_err(unreachable)?;
         Ok(Server {
             target,
             worker: Arc::from(worker),
