@@ -314,4 +314,63 @@ pub enum Error {
         /// What this release could not read.
         detail: String,
     },
+
+    /// The PostgreSQL schema does not exist, and this connection only
+    /// reads (`connect_read_only`, the `saga` command), so it creates
+    /// nothing. Check the schema's name (`EngineBuilder::postgres_schema`;
+    /// for the `saga` command, `--schema` or `SAGA_DATABASE_SCHEMA`), or
+    /// connect a worker (`Engine::connect`) once to create it.
+    #[error(
+        "the PostgreSQL schema {schema:?} does not exist; check its name (EngineBuilder::postgres_schema, or the saga command's --schema / SAGA_DATABASE_SCHEMA), or connect a worker (Engine::connect) to create it"
+    )]
+    SchemaMissing {
+        /// The schema asked for.
+        schema: String,
+    },
+
+    /// The PostgreSQL schema is at an older migration version than this
+    /// release expects, and this connection only reads, so it migrates
+    /// nothing. Connect a worker of this release (`Engine::connect`), which
+    /// migrates it, or read it with the release its workers run.
+    #[error(
+        "the PostgreSQL schema {schema:?} is at migration version {version}, and this release expects version {expected}; connect a worker of this release (Engine::connect) to migrate it, or read it with the release its workers run"
+    )]
+    SchemaOutdated {
+        /// The schema.
+        schema: String,
+        /// Its migration version (0: it has no saga tables).
+        version: i32,
+        /// The version this release reads.
+        expected: i32,
+    },
+
+    /// The PostgreSQL schema, or a table in it, belongs to a role that the
+    /// worker's role is not a member of: a worker does not adopt what
+    /// another role made, which that role could read or change behind it.
+    /// Connect as that role (or a member of it), hand the objects over
+    /// (`ALTER SCHEMA .. OWNER TO`, `ALTER TABLE .. OWNER TO`), or choose
+    /// another schema.
+    #[error(
+        "the PostgreSQL {object} belongs to role {owner}, which this connection's role is not a member of; connect as that role, change its owner (ALTER .. OWNER TO), or choose another schema"
+    )]
+    SchemaForeignOwner {
+        /// The schema or table, qualified.
+        object: String,
+        /// The role that owns it.
+        owner: String,
+    },
+
+    /// Triggers that saga did not make sit on the tables of its PostgreSQL
+    /// schema: someone else's code would run inside every write. Drop them
+    /// (`DROP TRIGGER name ON table`), or choose another schema.
+    #[error(
+        "the PostgreSQL schema {schema:?} has triggers that saga did not make: {}; drop them (DROP TRIGGER name ON table) or choose another schema",
+        triggers.join(", ")
+    )]
+    SchemaForeignTriggers {
+        /// The schema.
+        schema: String,
+        /// Each trigger, as `name ON schema.table`.
+        triggers: Vec<String>,
+    },
 }

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use tokio_postgres::Client;
 
-use super::db_error;
+use super::fault::Failure;
 use crate::error::{Error, Result};
 
 /// Adds `worker` with a fresh lease, and deletes the rows of workers long
@@ -24,7 +24,7 @@ pub(super) async fn join(
     schema: &str,
     worker: &str,
     lease: Duration,
-) -> Result<()> {
+) -> Result<(), Failure> {
     client
         .execute(
             &format!(
@@ -32,8 +32,7 @@ pub(super) async fn join(
             ),
             &[],
         )
-        .await
-        .map_err(db_error)?;
+        .await?;
     let added = client
         .execute(
             &format!(
@@ -43,14 +42,13 @@ pub(super) async fn join(
             ),
             &[&worker, &millis(lease)],
         )
-        .await
-        .map_err(db_error)?;
+        .await?;
     if added == 1 {
         Ok(())
     } else {
-        Err(Error::Store(format!(
+        Err(Failure::Other(Error::Store(format!(
             "another worker is named {worker:?} already; connect again"
-        )))
+        ))))
     }
 }
 

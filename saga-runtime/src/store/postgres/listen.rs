@@ -15,8 +15,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
-use tokio_postgres::{AsyncMessage, NoTls};
+use tokio_postgres::AsyncMessage;
 
+use super::fault::Failure;
 use super::server::Target;
 
 /// The counts of what an engine heard, by kind.
@@ -78,8 +79,8 @@ async fn listen(
     target: &Target,
     mine: &str,
     heard: &Heard<watch::Sender<u64>>,
-) -> Result<(), tokio_postgres::Error> {
-    let (client, mut connection) = target.config.connect(NoTls).await?;
+) -> Result<(), Failure> {
+    let (client, mut connection) = target.open().await?;
     let (told, mut notifications) = tokio::sync::mpsc::unbounded_channel();
     // The connection is driven here, so its notifications come out.
     let driver = tokio::spawn(async move {
@@ -103,7 +104,7 @@ async fn listen(
         .await;
     if let Err(e) = listening {
         driver.abort();
-        return Err(e);
+        return Err(e.into());
     }
     while let Some(payload) = notifications.recv().await {
         if payload == "stopped" {

@@ -28,14 +28,16 @@
 //!   fails the next flush, and every one after it: the engine stops what it
 //!   could not make durable, as on a failed disk.
 //! - **Readers.** A read-only connection ([`PgOptions::read_only`]) takes
-//!   no lease: the `saga` command and dashboards read while workers run.
+//!   no lease and runs no migration: the `saga` command and dashboards
+//!   read while workers run (`schema` lists the privileges each needs).
 //! - **The inbox.** `inbox (n, id, intent)`: what other processes post
 //!   (events, control calls) for the worker that owns the instance, which
 //!   acts on them. Posting needs no lease; removing a post checks the
 //!   owner, so a fenced worker, whose acts were refused, leaves it for the
 //!   worker that claims the instance next.
 //! - **Faults.** A lost connection is reconnected, with backoff, until the
-//!   call's deadline. The writes made since the last flush that succeeded
+//!   call's deadline; a statement the server undid (cancelled, a deadlock)
+//!   is tried again ([`fault`]). The writes made since the last flush that succeeded
 //!   are kept in memory and applied again on the new connection: a write
 //!   committed asynchronously may have died with a restarted server, and
 //!   applying one twice is harmless (a journal row that is there already
@@ -50,6 +52,7 @@
 //! the inbox and the tail go to a small pool of connections of their own,
 //! so a write stuck on a lock holds none of them up.
 
+mod fault;
 mod lease;
 mod listen;
 mod schema;
@@ -511,18 +514,5 @@ fn db_error(error: tokio_postgres::Error) -> Error {
             db.code().code()
         )),
         None => Error::Store(format!("PostgreSQL: {error}")),
-    }
-}
-
-/// Whether a failed call may succeed on a new connection: the connection
-/// broke, the server shut down or restarted, or it does not accept
-/// connections yet.
-fn is_connection_error(error: &tokio_postgres::Error) -> bool {
-    match error.code() {
-        None => true,
-        Some(code) => {
-            let code = code.code();
-            code.starts_with("08") || code.starts_with("57P")
-        }
     }
 }

@@ -4,10 +4,41 @@
 //! applications (or tests) share a database without seeing each other.
 //! Migrations run on connect, each once, in order, under an advisory lock
 //! named after the schema: two workers connecting at once migrate one
-//! after the other, and the second finds nothing to do.
+//! after the other, and the second finds nothing to do. A reader
+//! (`connect_read_only`, the `saga` command) migrates nothing and creates
+//! nothing: a schema that is missing or older than this release is an
+//! error naming it.
+//!
+//! A worker adopts only a schema of its own: the schema and every table
+//! in it must belong to the worker's role, or to a role it is a member of,
+//! and no trigger that saga did not make may sit on its tables (another
+//! role's object or trigger could read or change what saga stores).
+//!
+//! # Privileges
+//!
+//! A **worker** (`Engine::connect`) connects as the role that owns the
+//! schema, or a member of it: it runs the migrations (DDL) and writes every
+//! table. The first worker creates the schema, which needs `CREATE` on the
+//! database; once the schema exists, `CONNECT` on the database and the
+//! ownership suffice.
+//!
+//! A **reader** (`Engine::connect_read_only`, the `saga` command) needs
+//! `CONNECT` on the database, `USAGE` on the schema and `SELECT` on its
+//! tables; to post events and control calls (`saga send-event`, `pause`,
+//! `terminate`, ...), `INSERT` on `inbox` and `USAGE` on its sequence too.
+//! Nothing more: it changes no other table and runs no DDL. For a schema
+//! `saga` and a role `saga_reader`:
+//!
+//! ```sql
+//! GRANT USAGE ON SCHEMA saga TO saga_reader;
+//! GRANT SELECT ON ALL TABLES IN SCHEMA saga TO saga_reader;
+//! GRANT INSERT ON saga.inbox TO saga_reader;
+//! GRANT USAGE ON SEQUENCE saga.inbox_n_seq TO saga_reader;
+//! ```
 
-use tokio_postgres::Client;
+use tokio_postgres::{Client, GenericClient};
 
+use super::fault::Failure;
 use crate::error::{Error, Result};
 
 /// The migrations, in order; entry `i` is version `i + 1`. Never edit a
@@ -72,8 +103,19 @@ const MIGRATIONS: &[&str] = &[
 pub(super) const VERSION: i32 = MIGRATIONS.len() as i32;
 
 /// Checks that `schema` is a plain SQL identifier, so it can be spliced
-/// into statements unquoted.
+/// into statements unquoted, and not one of PostgreSQL's own schemas (or
+/// `public`, which everything in a database shares).
 pub(super) fn validate(schema: &str) -> Result<()> {
+    if schema == "public" || schema == "information_schema" || schema.starts_with("pg_") {
+        return Err(Error::InvalidArgument(format!(
+            "PostgreSQL schema {schema:?} is {}: give saga a schema of its own, e.g. \"saga\"",
+            if schema == "public" {
+                "the schema everything in the database shares"
+            } else {
+                "one of PostgreSQL's system schemas"
+            }
+        )));
+    }
     let mut chars = schema.chars();
     let first_ok = chars
         .next()
@@ -93,15 +135,16 @@ pub(super) fn validate(schema: &str) -> Result<()> {
 /// Creates the schema and applies the migrations it lacks. A database
 /// migrated by a newer release is refused: this one would not know its
 /// tables.
-pub(super) async fn migrate(client: &mut Client, schema: &str) -> Result<()> {
-    let tx = client.transaction().await.map_err(super::db_error)?;
+pub(super) async fn migrate(client: &mut Client, schema: &str) -> Result<(), Failure> {
+    let tx = client.transaction().await?;
     // Namespaced by schema: advisory locks are database-wide.
     tx.execute(
         "SELECT pg_advisory_xact_lock(hashtext('saga-migrate:' || $1::text))",
         &[&schema],
     )
-    .await
-    .map_err(super::db_error)?;
+    .await?;
+    refuse_foreign_owners(&tx, schema).await?;
+    refuse_foreign_triggers(&tx, schema).await?;
     tx.batch_execute(&format!(
         "CREATE SCHEMA IF NOT EXISTS {schema};
          CREATE TABLE IF NOT EXISTS {schema}.migrations (
@@ -109,33 +152,119 @@ pub(super) async fn migrate(client: &mut Client, schema: &str) -> Result<()> {
              applied_at timestamptz NOT NULL DEFAULT now()
          );"
     ))
-    .await
-    .map_err(super::db_error)?;
-    let row = tx
-        .query_one(
-            &format!("SELECT coalesce(max(version), 0) FROM {schema}.migrations"),
-            &[],
-        )
-        .await
-        .map_err(super::db_error)?;
-    let have: i32 = row.get(0);
-    if have > VERSION {
-        return Err(Error::Store(format!(
-            "the PostgreSQL schema {schema:?} is at version {have}, newer than this release knows ({VERSION}); upgrade saga-runtime"
-        )));
-    }
+    .await?;
+    let have = version(&tx, schema).await?;
     for (i, migration) in MIGRATIONS.iter().enumerate().skip(have as usize) {
-        tx.batch_execute(&migration.replace("{s}", schema))
-            .await
-            .map_err(super::db_error)?;
+        tx.batch_execute(&migration.replace("{s}", schema)).await?;
         tx.execute(
             &format!("INSERT INTO {schema}.migrations (version) VALUES ($1)"),
             &[&(i as i32 + 1)],
         )
-        .await
-        .map_err(super::db_error)?;
+        .await?;
     }
-    tx.commit().await.map_err(super::db_error)
+    Ok(tx.commit().await?)
+}
+
+/// What a reader checks instead of migrating: the schema is there, at
+/// this release's version, with no trigger saga did not make. It changes
+/// nothing.
+pub(super) async fn check(client: &Client, schema: &str) -> Result<(), Failure> {
+    let exists = client
+        .query_opt("SELECT 1 FROM pg_namespace WHERE nspname = $1", &[&schema])
+        .await?;
+    if exists.is_none() {
+        return Err(Failure::Other(Error::SchemaMissing {
+            schema: schema.to_owned(),
+        }));
+    }
+    refuse_foreign_triggers(client, schema).await?;
+    let have = version(client, schema).await?;
+    if have < VERSION {
+        return Err(Failure::Other(Error::SchemaOutdated {
+            schema: schema.to_owned(),
+            version: have,
+            expected: VERSION,
+        }));
+    }
+    Ok(())
+}
+
+/// The schema's migration version (0 without a `migrations` table); a
+/// version newer than this release knows is refused: this release would
+/// not know its tables.
+async fn version(client: &impl GenericClient, schema: &str) -> Result<i32, Failure> {
+    let row = client
+        .query_one(
+            "SELECT to_regclass(format('%I.migrations', $1::text)) IS NOT NULL",
+            &[&schema],
+        )
+        .await?;
+    if !row.get::<_, bool>(0) {
+        return Ok(0);
+    }
+    let row = client
+        .query_one(
+            &format!("SELECT coalesce(max(version), 0) FROM {schema}.migrations"),
+            &[],
+        )
+        .await?;
+    let have: i32 = row.get(0);
+    if have > VERSION {
+        return Err(Failure::Other(Error::Store(format!(
+            "the PostgreSQL schema {schema:?} is at version {have}, newer than this release knows ({VERSION}); upgrade saga-runtime"
+        ))));
+    }
+    Ok(have)
+}
+
+/// Refuses a schema, or anything in it, that belongs to a role this
+/// connection's role is not a member of.
+async fn refuse_foreign_owners(client: &impl GenericClient, schema: &str) -> Result<(), Failure> {
+    let foreign = client
+        .query_opt(
+            "SELECT 'schema ' || quote_ident(n.nspname), n.nspowner::regrole::text
+             FROM pg_namespace n
+             WHERE n.nspname = $1 AND NOT pg_has_role(n.nspowner, 'MEMBER')
+             UNION ALL
+             (SELECT 'table ' || quote_ident(n.nspname) || '.' || quote_ident(c.relname),
+                     c.relowner::regrole::text
+              FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+              WHERE n.nspname = $1 AND NOT pg_has_role(c.relowner, 'MEMBER')
+              ORDER BY c.relname)
+             LIMIT 1",
+            &[&schema],
+        )
+        .await?;
+    match foreign {
+        Some(row) => Err(Failure::Other(Error::SchemaForeignOwner {
+            object: row.get(0),
+            owner: row.get(1),
+        })),
+        None => Ok(()),
+    }
+}
+
+/// Refuses triggers on the schema's tables: saga makes none, so any is
+/// someone else's code running inside saga's writes.
+async fn refuse_foreign_triggers(client: &impl GenericClient, schema: &str) -> Result<(), Failure> {
+    let rows = client
+        .query(
+            "SELECT quote_ident(t.tgname) || ' ON ' || quote_ident(n.nspname) || '.' || quote_ident(c.relname)
+             FROM pg_trigger t
+             JOIN pg_class c ON c.oid = t.tgrelid
+             JOIN pg_namespace n ON n.oid = c.relnamespace
+             WHERE n.nspname = $1 AND NOT t.tgisinternal
+             ORDER BY 1",
+            &[&schema],
+        )
+        .await?;
+    if rows.is_empty() {
+        return Ok(());
+    }
+    Err(Failure::Other(Error::SchemaForeignTriggers {
+        schema: schema.to_owned(),
+        triggers: rows.iter().map(|row| row.get(0)).collect(),
+    }))
 }
 
 #[cfg(test)]
@@ -147,7 +276,20 @@ mod tests {
         for good in ["saga", "_t1", "saga_test_42"] {
             assert!(validate(good).is_ok(), "{good}");
         }
-        for bad in ["", "Saga", "1x", "a-b", "a;drop", "a b", &"x".repeat(64)] {
+        for bad in [
+            "",
+            "Saga",
+            "1x",
+            "a-b",
+            "a;drop",
+            "a b",
+            &"x".repeat(64),
+            "public",
+            "information_schema",
+            "pg_catalog",
+            "pg_temp_3",
+            "pg_saga",
+        ] {
             assert!(validate(bad).is_err(), "{bad}");
         }
     }

@@ -16,7 +16,8 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::oneshot;
 use tokio_postgres::{Client, Config, NoTls, SimpleQueryMessage, Statement};
 
-use super::{PgOptions, db_error, is_connection_error, lease, schema};
+use super::fault::{self, Backoff, Failure, bounded, roll_back};
+use super::{PgOptions, lease, schema};
 
 /// The most jobs taken from the queue at once.
 const MAX_BATCH: usize = 1024;
@@ -165,26 +166,6 @@ pub(super) struct Unordered {
 /// How many connections serve unordered reads.
 const READ_POOL: usize = 2;
 
-/// Why a statement failed.
-enum Failure {
-    /// The connection broke: a new one may do it.
-    Connection(tokio_postgres::Error),
-    /// This worker does not own the instance any more: its lease ran out
-    /// and another worker claimed it.
-    Fenced,
-    Other(Error),
-}
-
-impl From<tokio_postgres::Error> for Failure {
-    fn from(error: tokio_postgres::Error) -> Failure {
-        if is_connection_error(&error) {
-            Failure::Connection(error)
-        } else {
-            Failure::Other(db_error(error))
-        }
-    }
-}
-
 /// The thread's body: connects, migrates, joins the workers (telling
 /// `ready` how that went), then serves jobs until released.
 pub(super) fn run(
@@ -260,11 +241,27 @@ pub(super) struct Target {
     /// The URL without its password, for messages.
     shown: String,
     pub(super) schema: String,
+    /// How long one connection attempt, startup included, may take: the
+    /// URL's `connect_timeout`, else the store timeout.
+    pub(super) attempt_limit: Duration,
 }
 
 impl Target {
-    async fn connect(&self) -> std::result::Result<Conn, tokio_postgres::Error> {
-        let (client, connection) = self.config.connect(NoTls).await?;
+    /// A plain connection, its attempt bounded (see `fault::bounded`).
+    pub(super) async fn open(
+        &self,
+    ) -> std::result::Result<
+        (
+            Client,
+            tokio_postgres::Connection<tokio_postgres::Socket, tokio_postgres::tls::NoTlsStream>,
+        ),
+        Failure,
+    > {
+        bounded(self.attempt_limit, self.config.connect(NoTls)).await
+    }
+
+    async fn connect(&self) -> std::result::Result<Conn, Failure> {
+        let (client, connection) = self.open().await?;
         tokio::spawn(async move {
             if let Err(e) = connection.await {
                 tracing::debug!(error = %e, "a PostgreSQL connection ended");
@@ -459,7 +456,7 @@ impl Target {
 
     /// A connection for writes: commits do not wait for the disk (a flush
     /// does).
-    async fn connect_writer(&self) -> std::result::Result<Conn, tokio_postgres::Error> {
+    async fn connect_writer(&self) -> std::result::Result<Conn, Failure> {
         let conn = self.connect().await?;
         conn.client
             .batch_execute("SET synchronous_commit TO off")
@@ -490,6 +487,7 @@ struct Server {
 }
 
 impl Server {
+    /// Connects, within the store timeout however the server behaves.
     async fn start(options: PgOptions, owned: Arc<Mutex<HashSet<String>>>) -> Result<Server> {
         let config: Config = options
             .url
@@ -499,6 +497,10 @@ impl Server {
                 detail: format!("{e}"),
             })?;
         let mut config = config;
+        let attempt_limit = config
+            .get_connect_timeout()
+            .copied()
+            .unwrap_or(options.timeout);
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(Duration::from_secs(5));
         }
@@ -511,22 +513,57 @@ impl Server {
             config,
             shown,
             schema: options.schema.clone(),
+            attempt_limit,
         });
-        let unreachable = |e: tokio_postgres::Error| Error::DatabaseUnreachable {
-            url: target.shown.clone(),
-            detail: db_error(e).to_string(),
+        let timeout = options.timeout;
+        let deadline = Instant::now() + timeout;
+        let joining = async {
+            let mut backoff = Backoff::until(deadline);
+            loop {
+                let failure =
+                    match Server::join(target.clone(), options.clone(), owned.clone()).await {
+                        Ok(server) => return Ok(server),
+                        Err(failure) => failure,
+                    };
+                // Undone (a cancelled migration, a deadlock): again.
+                if matches!(failure, Failure::Retry(_)) && backoff.wait().await {
+                    tracing::warn!(error = %failure, "a PostgreSQL statement was undone while connecting; trying again");
+                    continue;
+                }
+                return Err(failure.into_error(&target.shown, || lease::fenced(&target.schema)));
+            }
         };
-        let (mut client, connection) = target.config.connect(NoTls).await.map_err(unreachable)?;
+        match tokio::time::timeout(timeout, joining).await {
+            Ok(joined) => joined,
+            Err(_) => Err(Error::DatabaseUnreachable {
+                url: target.shown.clone(),
+                detail: format!("connecting took longer than the store timeout ({timeout:?})"),
+            }),
+        }
+    }
+
+    /// Checks the schema (a worker migrates it), joins its workers (a
+    /// reader does not), and opens the write connection. A connection
+    /// that cannot be made is [`Error::DatabaseUnreachable`] at once.
+    async fn join(
+        target: Arc<Target>,
+        options: PgOptions,
+        owned: Arc<Mutex<HashSet<String>>>,
+    ) -> std::result::Result<Server, Failure> {
+        let unreachable = |failure| Failure::Other(fault::unreachable(failure, &target.shown));
+        let (mut client, connection) = target.open().await.map_err(unreachable)?;
         tokio::spawn(async move {
             let _ = connection.await;
         });
-        schema::migrate(&mut client, &target.schema).await?;
         let worker = worker_name();
-        // A reader takes no lease (and owns nothing).
-        if !options.read_only {
+        if options.read_only {
+            // A reader changes nothing: it takes no lease (and owns
+            // nothing), and runs no migration.
+            schema::check(&client, &target.schema).await?;
+        } else {
+            schema::migrate(&mut client, &target.schema).await?;
             lease::join(&client, &target.schema, &worker, options.lease).await?;
         }
-        let read_only = options.read_only;
         drop(client);
         let writer = target.connect_writer().await.map_err(unreachable)?;
         Ok(Server {
@@ -540,7 +577,7 @@ impl Server {
             unflushed: Vec::new(),
             fenced: false,
             failed: None,
-            read_only,
+            read_only: options.read_only,
         })
     }
 
@@ -814,7 +851,7 @@ impl Server {
         if self.fenced {
             return Err(lease::fenced(&self.target.schema));
         }
-        let mut backoff = Duration::from_millis(20);
+        let mut backoff = Backoff::until(deadline);
         loop {
             let failure = match self.writer.as_ref() {
                 Some(conn) if !conn.client.is_closed() => {
@@ -828,7 +865,7 @@ impl Server {
                     Err(failure) => failure,
                 },
             };
-            match failure {
+            match &failure {
                 Failure::Fenced => {
                     self.fenced = true;
                     tracing::error!(
@@ -839,20 +876,24 @@ impl Server {
                     self.end_lease().await;
                     return Err(lease::fenced(&self.target.schema));
                 }
-                Failure::Other(e) => return Err(e),
-                Failure::Connection(e) => {
+                Failure::Other(_) => {}
+                Failure::Connection(detail) => {
                     self.writer = None;
-                    if Instant::now() + backoff > deadline {
-                        return Err(Error::Store(format!(
-                            "lost the connection to PostgreSQL at {} and could not get it back: {}",
-                            self.target.shown,
-                            db_error(e)
-                        )));
-                    }
-                    tracing::warn!(error = %e, "lost the PostgreSQL connection; connecting again");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                    tracing::warn!(error = %detail, "lost the PostgreSQL connection; connecting again");
                 }
+                Failure::Retry(detail) => {
+                    if let Some(conn) = &self.writer
+                        && !roll_back(&conn.client).await
+                    {
+                        self.writer = None;
+                    }
+                    tracing::warn!(error = %detail, "a PostgreSQL statement was undone; trying it again");
+                }
+            }
+            if matches!(failure, Failure::Other(_)) || !backoff.wait().await {
+                return Err(
+                    failure.into_error(&self.target.shown, || lease::fenced(&self.target.schema))
+                );
             }
         }
     }
@@ -1054,35 +1095,36 @@ async fn read_with_retry(
     worker: &str,
     deadline: Instant,
 ) -> Result<ReadAnswer> {
-    let mut backoff = Duration::from_millis(20);
+    let mut backoff = Backoff::until(deadline);
     loop {
         let conn = {
             let mut slot = reader.lock().await;
             match slot.as_ref() {
                 Some(conn) if !conn.client.is_closed() => Ok(conn.clone()),
-                _ => match target.connect().await {
-                    Ok(conn) => {
-                        let conn = Arc::new(conn);
-                        *slot = Some(conn.clone());
-                        Ok(conn)
+                _ => target.connect().await.map(|conn| {
+                    let conn = Arc::new(conn);
+                    *slot = Some(conn.clone());
+                    conn
+                }),
+            }
+        };
+        let failure = match conn {
+            Ok(conn) => match query(&conn, read, worker).await {
+                Ok(answer) => return Ok(answer),
+                Err(e) => {
+                    let failure = Failure::from(e);
+                    if matches!(failure, Failure::Retry(_)) && !roll_back(&conn.client).await {
+                        reader.lock().await.take();
                     }
-                    Err(e) => Err(e),
-                },
-            }
+                    failure
+                }
+            },
+            Err(failure) => failure,
         };
-        let result = match conn {
-            Ok(conn) => query(&conn, read, worker).await,
-            Err(e) => Err(e),
-        };
-        match result {
-            Ok(answer) => return Ok(answer),
-            Err(e) if is_connection_error(&e) && Instant::now() + backoff <= deadline => {
-                tracing::warn!(error = %e, "lost the PostgreSQL read connection; connecting again");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(1));
-            }
-            Err(e) => return Err(db_error(e)),
+        if matches!(failure, Failure::Other(_)) || !backoff.wait().await {
+            return Err(failure.into_error(&target.shown, || lease::fenced(&target.schema)));
         }
+        tracing::warn!(error = %failure, "a PostgreSQL read failed; trying it again");
     }
 }
 
