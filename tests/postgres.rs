@@ -198,8 +198,9 @@ async fn workers_drive_their_own_instances_and_reach_each_others() {
 
     // Calls on the other's instance are posted to it; results, status and
     // lists read from either.
+    // Answered by the owner: stored and delivered there.
     let sent = b.event("on-a", "go").send(&true).await.unwrap();
-    assert_eq!(sent, saga_runtime::Sent::Posted);
+    assert_eq!(sent, saga_runtime::Sent::Delivered);
     let from_b = b.instance("on-a").await.unwrap();
     assert_eq!(
         within("the result", from_b.result::<u64>()).await.unwrap(),
@@ -221,7 +222,7 @@ async fn workers_drive_their_own_instances_and_reach_each_others() {
         .send_with_start(order, "ink".to_owned(), &true)
         .await
         .unwrap();
-    assert_eq!(sent, saga_runtime::Sent::Posted);
+    assert_eq!(sent, saga_runtime::Sent::Delivered);
     assert_eq!(within("the result", again.result()).await.unwrap(), 3);
     assert_eq!(calls_b.charge.load(Ordering::SeqCst), 1, "on-b ran on b");
     assert_eq!(calls_a.reserve.load(Ordering::SeqCst), 1);
@@ -466,14 +467,25 @@ async fn a_reader_posts_events_and_control_calls_that_the_worker_acts_on() {
         .await
         .unwrap();
     helpers::until_status(&run, Status::Waiting).await;
-    for _ in 0..2 {
+    for expected in [saga_runtime::Sent::Delivered, saga_runtime::Sent::Duplicate] {
         let sent = reader
             .event("posted-1", "go")
             .id("webhook-7")
             .send(&true)
             .await;
-        assert_eq!(sent.unwrap(), saga_runtime::Sent::Posted);
+        assert_eq!(sent.unwrap(), expected);
     }
+    // The same id with another payload: the owner's refusal, typed.
+    let conflict = reader
+        .event("posted-1", "go")
+        .id("webhook-7")
+        .send(&false)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(conflict, Error::EventIdConflict { .. }),
+        "{conflict}"
+    );
     assert_eq!(within("the result", run.result()).await.unwrap(), 4);
     assert_eq!(calls.charge.load(Ordering::SeqCst), 1);
 
@@ -483,15 +495,44 @@ async fn a_reader_posts_events_and_control_calls_that_the_worker_acts_on() {
         .await
         .unwrap();
     helpers::until_status(&run, Status::Waiting).await;
+    // Each returns once the owner did it, as its docs say.
     let remote = reader.instance("posted-2").await.unwrap();
     remote.pause().await.unwrap();
-    helpers::until_status(&run, Status::Paused).await;
+    assert_eq!(run.status().await.unwrap(), Status::Paused);
     remote.resume().await.unwrap();
     // Back in its wait.
     helpers::until_status(&run, Status::Waiting).await;
     remote.terminate_with_rollback().await.unwrap();
-    helpers::until_status(&run, Status::Terminated).await;
+    assert_eq!(run.status().await.unwrap(), Status::Terminated);
     assert_eq!(calls.release.load(Ordering::SeqCst), 1, "compensated once");
+    // Refused by the owner: the same typed error as from the owner itself,
+    // and the instance stays as it was.
+    for _ in 0..3 {
+        let err = remote.terminate().await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::InvalidState {
+                    status: Status::Terminated,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+    }
+    let done = reader.instance("posted-1").await.unwrap();
+    let err = done.terminate().await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::InvalidState {
+                status: Status::Complete,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(done.status().await.unwrap(), Status::Complete);
 
     // What a reader cannot do at all is refused at once.
     let err = reader
@@ -677,4 +718,49 @@ fn a_locked_database_never_blocks_the_applications_runtime() {
         engine.close().await;
     });
     control.block_on(postgres::drop_schema(&schema));
+}
+
+/// A call posted to an instance whose worker is gone is not a success:
+/// past the store timeout it is `NotAnswered`, saying no worker's lease is
+/// live; the post is kept, and the worker that claims the instance acts on
+/// it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_post_nobody_answers_says_so_and_is_acted_on_by_the_next_worker() {
+    let schema = postgres::fresh_schema("unanswered").await;
+    let calls = Arc::new(Calls::default());
+    let first = worker(&schema, &calls).await;
+    let run = first
+        .start(order, "orphan-1", "lamp".to_owned())
+        .await
+        .unwrap();
+    helpers::until_status(&run, Status::Waiting).await;
+    // Its worker leaves; none other runs yet.
+    first.close().await;
+
+    let reader = Engine::builder()
+        .postgres_schema(&schema)
+        .store_timeout(Duration::from_millis(500))
+        .connect_read_only(&postgres::database_url())
+        .await
+        .unwrap();
+    let instance = reader.instance("orphan-1").await.unwrap();
+    let err = instance.pause().await.unwrap_err();
+    assert!(
+        matches!(&err, Error::NotAnswered { id, owner_live: false } if id == "orphan-1"),
+        "{err}"
+    );
+    assert!(err.to_string().contains("claims the instance"), "{err}");
+    assert_eq!(instance.status().await.unwrap(), Status::Waiting);
+
+    // A worker comes: it claims the instance, and acts on the post.
+    let second = worker(&schema, &calls).await;
+    within("the kept post acted on", async {
+        while instance.status().await.unwrap() != Status::Paused {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    reader.close().await;
+    second.close().await;
+    postgres::drop_schema(&schema).await;
 }

@@ -407,7 +407,7 @@ async fn a_reader_creates_nothing_and_needs_only_read_privileges() {
         .send(&41u64)
         .await
         .unwrap();
-    assert_eq!(sent, saga_runtime::Sent::Posted);
+    assert_eq!(sent, saga_runtime::Sent::Delivered);
     assert_eq!(within("the result", waiting.result()).await.unwrap(), 42);
     reader.close().await;
     worker.close().await;

@@ -150,8 +150,8 @@ pub(crate) async fn retry_rollback(
     report(engine, &instance, out).await
 }
 
-/// What was done, or, on an engine that only reads, what the driving
-/// worker was asked to do.
+/// What was done; on an engine that only reads, by the driving worker,
+/// which answered (a refusal, or no answer in time, is an error instead).
 fn said(
     engine: &Engine,
     out: &mut impl Write,
@@ -162,7 +162,7 @@ fn said(
     if engine.reads_only() {
         writeln!(
             out,
-            "asked the worker that drives {id} to {asked}; it acts within moments"
+            "{done} (the worker that drives {id} was asked to {asked}, and did)"
         )
     } else {
         writeln!(out, "{done}")

@@ -222,7 +222,8 @@ impl CliError {
     }
 
     /// The process exit code: 1 for a refused or failed command, 2 for
-    /// wrong usage.
+    /// wrong usage, 3 for a call posted to another worker that has not
+    /// answered yet (it is kept, and acted on later).
     pub fn exit_code(&self) -> u8 {
         self.exit_code
     }
@@ -239,7 +240,12 @@ impl std::error::Error for CliError {}
 impl From<saga_runtime::Error> for CliError {
     fn from(error: saga_runtime::Error) -> Self {
         // Its message may quote stored text (a step name, an error).
-        CliError::failed(output::escape(&error.to_string()))
+        let message = output::escape(&error.to_string()).into_owned();
+        let exit_code = match error {
+            saga_runtime::Error::NotAnswered { .. } => 3,
+            _ => 1,
+        };
+        CliError { message, exit_code }
     }
 }
 

@@ -119,7 +119,7 @@ async fn the_binary_reads_a_schema_while_its_worker_runs() {
     assert!(
         pause
             .stdout
-            .contains("asked the worker that drives order-7 to pause it"),
+            .contains("the worker that drives order-7 was asked to pause it, and did"),
         "{}",
         pause.stdout
     );
@@ -137,6 +137,15 @@ async fn the_binary_reads_a_schema_while_its_worker_runs() {
     assert!(watched.iter().all(|line| line.contains("order-7")));
     watcher.kill().unwrap();
     watcher.wait().unwrap();
+    // Refused by the worker that drives it: exit 1, with its reason.
+    let again = control(&["terminate", "order-7"]).await.unwrap();
+    assert_eq!(again.code, 1, "{}", again.stdout);
+    assert!(
+        again.stderr.contains("is terminated: cannot terminate it"),
+        "{}",
+        again.stderr
+    );
+    assert_eq!(again.stderr.lines().count(), 1, "{}", again.stderr);
     let unknown = control(&["pause", "order-8"]).await.unwrap();
     assert_eq!(unknown.code, 1, "{}", unknown.stderr);
     assert_eq!(unknown.stderr.lines().count(), 1, "{}", unknown.stderr);

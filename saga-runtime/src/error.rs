@@ -315,6 +315,37 @@ pub enum Error {
         detail: String,
     },
 
+    /// The call was posted to the worker that drives the instance (another
+    /// process), which has not answered within the store timeout. The
+    /// post is kept: the owner acts on it when it can, or, when its lease
+    /// is not live, the worker that claims the instance does. Look at the
+    /// instance's status later, rather than calling again.
+    #[error(
+        "posted to the worker that drives instance {id:?}, which has not answered yet; {}",
+        if *owner_live {
+            "its lease is live: it acts on the call when it can"
+        } else {
+            "it has no live worker: the worker that claims the instance acts on the call"
+        }
+    )]
+    NotAnswered {
+        /// The instance.
+        id: String,
+        /// Whether the owner's lease was live when the wait gave up.
+        owner_live: bool,
+    },
+
+    /// The worker that drives the instance (another process) refused the
+    /// posted call, for `reason`, as it would refuse the same call of its
+    /// own. Nothing changed.
+    #[error("the worker that drives instance {id:?} refused the call: {reason}")]
+    Refused {
+        /// The instance.
+        id: String,
+        /// Why, as the owner said.
+        reason: String,
+    },
+
     /// The PostgreSQL schema does not exist, and this connection only
     /// reads (`connect_read_only`, the `saga` command), so it creates
     /// nothing. Check the schema's name (`EngineBuilder::postgres_schema`;

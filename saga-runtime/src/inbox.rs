@@ -6,10 +6,10 @@
 
 use std::sync::Arc;
 
-use crate::codec::{decode_record, from_newer_release};
+use crate::codec::{decode_record, encode_record, from_newer_release};
 use crate::error::{Error, Result};
 use crate::instance::Instance;
-use crate::intent::Intent;
+use crate::intent::{Answer, Intent, Refusal};
 use crate::runner::Runner;
 
 /// The most posts taken at once.
@@ -78,32 +78,37 @@ async fn take(runner: &Arc<Runner>) -> Result<()> {
             }
             Err(detail) => {
                 tracing::error!(post = n, instance = %id, %detail, "dropping a post that does not decode");
-                journal.done_post(n).await?;
+                let refusal = Refusal::Other(format!("the post does not decode: {detail}"));
+                journal
+                    .answer_post(n, &encode_record(&Answer::Refused(refusal)))
+                    .await?;
                 continue;
             }
         };
         if matches!(intent, Intent::Restart { .. }) {
             // At most once: see the module's documentation.
-            journal.done_post(n).await?;
+            journal
+                .answer_post(n, &encode_record(&Answer::Taken))
+                .await?;
         }
-        let outcome = act(runner, &id, intent, n).await;
-        match outcome {
-            Ok(()) => {}
+        let answer = match act(runner, &id, intent, n).await {
+            Ok(answer) => answer,
             // The store failed or this worker lost its lease: the post stays
             // for the next look (or the next worker).
             Err(e @ (Error::Store(_) | Error::Fenced { .. } | Error::Closed)) => return Err(e),
-            // Refused (the instance ended, is unknown, ...): nothing to do
-            // but say so; the poster was told it was only asked.
+            // Refused (the instance ended, is unknown, ...): the poster is
+            // told why.
             Err(e) => {
-                tracing::warn!(post = n, instance = %id, error = %e, "a posted intent was refused");
+                tracing::info!(post = n, instance = %id, error = %e, "a posted intent was refused");
+                Answer::Refused(Refusal::of(&e))
             }
-        }
-        journal.done_post(n).await?;
+        };
+        journal.answer_post(n, &encode_record(&answer)).await?;
     }
     Ok(())
 }
 
-async fn act(runner: &Arc<Runner>, id: &str, intent: Intent, n: i64) -> Result<()> {
+async fn act(runner: &Arc<Runner>, id: &str, intent: Intent, n: i64) -> Result<Answer> {
     let instance = Instance::new(runner.clone(), id.to_owned());
     match intent {
         // As `engine.event(id, type).id(..).send(..)` would.
@@ -117,14 +122,21 @@ async fn act(runner: &Arc<Runner>, id: &str, intent: Intent, n: i64) -> Result<(
                 .id(event_id)
                 .send_encoded(payload)
                 .await
-                .map(drop)
+                .map(|sent| Answer::Event {
+                    delivered: sent != crate::send::Sent::Duplicate,
+                })
         }
-        Intent::Pause => instance.pause().await,
-        Intent::Resume => instance.resume().await,
-        Intent::Terminate { rollback: false } => instance.terminate().await,
-        Intent::Terminate { rollback: true } => instance.terminate_with_rollback().await,
-        Intent::Restart { from: None } => instance.restart().await,
-        Intent::Restart { from: Some(step) } => instance.restart_from(&step).await,
-        Intent::RetryRollback => instance.retry_rollback().await,
+        Intent::Pause => instance.pause().await.map(|()| Answer::Done),
+        Intent::Resume => instance.resume().await.map(|()| Answer::Done),
+        Intent::Terminate { rollback: false } => instance.terminate().await.map(|()| Answer::Done),
+        Intent::Terminate { rollback: true } => instance
+            .terminate_with_rollback()
+            .await
+            .map(|()| Answer::Done),
+        Intent::Restart { from: None } => instance.restart().await.map(|()| Answer::Done),
+        Intent::Restart { from: Some(step) } => {
+            instance.restart_from(&step).await.map(|()| Answer::Done)
+        }
+        Intent::RetryRollback => instance.retry_rollback().await.map(|()| Answer::Done),
     }
 }

@@ -533,16 +533,20 @@ impl Instance {
     }
 
     /// When another worker drives the instance (or this engine only
-    /// reads), posts `intent` to that worker and answers `true`: the
-    /// control call returns once it is posted, durably, and the worker acts
-    /// on it within moments. `false` when this engine drives it.
+    /// reads), posts `intent` to that worker and answers `true` once the
+    /// worker did what it asks (the call's own promise: paused, terminated
+    /// ...), or the worker's refusal, or [`Error::NotAnswered`] past the
+    /// store timeout. `false` when this engine drives it.
     async fn posted(&self, intent: crate::intent::Intent) -> Result<bool> {
         if self.journal().owns(&self.id) {
             return Ok(false);
         }
         self.journal().read(&self.id, |_| ()).await?;
-        crate::intent::post(self.journal(), &self.id, &intent).await?;
-        Ok(true)
+        let journal = self.journal();
+        match crate::intent::post_and_wait(journal, &self.id, &intent, journal.patience()).await? {
+            crate::intent::Answer::Refused(refusal) => Err(refusal.into_error(&self.id)),
+            _ => Ok(true),
+        }
     }
 
     /// Runs `work` (stopping a driver, then writing what replaces it) in a

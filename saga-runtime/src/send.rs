@@ -22,9 +22,11 @@ pub enum Sent {
     /// An event with the same id, type and payload was sent to this
     /// instance before: nothing was stored again.
     Duplicate,
-    /// Sent from an engine that only reads (`connect_read_only`): the
-    /// event was posted, durably, to the worker that drives the instance,
-    /// which stores and delivers it (once, by its id) within moments.
+    /// Posted, durably, to the worker that drives the instance (another
+    /// process), which did not answer within the store timeout: it stores
+    /// and delivers the event (once, by its id) when it takes it, or the
+    /// worker that claims the instance does. An owner that answers in time
+    /// answers `Delivered`, `Duplicate` or its refusal instead.
     Posted,
 }
 
@@ -93,15 +95,25 @@ impl<'a> EventSender<'a> {
         self.send_encoded(payload).await
     }
 
-    /// Posts the event to the worker that drives the instance.
+    /// Posts the event to the worker that drives the instance, and
+    /// answers what it did; [`Sent::Posted`] when it did not answer within
+    /// the store timeout.
     async fn post(&self, payload: Payload) -> Result<Sent> {
         let intent = crate::intent::Intent::Event {
             event_type: self.event_type.clone(),
             payload,
             event_id: self.event_id.clone(),
         };
-        crate::intent::post(&self.runner.core.journal, &self.instance, &intent).await?;
-        Ok(Sent::Posted)
+        let journal = &self.runner.core.journal;
+        let answer =
+            crate::intent::post_and_wait(journal, &self.instance, &intent, journal.patience());
+        match answer.await {
+            Ok(crate::intent::Answer::Event { delivered: true }) => Ok(Sent::Delivered),
+            Ok(crate::intent::Answer::Event { delivered: false }) => Ok(Sent::Duplicate),
+            Ok(crate::intent::Answer::Refused(refusal)) => Err(refusal.into_error(&self.instance)),
+            Ok(_) | Err(Error::NotAnswered { .. }) => Ok(Sent::Posted),
+            Err(e) => Err(e),
+        }
     }
 
     /// Sends a payload encoded already (a posted event, taken by the

@@ -56,6 +56,9 @@ pub(crate) struct Journal {
     /// waits on it.
     ended: watch::Sender<u64>,
     outcome_written: AtomicBool,
+    /// How long a call waits for the store (or for another worker's
+    /// answer to a post) before it gives up.
+    patience: std::time::Duration,
 }
 
 #[derive(Default)]
@@ -120,11 +123,18 @@ impl Journal {
             events,
             ended: watch::Sender::new(0),
             outcome_written: AtomicBool::new(false),
+            patience: store_timeout,
         })
     }
 
     pub(crate) fn now_millis(&self) -> u64 {
         to_millis(self.clock.now())
+    }
+
+    /// How long a call waits for the store, or for another worker's
+    /// answer to what it posted.
+    pub(crate) fn patience(&self) -> std::time::Duration {
+        self.patience
     }
 
     pub(crate) fn subscribe_events(&self) -> broadcast::Receiver<Event> {
@@ -444,9 +454,25 @@ impl Journal {
         Ok(claimed)
     }
 
-    /// Posts an intent for `id` (see `intent`).
-    pub(crate) async fn post(&self, id: &str, intent: &[u8]) -> Result<()> {
+    /// Posts an intent for `id` (see `intent`); its token.
+    pub(crate) async fn post(&self, id: &str, intent: &[u8]) -> Result<String> {
         self.store.post(id, intent).await
+    }
+
+    /// The answer to the post with `token`, if there is one yet (see
+    /// [`Store::answer`]).
+    pub(crate) async fn answer(&self, token: &str) -> Result<Option<Option<Vec<u8>>>> {
+        self.store.answer(token).await
+    }
+
+    /// Removes the post with `token`, its answer read.
+    pub(crate) async fn forget_post(&self, token: &str) -> Result<()> {
+        self.store.forget_post(token).await
+    }
+
+    /// Whether the worker that owns `id` holds a live lease.
+    pub(crate) async fn owner_live(&self, id: &str) -> Result<Option<bool>> {
+        self.store.owner_live(id).await
     }
 
     /// Posted intents waiting, oldest first.
@@ -454,9 +480,9 @@ impl Journal {
         self.store.posts(limit).await
     }
 
-    /// Removes post `n`, acted on.
-    pub(crate) async fn done_post(&self, n: i64) -> Result<()> {
-        self.store.done_post(n).await
+    /// Answers post `n`, acted on.
+    pub(crate) async fn answer_post(&self, n: i64, answer: &[u8]) -> Result<()> {
+        self.store.answer_post(n, answer).await
     }
 
     /// Whether the store refuses writes (a reader's).

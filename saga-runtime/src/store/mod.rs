@@ -267,20 +267,37 @@ pub trait Store: Send + Sync + 'static {
         answered(Ok(Vec::new()))
     }
     /// Posts an intent for instance `id` (an event, a control call) to the
-    /// inbox of the worker that drives it, durably. Readers may post.
-    fn post<'a>(&'a self, _id: &'a str, _intent: &'a [u8]) -> StoreFuture<'a, ()> {
+    /// inbox of the worker that drives it, durably, and returns the post's
+    /// token, to read its answer by. Readers may post.
+    fn post<'a>(&'a self, _id: &'a str, _intent: &'a [u8]) -> StoreFuture<'a, String> {
         answered(Err(crate::error::Error::ReadOnly {
             what: "posting to another process (this store has no inbox)".into(),
         }))
     }
-    /// Up to `limit` posted intents for the instances this worker owns,
-    /// oldest first: number, instance, intent.
+    /// Up to `limit` posted intents not answered yet, for the instances
+    /// this worker owns, oldest first: number, instance, intent.
     fn posts(&self, _limit: usize) -> StoreFuture<'_, Vec<(i64, String, Vec<u8>)>> {
         answered(Ok(Vec::new()))
     }
-    /// Removes post `n` once it was acted on (only while this worker
-    /// drives the store: a fenced worker's acts were refused).
-    fn done_post(&self, _n: i64) -> StoreFuture<'_, ()> {
+    /// Stores the answer to post `n` once it was acted on (only while this
+    /// worker owns its instance: a fenced worker's acts were refused); an
+    /// answered post is taken no more.
+    fn answer_post<'a>(&'a self, _n: i64, _answer: &'a [u8]) -> StoreFuture<'a, ()> {
         answered(Ok(()))
+    }
+    /// The answer to the post with `token`: `None` when there is no such
+    /// post, `Some(None)` while it is not answered.
+    fn answer<'a>(&'a self, _token: &'a str) -> StoreFuture<'a, Option<Option<Vec<u8>>>> {
+        answered(Ok(None))
+    }
+    /// Removes the post with `token` (its poster read the answer, or gave
+    /// up waiting on a post that was answered).
+    fn forget_post<'a>(&'a self, _token: &'a str) -> StoreFuture<'a, ()> {
+        answered(Ok(()))
+    }
+    /// Whether the worker that owns instance `id` holds a live lease
+    /// (`None`: no such instance, or a store of one process).
+    fn owner_live<'a>(&'a self, _id: &'a str) -> StoreFuture<'a, Option<bool>> {
+        answered(Ok(None))
     }
 }

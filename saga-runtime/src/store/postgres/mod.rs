@@ -437,15 +437,43 @@ impl Store for PgStore {
         })
     }
 
-    fn post<'a>(&'a self, id: &'a str, intent: &'a [u8]) -> StoreFuture<'a, ()> {
+    fn post<'a>(&'a self, id: &'a str, intent: &'a [u8]) -> StoreFuture<'a, String> {
+        let token = post_token();
         let read = Read::Post {
             id: id.to_owned(),
             intent: intent.to_vec(),
-            token: post_token(),
+            token: token.clone(),
         };
         Box::pin(async move {
             match self.read(read).await? {
+                ReadAnswer::Done => Ok(token),
+                other => Err(other.unexpected()),
+            }
+        })
+    }
+
+    fn answer<'a>(&'a self, token: &'a str) -> StoreFuture<'a, Option<Option<Vec<u8>>>> {
+        Box::pin(async move {
+            match self.read(Read::Answer(token.to_owned())).await? {
+                ReadAnswer::Answer(answer) => Ok(answer),
+                other => Err(other.unexpected()),
+            }
+        })
+    }
+
+    fn forget_post<'a>(&'a self, token: &'a str) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            match self.read(Read::ForgetPost(token.to_owned())).await? {
                 ReadAnswer::Done => Ok(()),
+                other => Err(other.unexpected()),
+            }
+        })
+    }
+
+    fn owner_live<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<bool>> {
+        Box::pin(async move {
+            match self.read(Read::OwnerLive(id.to_owned())).await? {
+                ReadAnswer::OwnerLive(live) => Ok(live),
                 other => Err(other.unexpected()),
             }
         })
@@ -461,9 +489,10 @@ impl Store for PgStore {
         })
     }
 
-    fn done_post(&self, n: i64) -> StoreFuture<'_, ()> {
+    fn answer_post<'a>(&'a self, n: i64, answer: &'a [u8]) -> StoreFuture<'a, ()> {
+        let read = Read::AnswerPost(n, answer.to_vec());
         Box::pin(async move {
-            match self.read(Read::DonePost(n)).await? {
+            match self.read(read).await? {
                 ReadAnswer::Done => Ok(()),
                 other => Err(other.unexpected()),
             }

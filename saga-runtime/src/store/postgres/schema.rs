@@ -96,7 +96,9 @@ const MIGRATIONS: &[&str] = &[
     // 5: which kinds of journal record an instance holds (0: only kinds
     // every release reads), so a worker of an older release never claims
     // an instance a newer one wrote records into (`journal::change`).
-    "ALTER TABLE {s}.instances ADD COLUMN needs integer NOT NULL DEFAULT 0;",
+    // And the answer of the worker that acted on a post, for its poster.
+    "ALTER TABLE {s}.instances ADD COLUMN needs integer NOT NULL DEFAULT 0;
+     ALTER TABLE {s}.inbox ADD COLUMN answer bytea, ADD COLUMN answered_at timestamptz;",
 ];
 
 /// The newest schema version this release knows.

@@ -104,8 +104,14 @@ pub(super) enum Read {
     },
     /// Posts for the instances this worker owns.
     Posts(i64),
-    /// Removes a post, while this worker owns its instance.
-    DonePost(i64),
+    /// Answers a post, while this worker owns its instance.
+    AnswerPost(i64, Vec<u8>),
+    /// The answer to the post with this token.
+    Answer(String),
+    /// Removes the post with this token.
+    ForgetPost(String),
+    /// Whether the owner of this instance holds a live lease.
+    OwnerLive(String),
 }
 
 pub(super) enum ReadAnswer {
@@ -116,6 +122,8 @@ pub(super) enum ReadAnswer {
     Posts(Vec<(i64, String, Vec<u8>)>),
     Position(TailPosition),
     Tail(TailRecords, TailPosition),
+    Answer(Option<Option<Vec<u8>>>),
+    OwnerLive(Option<bool>),
     Done,
 }
 
@@ -231,7 +239,10 @@ struct Conn {
     tail: Statement,
     post: Statement,
     posts: Statement,
-    done_post: Statement,
+    answer_post: Statement,
+    answer: Statement,
+    forget_post: Statement,
+    owner_live: Statement,
     claim: Statement,
 }
 
@@ -402,14 +413,34 @@ impl Target {
             .await?;
         let posts = client
             .prepare(&format!(
-                "SELECT p.n, p.id, p.intent FROM {s}.inbox p JOIN {s}.instances i ON i.id = p.id
-                 WHERE i.owner = $2 ORDER BY p.n LIMIT $1"
+                "WITH unread AS (DELETE FROM {s}.inbox
+                                 WHERE answered_at < now() - interval '10 minutes')
+                 SELECT p.n, p.id, p.intent FROM {s}.inbox p JOIN {s}.instances i ON i.id = p.id
+                 WHERE i.owner = $2 AND p.answer IS NULL ORDER BY p.n LIMIT $1"
             ))
             .await?;
-        let done_post = client
+        // An answer no poster read (it gave up, or died) is removed by the
+        // owner's next look at its inbox, ten minutes on.
+        let answer_post = client
             .prepare(&format!(
-                "DELETE FROM {s}.inbox p WHERE p.n = $1
-                 AND EXISTS (SELECT 1 FROM {s}.instances i WHERE i.id = p.id AND i.owner = $2 FOR SHARE)"
+                "WITH a AS (UPDATE {s}.inbox p SET answer = $3, answered_at = now() WHERE p.n = $1
+                            AND EXISTS (SELECT 1 FROM {s}.instances i
+                                        WHERE i.id = p.id AND i.owner = $2 FOR SHARE)
+                            RETURNING p.token)
+                 SELECT count(pg_notify('{channel}', 'stopped')) FROM a"
+            ))
+            .await?;
+        let answer = client
+            .prepare(&format!("SELECT answer FROM {s}.inbox WHERE token = $1"))
+            .await?;
+        let forget_post = client
+            .prepare(&format!("DELETE FROM {s}.inbox WHERE token = $1"))
+            .await?;
+        let owner_live = client
+            .prepare(&format!(
+                "SELECT EXISTS (SELECT 1 FROM {s}.workers w
+                                WHERE w.name = i.owner AND w.expires_at > now())
+                 FROM {s}.instances i WHERE i.id = $1"
             ))
             .await?;
         // Instances that must run (or have posts waiting) and whose owner
@@ -420,7 +451,7 @@ impl Target {
             .prepare(&format!(
                 "WITH c AS (SELECT i.id FROM {s}.instances i
                             WHERE i.id IN (SELECT id FROM {s}.instances WHERE active
-                                           UNION SELECT id FROM {s}.inbox)
+                                           UNION SELECT id FROM {s}.inbox WHERE answer IS NULL)
                               AND (i.workflow IS NULL OR i.workflow = ANY($2))
                               AND i.needs <= {}
                               AND {}
@@ -437,7 +468,10 @@ impl Target {
             claim,
             post,
             posts,
-            done_post,
+            answer_post,
+            answer,
+            forget_post,
+            owner_live,
             create,
             append,
             append_many,
@@ -1210,9 +1244,23 @@ async fn query(
                     .collect(),
             )
         }
-        Read::DonePost(n) => {
-            conn.client.execute(&conn.done_post, &[n, &worker]).await?;
+        Read::AnswerPost(n, answer) => {
+            conn.client
+                .query_one(&conn.answer_post, &[n, &worker, answer])
+                .await?;
             ReadAnswer::Done
+        }
+        Read::Answer(token) => {
+            let row = conn.client.query_opt(&conn.answer, &[token]).await?;
+            ReadAnswer::Answer(row.map(|row| row.get(0)))
+        }
+        Read::ForgetPost(token) => {
+            conn.client.execute(&conn.forget_post, &[token]).await?;
+            ReadAnswer::Done
+        }
+        Read::OwnerLive(id) => {
+            let row = conn.client.query_opt(&conn.owner_live, &[id]).await?;
+            ReadAnswer::OwnerLive(row.map(|row| row.get(0)))
         }
     })
 }
