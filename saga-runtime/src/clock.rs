@@ -63,15 +63,15 @@ impl Clock for SystemClock {
 /// still being recorded with their real lengths.
 #[derive(Clone)]
 pub struct TestClock {
-    shared: Arc<Shared>,
+    shared: Arc<TestTime>,
 }
 
-struct Shared {
-    state: Mutex<State>,
+struct TestTime {
+    state: Mutex<Timeline>,
     changed: Notify,
 }
 
-struct State {
+struct Timeline {
     now: SystemTime,
     auto: bool,
     next_id: u64,
@@ -92,8 +92,8 @@ impl TestClock {
     /// A clock standing still at `start`.
     pub fn starting_at(start: SystemTime) -> Self {
         TestClock {
-            shared: Arc::new(Shared {
-                state: Mutex::new(State {
+            shared: Arc::new(TestTime {
+                state: Mutex::new(Timeline {
                     now: start,
                     auto: false,
                     next_id: 0,
@@ -163,7 +163,7 @@ impl TestClock {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
+    fn lock(&self) -> MutexGuard<'_, Timeline> {
         // A panic while holding this lock leaves plain data behind; keep going.
         self.shared
             .state
@@ -213,7 +213,7 @@ impl std::fmt::Debug for TestClock {
     }
 }
 
-impl State {
+impl Timeline {
     /// Moves time to `to`; returns the sleeps that are due, to be woken
     /// once the lock is released.
     fn advance_to(&mut self, to: SystemTime) -> Vec<Sleeper> {

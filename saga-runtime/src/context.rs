@@ -10,7 +10,7 @@ use tokio::task::AbortHandle;
 use tracing::Instrument;
 
 use crate::compensation::Registered;
-use crate::core::Core;
+use crate::engine_core::Core;
 use crate::error::Result;
 use crate::failure::{Failure, FailureKind};
 use crate::in_flight::InFlight;
@@ -27,7 +27,7 @@ use crate::lock::lock;
 /// workflow code must be deterministic: the same calls, in the same order.
 #[derive(Clone)]
 pub struct WorkflowContext {
-    pub(crate) ctx: Arc<Ctx>,
+    pub(crate) run: Arc<Ctx>,
 }
 
 /// Whether this run of the workflow function goes forward, or only
@@ -40,7 +40,7 @@ pub(crate) enum Mode {
 
 /// What step tasks and waits share with the driver. Holds no task handles,
 /// so tasks may keep it without keeping themselves alive.
-pub(crate) struct Shared {
+pub(crate) struct RunScope {
     pub(crate) core: Arc<Core>,
     pub(crate) id: Arc<str>,
     pub(crate) workflow: Arc<str>,
@@ -54,7 +54,7 @@ pub(crate) struct Shared {
 }
 
 pub(crate) struct Ctx {
-    pub(crate) shared: Arc<Shared>,
+    pub(crate) scope: Arc<RunScope>,
     replay: Mutex<Replay>,
 }
 
@@ -94,7 +94,7 @@ impl Ctx {
     ) -> Arc<Ctx> {
         let recorded: BTreeMap<u32, SlotRecord> = state.slots.clone();
         Arc::new(Ctx {
-            shared: Arc::new(Shared {
+            scope: Arc::new(RunScope {
                 core,
                 id,
                 workflow: Arc::from(state.workflow.as_str()),
@@ -134,7 +134,7 @@ impl Ctx {
         if matches!(kind, SlotKind::Step | SlotKind::Sleep | SlotKind::Event)
             && let Err(problem) = crate::names::check_name(kind.value_name(), name)
         {
-            self.shared
+            self.scope
                 .fail(Failure::new(FailureKind::Workflow, problem));
             return None;
         }
@@ -173,7 +173,7 @@ impl Ctx {
         {
             let expected = describe(r.kind, &r.name, r.occurrence);
             let found = describe(kind, name, occurrence);
-            self.shared.fail(Failure::new(
+            self.scope.fail(Failure::new(
                     FailureKind::NonDeterminism {
                         expected: expected.clone(),
                         found: found.clone(),
@@ -191,7 +191,7 @@ impl Ctx {
             name: Arc::from(recorded.as_ref().map_or(name, |r| r.name.as_str())),
             generation: recorded
                 .as_ref()
-                .map_or(self.shared.generation, |r| r.generation),
+                .map_or(self.scope.generation, |r| r.generation),
             recorded,
         })
     }
@@ -217,13 +217,13 @@ impl Ctx {
     where
         F: std::future::Future<Output = ()> + Send + 'static,
     {
-        let guard = self.shared.in_flight.enter();
+        let guard = self.scope.in_flight.enter();
         // Counted engine-wide too, for a drain to wait on.
-        let engine_guard = self.shared.core.steps_in_flight.enter();
+        let engine_guard = self.scope.core.steps_in_flight.enter();
         // The task's spans (`saga.step`) nest under the caller's
         // (`saga.workflow`), as the call does.
         let span = tracing::Span::current();
-        let handle = self.shared.core.runtime.spawn(
+        let handle = self.scope.core.runtime.spawn(
             async move {
                 let _guards = (guard, engine_guard);
                 task.await;
@@ -234,15 +234,15 @@ impl Ctx {
         replay.tasks.retain(|t| !t.is_finished());
         replay.tasks.push(handle.abort_handle());
         drop(replay);
-        self.shared.core.track(handle);
+        self.scope.core.track(handle);
     }
 
     /// Completes when the run may have become idle: a wait went to sleep,
     /// or the last step task ended. Made before the run is polled, so
     /// nothing that happens during the poll is missed.
     pub(crate) fn parked(&self) -> impl std::future::Future<Output = ()> + '_ {
-        let slept = self.shared.asleep.changed.notified();
-        let idle = self.shared.in_flight.idle_notified();
+        let slept = self.scope.asleep.changed.notified();
+        let idle = self.scope.in_flight.idle_notified();
         async move {
             tokio::select! {
                 () = slept => {}
@@ -257,18 +257,18 @@ impl Ctx {
     /// then. It is rebuilt from its journal when it wakes, so a sleeping
     /// instance costs no driver, no future and no cached state.
     pub(crate) fn hibernation(&self, after: std::time::Duration) -> Option<u64> {
-        if !self.shared.in_flight.is_idle() {
+        if !self.scope.in_flight.is_idle() {
             return None;
         }
-        let wake = lock(&self.shared.asleep.waits).values().min().copied()?;
-        let soon = crate::clock::add_millis(self.shared.core.now_millis(), after);
+        let wake = lock(&self.scope.asleep.waits).values().min().copied()?;
+        let soon = crate::clock::add_millis(self.scope.core.now_millis(), after);
         (wake >= soon).then_some(wake)
     }
 
     /// Waits until every step task of this run finished on its own.
     pub(crate) async fn finish_tasks(&self) {
         lock(&self.replay).tasks.clear();
-        self.shared.in_flight.wait_idle().await;
+        self.scope.in_flight.wait_idle().await;
     }
 
     /// Stops every step task of this run and waits until they are gone, so
@@ -278,7 +278,7 @@ impl Ctx {
         for task in &tasks {
             task.abort();
         }
-        self.shared.in_flight.wait_idle().await;
+        self.scope.in_flight.wait_idle().await;
     }
 }
 
@@ -290,7 +290,7 @@ impl Drop for Ctx {
     }
 }
 
-impl Shared {
+impl RunScope {
     /// Fails the instance from inside (non-determinism, decode or store
     /// failure): the driver stops the workflow and records `failure`.
     pub(crate) fn fail(&self, failure: Failure) {
@@ -329,7 +329,7 @@ impl Shared {
         lock(&self.asleep.waits).insert(slot, wake_at);
         self.asleep.changed.notify_waiters();
         AsleepGuard {
-            shared: self.clone(),
+            scope: self.clone(),
             slot,
         }
     }
@@ -391,12 +391,12 @@ struct Asleep {
 
 /// Held by a wait while it sleeps.
 pub(crate) struct AsleepGuard {
-    shared: Arc<Shared>,
+    scope: Arc<RunScope>,
     slot: u32,
 }
 
 impl Drop for AsleepGuard {
     fn drop(&mut self) {
-        lock(&self.shared.asleep.waits).remove(&self.slot);
+        lock(&self.scope.asleep.waits).remove(&self.slot);
     }
 }

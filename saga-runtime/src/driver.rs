@@ -11,8 +11,8 @@ use std::task::Poll;
 use tracing::Instrument;
 
 use crate::codec::Payload;
-use crate::context::{Ctx, Mode, Shared, WorkflowContext};
-use crate::core::Core;
+use crate::context::{Ctx, Mode, RunScope, WorkflowContext};
+use crate::engine_core::Core;
 use crate::error::{Error, Result};
 use crate::failure::{Failure, FailureKind};
 use crate::journal::{Change, CompensationState, End, InstanceState};
@@ -199,7 +199,7 @@ async fn run_forward(
     } else {
         ctx.stop_tasks().await;
     }
-    let shared = ctx.shared.clone();
+    let shared = ctx.scope.clone();
     // The rollback paths are boxed: a driver that only waits (thousands of
     // sleeping instances) then does not carry room for them in its task.
     match outcome {
@@ -272,14 +272,14 @@ fn start_run(
     state: &InstanceState,
 ) -> std::result::Result<Run, String> {
     crate::panic::catch(|| {
-        CatchUnwind::new(workflow.run_erased(WorkflowContext { ctx: ctx.clone() }, &state.input))
+        CatchUnwind::new(workflow.run_erased(WorkflowContext { run: ctx.clone() }, &state.input))
     })
 }
 
 /// The workflow failed (or was terminated with rollback): compensate the
 /// started steps, if any have a compensation, then end as `then`.
 async fn fail(ctx: &Arc<Ctx>, cause: Failure, then: Status) -> Result<()> {
-    let shared = &ctx.shared;
+    let shared = &ctx.scope;
     if let Some(value) = cause.value() {
         shared.append(Change::FailureValue {
             value: value.clone(),
@@ -306,7 +306,7 @@ async fn fail(ctx: &Arc<Ctx>, cause: Failure, then: Status) -> Result<()> {
 }
 
 async fn run_compensations(
-    shared: &Shared,
+    shared: &RunScope,
     handlers: Vec<crate::compensation::Registered>,
     cause: Failure,
     then: Status,
@@ -328,7 +328,7 @@ async fn run_compensations(
 /// Ends the instance `Errored` (with `cause`) or `Terminated`, with the
 /// rollback's outcome when one ran.
 async fn end_after(
-    shared: &Shared,
+    shared: &RunScope,
     cause: Failure,
     then: Status,
     rollback: Option<std::result::Result<(), Failure>>,
@@ -346,7 +346,7 @@ async fn end_after(
     .await
 }
 
-async fn end(shared: &Shared, end: End) -> Result<()> {
+async fn end(shared: &RunScope, end: End) -> Result<()> {
     let (status, failure) = (end.status, end.failure.clone());
     shared.append(Change::Ended(Box::new(end)))?;
     shared.core.journal.flush().await?;
@@ -397,7 +397,7 @@ async fn rebuild_and_compensate(
     if !table.is_empty() {
         let handlers =
             crate::step_table::compensations_from_history(&state, &table, workflow.workflow_name());
-        return run_compensations(&ctx.shared, handlers, cause, then).await;
+        return run_compensations(&ctx.scope, handlers, cause, then).await;
     }
     let needed: BTreeSet<u32> = state
         .slots
@@ -411,7 +411,7 @@ async fn rebuild_and_compensate(
     // the compensations history names then fail as not rebuilt.
     let Ok(mut run) = start_run(&workflow, &ctx, &state) else {
         let handlers = ctx.take_rollbacks();
-        return run_compensations(&ctx.shared, handlers, cause, then).await;
+        return run_compensations(&ctx.scope, handlers, cause, then).await;
     };
     for _ in 0..REBUILD_POLLS {
         let done = poll_fn(|cx| Poll::Ready(Pin::new(&mut run).poll(cx).is_ready())).await;
@@ -423,5 +423,5 @@ async fn rebuild_and_compensate(
     }
     drop(run);
     let handlers = ctx.take_rollbacks();
-    run_compensations(&ctx.shared, handlers, cause, then).await
+    run_compensations(&ctx.scope, handlers, cause, then).await
 }

@@ -9,7 +9,7 @@ use serde::Serialize;
 use tokio::runtime::Handle;
 
 use crate::clock::{Clock, SystemClock};
-use crate::core::Core;
+use crate::engine_core::Core;
 use crate::error::{Error, Result};
 use crate::instance::{Instance, InstanceInfo, ListFilter, Run};
 use crate::journal::Journal;

@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use crate::core::Core;
 use crate::driver::{self, Exit};
+use crate::engine_core::Core;
 use crate::error::{Error, Result};
 use crate::live::Live;
 use crate::lock::lock;

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use tracing::Instrument;
 
 use crate::compensation::Registered;
-use crate::context::Shared;
+use crate::context::RunScope;
 use crate::error::Result;
 use crate::failure::{Failure, FailureKind};
 use crate::journal::{Change, CompensationState, SlotState};
@@ -20,7 +20,7 @@ use crate::retry::{Resume, Retried, retry};
 /// failure of the compensation that gave up, if one did (the rest did not
 /// run).
 pub(crate) async fn compensate(
-    shared: &Shared,
+    shared: &RunScope,
     handlers: Vec<Registered>,
     cause: &Failure,
 ) -> Result<Option<Failure>> {
@@ -108,7 +108,7 @@ fn gave_up(step: String, error: &str) -> Failure {
 /// Runs one compensation's attempts; `Ok(Err(message))` when it gave up.
 /// `resume` is where it was when a crash stopped it, if it had started.
 async fn run_compensation(
-    shared: &Shared,
+    shared: &RunScope,
     handler: &mut Registered,
     output: Option<&crate::codec::Payload>,
     cause: &Failure,

@@ -15,7 +15,7 @@ use tracing::Instrument;
 use crate::codec::Payload;
 use crate::compensation::{Registered, RollbackRegistration};
 use crate::config::StepConfig;
-use crate::context::{Mode, Shared, Slot, WorkflowContext};
+use crate::context::{Mode, RunScope, Slot, WorkflowContext};
 use crate::failure::{Failure, FailureKind, StepError, StepFailed};
 use crate::journal::{Change, SlotKind, SlotState};
 use crate::key::{IdempotencyKey, StepContext};
@@ -238,8 +238,8 @@ where
     F: FnMut(StepContext) -> Fut + Send + 'static,
     Fut: Future<Output = Result<T, StepError>> + Send + 'static,
 {
-    let ctx = &workflow.ctx;
-    let shared = &ctx.shared;
+    let ctx = &workflow.run;
+    let shared = &ctx.scope;
     let Some(slot) = ctx.take_slot_renamed(SlotKind::Step, name, renamed_from) else {
         return StepFuture::never();
     };
@@ -326,7 +326,7 @@ where
         Some(SlotState::Running { .. }) | None if forward => {
             let (done, result) = oneshot::channel();
             let task = StepTask {
-                shared: shared.clone(),
+                scope: shared.clone(),
                 slot,
                 name,
                 config,
@@ -350,7 +350,7 @@ where
 }
 
 struct StepTask {
-    shared: Arc<Shared>,
+    scope: Arc<RunScope>,
     slot: Slot,
     name: &'static str,
     config: StepConfig,
@@ -365,7 +365,7 @@ impl StepTask {
         F: FnMut(StepContext) -> Fut + Send + 'static,
         Fut: Future<Output = Result<T, StepError>> + Send + 'static,
     {
-        let shared = &self.shared;
+        let shared = &self.scope;
         let slot = &self.slot;
         let key = IdempotencyKey::forward(&shared.id, &slot.name, slot.occurrence, slot.generation);
         let resume = match slot.recorded.as_ref().map(|r| &r.state) {
@@ -448,7 +448,7 @@ impl StepTask {
 
     /// Fails the step without an attempt: its inputs could not be recorded.
     async fn refuse<T>(self, error: StepError) -> Option<Result<T, StepFailed>> {
-        tracing::warn!(instance = %self.shared.id, step = self.name, occurrence = self.slot.occurrence, error = %error, "step refused");
+        tracing::warn!(instance = %self.scope.id, step = self.name, occurrence = self.slot.occurrence, error = %error, "step refused");
         let change = Change::StepFailed {
             slot: self.slot.index,
             error: error.clone(),
@@ -469,7 +469,7 @@ impl StepTask {
         change: Change,
         result: Result<T, StepFailed>,
     ) -> Option<Result<T, StepFailed>> {
-        let shared = &self.shared;
+        let shared = &self.scope;
         let written = match shared.append(change) {
             Ok(()) => shared.core.journal.flush().await,
             Err(e) => Err(e),
@@ -487,7 +487,7 @@ impl StepTask {
         &self,
         value: &T,
     ) -> Result<(T, Payload), StepError> {
-        let limit = self.shared.core.max_payload;
+        let limit = self.scope.core.max_payload;
         let type_name = std::any::type_name::<T>();
         let payload = Payload::encode(value).map_err(|detail| {
             StepError::fatal(format!(
@@ -513,7 +513,7 @@ impl StepTask {
     }
 
     fn store_failed<T>(&self, error: crate::Error) -> Option<T> {
-        self.shared.store_failed(error);
+        self.scope.store_failed(error);
         None
     }
 }

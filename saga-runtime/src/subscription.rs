@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::sync::broadcast;
 
-use crate::core::Core;
+use crate::engine_core::Core;
 use crate::history::Event;
 use crate::journal::Tail;
 

@@ -12,7 +12,7 @@ use tracing::Instrument;
 
 use crate::clock::{add_millis, from_millis, to_millis};
 use crate::codec::Payload;
-use crate::context::{Mode, Shared, Slot, WorkflowContext};
+use crate::context::{Mode, RunScope, Slot, WorkflowContext};
 use crate::duration::IntoDuration;
 use crate::failure::WaitError;
 use crate::journal::{Change, SlotKind, SlotState};
@@ -29,8 +29,8 @@ impl WorkflowContext {
         duration: impl IntoDuration,
     ) -> impl Future<Output = Result<(), WaitError>> + Send + 'static {
         let duration = duration.into_duration();
-        let slot = self.ctx.take_slot(SlotKind::Sleep, name);
-        let shared = self.ctx.shared.clone();
+        let slot = self.run.take_slot(SlotKind::Sleep, name);
+        let shared = self.run.scope.clone();
         async move {
             let duration = duration?;
             let wake_at = move |now: u64| add_millis(now, duration);
@@ -44,8 +44,8 @@ impl WorkflowContext {
         name: &'static str,
         time: SystemTime,
     ) -> impl Future<Output = Result<(), WaitError>> + Send + 'static {
-        let slot = self.ctx.take_slot(SlotKind::Sleep, name);
-        let shared = self.ctx.shared.clone();
+        let slot = self.run.take_slot(SlotKind::Sleep, name);
+        let shared = self.run.scope.clone();
         let at = to_millis(time);
         sleep_in_slot(shared, slot, name, move |_| at)
     }
@@ -61,8 +61,8 @@ impl WorkflowContext {
         timeout: impl IntoDuration,
     ) -> impl Future<Output = Result<T, WaitError>> + Send + 'static {
         let timeout = timeout.into_duration();
-        let slot = self.ctx.take_slot(SlotKind::Event, name);
-        let shared = self.ctx.shared.clone();
+        let slot = self.run.take_slot(SlotKind::Event, name);
+        let shared = self.run.scope.clone();
         let event_type = event_type.to_owned();
         let type_problem = crate::names::check_event_type(&event_type).err();
         async move {
@@ -86,7 +86,7 @@ impl WorkflowContext {
                 event_type = %event_type,
             );
             let wait = EventWait {
-                shared,
+                scope: shared,
                 slot,
                 name,
                 event_type,
@@ -121,10 +121,10 @@ impl WorkflowContext {
     fn recorded_value(
         &self,
         kind: SlotKind,
-        compute: impl FnOnce(&Shared) -> u64 + Send + 'static,
+        compute: impl FnOnce(&RunScope) -> u64 + Send + 'static,
     ) -> impl Future<Output = u64> + Send + 'static {
-        let slot = self.ctx.take_slot(kind, kind.value_name());
-        let shared = self.ctx.shared.clone();
+        let slot = self.run.take_slot(kind, kind.value_name());
+        let shared = self.run.scope.clone();
         async move {
             let Some(slot) = slot else {
                 return pending().await;
@@ -149,7 +149,7 @@ impl WorkflowContext {
 }
 
 async fn sleep_in_slot(
-    shared: Arc<Shared>,
+    shared: Arc<RunScope>,
     slot: Option<Slot>,
     name: &'static str,
     wake_at: impl FnOnce(u64) -> u64,
@@ -170,7 +170,7 @@ async fn sleep_in_slot(
 }
 
 async fn sleep_in_span(
-    shared: Arc<Shared>,
+    shared: Arc<RunScope>,
     slot: Slot,
     name: &'static str,
     wake_at: impl FnOnce(u64) -> u64,
@@ -209,7 +209,7 @@ async fn sleep_in_span(
 }
 
 struct EventWait {
-    shared: Arc<Shared>,
+    scope: Arc<RunScope>,
     slot: Slot,
     name: &'static str,
     event_type: String,
@@ -218,7 +218,7 @@ struct EventWait {
 impl EventWait {
     /// The payload of the event this wait takes.
     async fn run(self, timeout: std::time::Duration) -> Result<Payload, WaitError> {
-        let shared = &self.shared;
+        let shared = &self.scope;
         let deadline = match self.slot.recorded.as_ref().map(|r| &r.state) {
             Some(SlotState::Received { payload, .. }) => return Ok(payload.clone()),
             Some(SlotState::TimedOut { .. }) => return Err(self.timeout_error()),
@@ -277,7 +277,7 @@ impl EventWait {
     /// same record that makes it this wait's result.
     fn take_pending(&self) -> crate::Result<Option<Payload>> {
         let slot = self.slot.index;
-        self.shared.write(|state| {
+        self.scope.write(|state| {
             let found = state
                 .pending
                 .iter()

@@ -195,7 +195,7 @@ impl<W: Workflow> ErasedWorkflow for W {
                 return Box::pin(std::future::ready(Err(failure)));
             }
         };
-        let max = ctx.ctx.shared.core.max_payload;
+        let max = ctx.run.scope.core.max_payload;
         let run = self.run(ctx, input);
         Box::pin(async move {
             let output = run.await.map_err(|error| {

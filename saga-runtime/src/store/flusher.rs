@@ -35,15 +35,15 @@ use crate::history::Event;
 const PUBLISH_DELAY: Duration = Duration::from_millis(2);
 
 pub(crate) struct Flusher {
-    shared: Arc<Shared>,
+    shared: Arc<FlushQueue>,
     /// How long a writer waits for its flush before it is told the store
     /// does not answer.
     timeout: Duration,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
-struct Shared {
-    state: Mutex<State>,
+struct FlushQueue {
+    state: Mutex<Tickets>,
     /// Flushes done so far, for the benchmarks' flushes-per-step figure.
     flushes: AtomicU64,
     wake: Condvar,
@@ -92,7 +92,7 @@ impl Failed {
 }
 
 #[derive(Default)]
-struct State {
+struct Tickets {
     /// The highest ticket handed out; a flush that starts later covers it.
     requested: u64,
     /// The highest ticket known to be on disk.
@@ -111,7 +111,7 @@ struct State {
     idle: bool,
 }
 
-impl State {
+impl Tickets {
     fn outcome(&self) -> Outcome {
         match &self.failure {
             None => Ok(()),
@@ -126,8 +126,8 @@ impl Flusher {
         events: broadcast::Sender<Event>,
         timeout: Duration,
     ) -> Result<Self> {
-        let shared = Arc::new(Shared {
-            state: Mutex::new(State::default()),
+        let shared = Arc::new(FlushQueue {
+            state: Mutex::new(Tickets::default()),
             flushes: AtomicU64::new(0),
             wake: Condvar::new(),
             events,
@@ -270,8 +270,8 @@ impl Drop for Flusher {
     }
 }
 
-impl Shared {
-    fn lock(&self) -> MutexGuard<'_, State> {
+impl FlushQueue {
+    fn lock(&self) -> MutexGuard<'_, Tickets> {
         self.state
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
