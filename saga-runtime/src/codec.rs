@@ -26,6 +26,11 @@ pub(crate) const LEGACY_FORMAT_VERSION: u8 = 1;
 /// The first byte of every journal entry and index record this build writes.
 pub(crate) const FORMAT_VERSION: u8 = 2;
 
+/// How many kinds of journal record this release reads (the variants of
+/// `journal::Change`): a store shared by workers leaves instances that
+/// need more to a worker of a newer release.
+pub(crate) const RECORD_KINDS: u32 = 27;
+
 /// No decode may claim more memory than this, whatever its length prefixes
 /// say, so corrupt bytes cannot exhaust memory.
 pub(crate) const DECODE_LIMIT: usize = 64 * 1024 * 1024;

@@ -61,71 +61,37 @@
     warn(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
-mod clock;
 mod codec;
-mod compensation;
-mod config;
-mod context;
-mod convert;
-mod driver;
-mod duration;
 mod engine;
-mod engine_core;
 mod error;
-mod failpoint;
-mod failure;
-mod history;
-mod id;
-mod in_flight;
-mod inbox;
-mod inspect;
 mod instance;
-mod intent;
 mod journal;
-mod key;
-mod live;
 mod lock;
-mod macro_support;
+mod model;
 mod names;
 mod panic;
-mod retention;
-mod retry;
-mod runner;
-mod saga;
-mod send;
-mod service;
-mod status;
-mod step;
-mod step_table;
+mod run;
 mod store;
-mod subscription;
-mod wait;
+mod time;
 mod workflow;
 
-pub use crate::clock::{Clock, Sleep, SystemClock, TestClock};
-pub use crate::compensation::{BoxFuture, RollbackContext, RollbackInput, RollbackRegistration};
-pub use crate::config::{Backoff, MAX_RETRIES, StepConfig};
-pub use crate::context::WorkflowContext;
-pub use crate::duration::IntoDuration;
+pub use crate::engine::subscription::{RecvError, Subscription};
 pub use crate::engine::{
     DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_RETENTION, DEFAULT_STORE_TIMEOUT, Engine, EngineBuilder,
 };
-pub use crate::error::{Error, Result};
-pub use crate::failure::{
+pub use crate::error::failure::{
     Failure, FailureKind, Permanent, StepError, StepFailed, WaitError, WorkflowError,
 };
-pub use crate::history::{Event, EventKind};
-pub use crate::id::InstanceId;
-pub use crate::inspect::{
+pub use crate::error::{Error, Result};
+pub use crate::instance::inspect::{
     CompensationOutcome, InspectedCompensation, InspectedSleep, InspectedSlot, InspectedStep,
     InspectedWait, Inspection, PayloadView, PendingEvent, StepState, WaitState,
 };
+pub use crate::instance::send::{EventSender, Sent};
 pub use crate::instance::{Instance, InstanceInfo, ListFilter, Run};
-pub use crate::key::{IdempotencyKey, StepContext};
-pub use crate::send::{EventSender, Sent};
-pub use crate::service::Service;
-pub use crate::status::Status;
-pub use crate::step::StepFuture;
+pub use crate::model::history::{Event, EventKind};
+pub use crate::model::status::Status;
+pub use crate::names::id::InstanceId;
 pub use crate::store::{
     IndexRow, SledStore, Store, StoreFuture, TailPosition, TailRecords, Told, answered,
     run_conformance_suite,
@@ -134,7 +100,16 @@ pub use crate::store::{
 #[cfg(feature = "postgres")]
 #[doc(hidden)]
 pub use crate::store::{PgOptions, PgStore};
-pub use crate::subscription::{RecvError, Subscription};
+pub use crate::time::clock::{Clock, Sleep, SystemClock, TestClock};
+pub use crate::time::duration::IntoDuration;
+pub use crate::workflow::compensation::{
+    BoxFuture, RollbackContext, RollbackInput, RollbackRegistration,
+};
+pub use crate::workflow::config::{Backoff, MAX_RETRIES, StepConfig};
+pub use crate::workflow::context::WorkflowContext;
+pub use crate::workflow::key::{IdempotencyKey, StepContext};
+pub use crate::workflow::service::Service;
+pub use crate::workflow::step::StepFuture;
 pub use crate::workflow::{FnWorkflow, Workflow, WorkflowFuture, workflow_fn};
 
 #[cfg(feature = "macros")]
@@ -157,7 +132,7 @@ pub mod prelude {
 /// without notice.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::macro_support::*;
+    pub use crate::workflow::macro_support::*;
     pub use ::core;
     pub use ::serde;
     pub use ::std;
@@ -180,7 +155,7 @@ pub mod __private {
         Fut: ::std::future::Future<Output = Result<T, crate::StepError>> + Send + 'static,
     {
         let _ = read_only;
-        crate::step::start_step(ctx, name, None, config, inputs, body, rollback)
+        crate::workflow::step::start_step(ctx, name, None, config, inputs, body, rollback)
     }
 }
 

@@ -20,7 +20,7 @@
 //!   record that does not decode and is *not* of a newer kind is damage,
 //!   and parks the instance (see `fold`).
 //!
-//! [`EventKind`]: crate::history::EventKind
+//! [`EventKind`]: crate::model::history::EventKind
 
 use std::time::Duration;
 
@@ -29,8 +29,8 @@ use serde::{Deserialize, Serialize};
 use super::legacy::Imported;
 use super::state::SlotKind;
 use crate::codec::Payload;
-use crate::failure::{Failure, StepError};
-use crate::status::Status;
+use crate::error::failure::{Failure, StepError};
+use crate::model::status::Status;
 
 /// One journal record: when, and what changed.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -43,7 +43,7 @@ pub(crate) struct Entry {
 impl Change {
     /// How many kinds of record this release knows: the variants below.
     /// Append a variant, and this grows with it.
-    pub(crate) const KINDS: u32 = 27;
+    pub(crate) const KINDS: u32 = crate::codec::RECORD_KINDS;
 }
 
 /// What changed. Slots are the durable calls of the workflow code, by call
@@ -199,7 +199,7 @@ pub(crate) type EventId = (u64, u32);
 mod tests {
     use super::*;
     use crate::codec::{decode_record, encode_record};
-    use crate::failure::FailureKind;
+    use crate::error::failure::FailureKind;
 
     fn bytes(change: Change) -> Vec<u8> {
         let entry = Entry { at: 1000, change };

@@ -13,10 +13,10 @@
 use super::change::{Change, Entry};
 use super::state::{self, InstanceState};
 use crate::codec::{decode_record, from_newer_release};
+use crate::error::failure::{Failure, FailureKind};
 use crate::error::{Error, Result};
-use crate::failure::{Failure, FailureKind};
-use crate::history::EventKind;
-use crate::status::Status;
+use crate::model::history::EventKind;
+use crate::model::status::Status;
 
 #[derive(Default)]
 pub(super) struct Fold {

@@ -5,8 +5,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::state::InstanceState;
-use crate::failure::Failure;
-use crate::status::Status;
+use crate::error::failure::Failure;
+use crate::model::status::Status;
 use crate::store::IndexRow;
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -15,9 +15,9 @@ use super::state::{
     SlotState as NewSlotState,
 };
 use crate::codec::{Payload, decode_legacy_record};
-use crate::failure::{Failure, StepError};
-use crate::history::EventKind;
-use crate::status::Status;
+use crate::error::failure::{Failure, StepError};
+use crate::model::history::EventKind;
+use crate::model::status::Status;
 use crate::store::LegacyInstance;
 
 /// An instance of the first release, as one journal record.

@@ -25,24 +25,18 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::{broadcast, watch};
 
 pub(crate) use change::{Change, End};
-
-/// How many kinds of journal record this release reads (see `change`):
-/// a store shared by workers leaves instances that need more to a worker
-/// of a newer release.
-#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
-pub(crate) const RECORD_KINDS: u32 = Change::KINDS;
 pub(crate) use index::Summary;
 pub(crate) use state::{CompensationState, InstanceState, SlotKind, SlotRecord, SlotState};
 pub(crate) use tail::Tail;
 
 use self::change::Entry;
-use crate::clock::{Clock, from_millis, to_millis};
 use crate::codec::{Payload, decode_record, encode_record};
 use crate::error::{Error, Result};
-use crate::history::Event;
 use crate::lock::lock;
-use crate::status::Status;
+use crate::model::history::Event;
+use crate::model::status::Status;
 use crate::store::{Flusher, Store, Told};
+use crate::time::clock::{Clock, from_millis, to_millis};
 
 pub(crate) struct Journal {
     store: Arc<dyn Store>,

@@ -8,11 +8,11 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::change::{Change, End, Entry, EventId};
-use crate::clock::from_millis;
 use crate::codec::Payload;
-use crate::failure::{Failure, FailureKind, StepError};
-use crate::history::EventKind;
-use crate::status::Status;
+use crate::error::failure::{Failure, FailureKind, StepError};
+use crate::model::history::EventKind;
+use crate::model::status::Status;
+use crate::time::clock::from_millis;
 
 /// Everything durable about one instance.
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -13,10 +13,10 @@ use std::collections::{HashMap, VecDeque};
 
 use super::Journal;
 use super::fold::Fold;
-use crate::clock::from_millis;
 use crate::error::Result;
-use crate::history::Event;
+use crate::model::history::Event;
 use crate::store::TailPosition;
+use crate::time::clock::from_millis;
 
 /// The most records read at once.
 const BATCH: usize = 512;

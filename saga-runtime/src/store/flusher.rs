@@ -29,7 +29,7 @@ use tokio::sync::{broadcast, oneshot};
 
 use super::Store;
 use crate::error::{Error, Result};
-use crate::history::Event;
+use crate::model::history::Event;
 
 /// How long an event that no writer waits on may wait for a flush.
 const PUBLISH_DELAY: Duration = Duration::from_millis(2);

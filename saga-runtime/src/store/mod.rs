@@ -19,6 +19,7 @@
 //! kept while one made before it is lost.
 
 mod conformance;
+pub(crate) mod failpoint;
 mod flusher;
 #[cfg(feature = "postgres")]
 mod postgres;

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 
 use super::{IndexRow, Store, StoreFuture, answered};
 use crate::error::{Error, Result};
-use crate::failpoint::{self, Call};
+use crate::store::failpoint::{self, Call};
 
 /// The sled store. Not yet a stable API (see [`Store`]).
 #[doc(hidden)]

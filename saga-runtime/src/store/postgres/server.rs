@@ -458,7 +458,7 @@ impl Target {
                             LIMIT $3
                             FOR UPDATE OF i SKIP LOCKED)
                  UPDATE {s}.instances i SET owner = $1 FROM c WHERE i.id = c.id RETURNING i.id",
-                crate::journal::RECORD_KINDS,
+                crate::codec::RECORD_KINDS,
                 lease::orphan(s)
             ))
             .await?;

@@ -1,0 +1,590 @@
+//! The engine: opens the store, holds the registered workflows, starts and
+//! resumes instances.
+//!
+//! Also here: the lifecycle event stream (`subscription`) and retention
+//! (`retention`).
+
+pub(crate) mod retention;
+pub(crate) mod subscription;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::runtime::Handle;
+
+use crate::engine::subscription::Subscription;
+use crate::error::{Error, Result};
+use crate::instance::send::EventSender;
+use crate::instance::{Instance, InstanceInfo, ListFilter, Run};
+use crate::journal::Journal;
+use crate::run::runner::Runner;
+use crate::store::{SledStore, Store};
+use crate::time::clock::{Clock, SystemClock};
+use crate::workflow::engine_core::Core;
+use crate::workflow::service::Services;
+use crate::workflow::{ErasedWorkflow, Workflow};
+
+/// The default limit on an encoded workflow input, step output or event payload.
+pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 1024 * 1024;
+/// How long a durable write may wait for the store by default before it
+/// fails with [`Error::Store`].
+pub const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long finished instances are kept by default.
+pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 60 * 60);
+
+/// How often an engine on a store shared by workers looks at what other
+/// processes did, besides being told (see `EngineBuilder::poll_interval`).
+const DEFAULT_POLL: Duration = Duration::from_millis(200);
+
+/// The durable workflow engine.
+///
+/// Cheap to clone; every clone is the same engine. Dropping the last clone
+/// stops its instances (they resume when the store is opened again); call
+/// [`Engine::close`] to wait for that.
+///
+/// # Examples
+///
+/// ```
+/// use saga_runtime::prelude::*;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), saga_runtime::Error> {
+/// let add_one = workflow_fn("add-one", |ctx: WorkflowContext, n: u64| async move {
+///     let n = ctx
+///         .step("add", StepConfig::default(), move |_key| async move { Ok(n + 1) })
+///         .await?;
+///     Ok::<_, WorkflowError>(n)
+/// });
+/// let engine = Engine::temporary()?;
+/// engine.register(add_one)?;
+/// let run = engine.start(add_one, "order-1", 41).await?;
+/// assert_eq!(run.result().await?, 42);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Engine {
+    handle: Arc<EngineHandle>,
+}
+
+/// Shuts the engine down when the last user-facing clone goes away.
+struct EngineHandle {
+    runner: Arc<Runner>,
+}
+
+impl Drop for EngineHandle {
+    fn drop(&mut self) {
+        shut_down(&self.runner);
+    }
+}
+
+/// Stops every driver and the flusher; returns the tasks to wait on.
+fn shut_down(runner: &Runner) -> Vec<tokio::task::JoinHandle<()>> {
+    let tasks = runner.core.close();
+    runner.core.journal.stop();
+    // Pending result() and control calls see the engine closed.
+    runner.core.journal.notify_ended();
+    tasks
+}
+
+/// Options of an engine before it opens.
+pub struct EngineBuilder {
+    clock: Arc<dyn Clock>,
+    max_payload: usize,
+    retention: Duration,
+    store_timeout: Duration,
+    workflows: Vec<Arc<dyn ErasedWorkflow>>,
+    services: Services,
+    #[cfg(feature = "postgres")]
+    postgres_schema: String,
+    #[cfg(feature = "postgres")]
+    lease: Duration,
+    poll: Duration,
+}
+
+impl EngineBuilder {
+    /// The clock the engine reads and sleeps on; [`crate::TestClock`] in tests.
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// The largest encoded workflow input, step output or event payload
+    /// (default 1 MiB). Larger ones are refused before anything is stored.
+    pub fn max_payload_bytes(mut self, bytes: usize) -> Self {
+        self.max_payload = bytes.min(crate::codec::DECODE_LIMIT / 2);
+        self
+    }
+
+    /// How long finished instances are kept (default 7 days).
+    pub fn retention(mut self, retention: Duration) -> Self {
+        self.retention = retention;
+        self
+    }
+
+    /// How long a durable write may wait for the store (default 30 s, real
+    /// time). A full or unresponsive disk then gives [`Error::Store`] naming
+    /// the cause instead of a hang; nothing stored is lost.
+    pub fn store_timeout(mut self, timeout: Duration) -> Self {
+        self.store_timeout = timeout;
+        self
+    }
+
+    /// Provides a shared service (a database pool, an HTTP client, a
+    /// payments SDK) to every step and rollback handler that takes a
+    /// [`Service<T>`](crate::Service) parameter, one per type (a second of
+    /// the same type replaces the first). Services are never stored.
+    ///
+    /// ```
+    /// # use saga_runtime::prelude::*;
+    /// struct Mailer;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), saga_runtime::Error> {
+    /// let engine = Engine::builder().provide(Mailer).temporary()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn provide<T: Send + Sync + 'static>(self, service: T) -> Self {
+        self.provide_arc(Arc::new(service))
+    }
+
+    /// Like [`provide`](EngineBuilder::provide), for a service already
+    /// shared elsewhere.
+    pub fn provide_arc<T: Send + Sync + 'static>(mut self, service: Arc<T>) -> Self {
+        self.services.insert(service);
+        self
+    }
+
+    /// Registers a workflow before the store opens, so its instances resume
+    /// as soon as it does.
+    pub fn register<W: Workflow>(mut self, workflow: W) -> Self {
+        self.workflows.push(Arc::new(workflow));
+        self
+    }
+
+    /// Opens (or creates, with mode 0700) the store in `path`. A store
+    /// written by the first release (format version 1) is upgraded in
+    /// place: each instance's records become one journal record.
+    pub fn open(self, path: impl AsRef<Path>) -> Result<Engine> {
+        let runtime = Handle::try_current().map_err(|_| Error::NoRuntime)?;
+        let store = Arc::new(SledStore::open(path.as_ref())?);
+        let journal = Journal::new(store.clone(), self.clock.clone(), self.store_timeout)?;
+        let imported = answered_now(journal.import_legacy(&store))?;
+        if imported > 0 {
+            tracing::info!(
+                instances = imported,
+                "upgraded a format-version-1 store to journals"
+            );
+        }
+        let path = store.path().map(Path::to_owned);
+        self.build(journal, runtime, path)
+    }
+
+    /// Connects to the PostgreSQL database at `url`
+    /// (`postgres://user:password@host:port/db`), creating or migrating its
+    /// schema: this engine is then one of the schema's workers.
+    ///
+    /// Every worker drives the instances it starts. It holds a lease that
+    /// it renews; when a worker closes, or stops renewing for the lease
+    /// time (it died), the other workers claim its unfinished instances,
+    /// a batch at a time, and resume them by replay. Calls on an instance
+    /// another worker drives (events, pause, terminate, ...) are posted to
+    /// that worker, which acts on them within moments; `result()` and
+    /// `list()` work from any worker. A worker that was stopped past its
+    /// lease is fenced: it writes nothing more ([`Error::Fenced`]). An
+    /// unreachable database is [`Error::DatabaseUnreachable`].
+    #[cfg(feature = "postgres")]
+    pub async fn connect(self, url: &str) -> Result<Engine> {
+        self.connect_postgres(url, false).await
+    }
+
+    /// Connects to the PostgreSQL database at `url` to read only: it takes
+    /// no lease and drives nothing, so it works beside running workers (the
+    /// `saga` command, a dashboard). `list`, `instance`, `status`, `info`,
+    /// `history` and `result` read. Events and control calls are posted to
+    /// the worker that drives the instance, which acts on them within
+    /// moments: they return once posted, durably, and an event answers
+    /// [`Sent::Posted`](crate::Sent::Posted). `start` answers
+    /// [`Error::ReadOnly`]: start instances on a worker.
+    #[cfg(feature = "postgres")]
+    pub async fn connect_read_only(self, url: &str) -> Result<Engine> {
+        self.connect_postgres(url, true).await
+    }
+
+    #[cfg(feature = "postgres")]
+    async fn connect_postgres(self, url: &str, read_only: bool) -> Result<Engine> {
+        let runtime = Handle::try_current().map_err(|_| Error::NoRuntime)?;
+        let options = crate::store::PgOptions {
+            url: url.to_owned(),
+            schema: self.postgres_schema.clone(),
+            lease: self.lease,
+            timeout: self.store_timeout,
+            read_only,
+        };
+        let store: Arc<dyn Store> = Arc::new(crate::store::PgStore::connect(options).await?);
+        let journal = Journal::new(store, self.clock.clone(), self.store_timeout)?;
+        self.build(journal, runtime, None)
+    }
+
+    /// The PostgreSQL schema that holds the engine's tables (default
+    /// `saga`): several applications, or tests, share a database in
+    /// schemas of their own. 1-63 characters of `[a-z0-9_]`.
+    #[cfg(feature = "postgres")]
+    pub fn postgres_schema(mut self, schema: &str) -> Self {
+        schema.clone_into(&mut self.postgres_schema);
+        self
+    }
+
+    /// How long a PostgreSQL worker's lease lasts without renewal (default
+    /// 10 s, on the database's clock): after a worker dies, its instances
+    /// wait this long before other workers resume them. At least 300 ms.
+    #[cfg(feature = "postgres")]
+    pub fn lease_time(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// How often a PostgreSQL worker looks for the instances of workers
+    /// that are gone, for events and control calls posted to it, and (for
+    /// `result()` and subscribers) at other workers' instances: default
+    /// 200 ms. It is also told of posts and of ends at once (LISTEN/NOTIFY),
+    /// so this is the fallback for a lost notification, and how soon a
+    /// dead worker's instances are claimed once its lease ran out.
+    #[cfg(feature = "postgres")]
+    pub fn poll_interval(mut self, every: Duration) -> Self {
+        self.poll = every;
+        self
+    }
+
+    /// An engine on a temporary store, removed when the engine is dropped.
+    pub fn temporary(self) -> Result<Engine> {
+        let runtime = Handle::try_current().map_err(|_| Error::NoRuntime)?;
+        let store: Arc<dyn Store> = Arc::new(SledStore::temporary()?);
+        let journal = Journal::new(store, self.clock.clone(), self.store_timeout)?;
+        self.build(journal, runtime, None)
+    }
+
+    /// An engine on `store` (a store of the test suites, or one this crate
+    /// does not know). Not a stable API: the store trait will change.
+    #[doc(hidden)]
+    pub fn open_store(self, store: Arc<dyn Store>) -> Result<Engine> {
+        let runtime = Handle::try_current().map_err(|_| Error::NoRuntime)?;
+        let journal = Journal::new(store, self.clock.clone(), self.store_timeout)?;
+        self.build(journal, runtime, None)
+    }
+
+    fn build(self, journal: Journal, runtime: Handle, path: Option<PathBuf>) -> Result<Engine> {
+        // On a store shared by workers, an index entry is repaired by the
+        // worker that claims its instance (and a reader repairs nothing).
+        let repaired = if journal.read_only() || journal.shared() {
+            0
+        } else {
+            answered_now(journal.repair_index())?
+        };
+        if repaired > 0 {
+            tracing::info!(instances = repaired, "rebuilt index entries from journals");
+        }
+        let core = Arc::new(Core::new(
+            journal,
+            self.clock,
+            runtime,
+            self.max_payload,
+            self.services,
+            self.poll,
+        ));
+        let runner = Arc::new(Runner::new(core, self.retention, path));
+        let engine = Engine {
+            handle: Arc::new(EngineHandle {
+                runner: runner.clone(),
+            }),
+        };
+        for workflow in self.workflows {
+            runner.register(workflow)?;
+        }
+        if !runner.core.journal.read_only() {
+            crate::engine::retention::spawn_sweeper(&runner);
+        }
+        crate::instance::inbox::spawn_inbox_reader(&runner);
+        Ok(engine)
+    }
+}
+
+impl Engine {
+    /// Opens (or creates) the store in `path` with the default options.
+    /// Instances that were running when the last process died resume as
+    /// soon as their workflow is registered.
+    pub fn open(path: impl AsRef<Path>) -> Result<Engine> {
+        Engine::builder().open(path)
+    }
+
+    /// Connects to the PostgreSQL database at `url` with the default
+    /// options; see [`EngineBuilder::connect`].
+    #[cfg(feature = "postgres")]
+    pub async fn connect(url: &str) -> Result<Engine> {
+        Engine::builder().connect(url).await
+    }
+
+    /// An engine on a temporary store, for tests and examples.
+    pub fn temporary() -> Result<Engine> {
+        Engine::builder().temporary()
+    }
+
+    /// Options: clock, payload limit, retention.
+    pub fn builder() -> EngineBuilder {
+        EngineBuilder {
+            clock: Arc::new(SystemClock),
+            max_payload: DEFAULT_MAX_PAYLOAD_BYTES,
+            retention: DEFAULT_RETENTION,
+            store_timeout: DEFAULT_STORE_TIMEOUT,
+            workflows: Vec::new(),
+            services: Services::default(),
+            #[cfg(feature = "postgres")]
+            postgres_schema: crate::store::DEFAULT_SCHEMA.to_owned(),
+            #[cfg(feature = "postgres")]
+            lease: crate::store::DEFAULT_LEASE,
+            poll: DEFAULT_POLL,
+        }
+    }
+
+    /// Makes `workflow` runnable here, and resumes its unfinished instances.
+    /// Registering the same workflow again is a no-op; another workflow
+    /// under a name already registered is [`Error::WorkflowNameTaken`]; a
+    /// workflow whose steps take a service the engine was not given is
+    /// [`Error::MissingService`].
+    pub fn register<W: Workflow>(&self, workflow: W) -> Result<()> {
+        self.runner().register(Arc::new(workflow))
+    }
+
+    /// Starts an instance of `workflow` with a caller-chosen `id` (1–100
+    /// characters of `[A-Za-z0-9_-]`, not starting with `-`).
+    ///
+    /// Starting an id that exists returns the existing instance and runs
+    /// nothing twice, when it runs the same workflow with an equal input
+    /// (compared as JSON values, so map key order does not matter); another
+    /// input is [`Error::InputMismatch`], another workflow
+    /// [`Error::InstanceIdInUse`]. Registers the workflow if it is not yet.
+    ///
+    /// # Cancel safety
+    ///
+    /// the instance is stored and its driver started at the first poll; dropping the future
+    /// after that leaves the instance running, and `start` again with the same id and input
+    /// returns it.
+    pub async fn start<W: Workflow>(
+        &self,
+        workflow: W,
+        id: &str,
+        input: W::Input,
+    ) -> Result<Run<W::Output>> {
+        let runner = self.runner();
+        crate::instance::send::start(runner, workflow, id, input, |_| Ok((None, ()))).await?;
+        runner.core.journal.flush().await?;
+        Ok(Run::new(Instance::new(runner.clone(), id.to_owned())))
+    }
+
+    /// Whether this engine only reads (`connect_read_only`): its events
+    /// and control calls are posted to the worker that drives the
+    /// instance ([`Sent::Posted`](crate::Sent::Posted)).
+    pub fn reads_only(&self) -> bool {
+        self.runner().core.journal.read_only()
+    }
+
+    /// A handle on an existing instance.
+    ///
+    /// # Cancel safety
+    ///
+    /// a read; dropping the future changes nothing.
+    pub async fn instance(&self, id: &str) -> Result<Instance> {
+        crate::names::validate_any_id(id)?;
+        self.runner().core.journal.read(id, |_| ()).await?;
+        Ok(Instance::new(self.runner().clone(), id.to_owned()))
+    }
+
+    /// The instances that match `filter`, in id order. An instance whose
+    /// index entry is corrupt is left out (with a warning in the log)
+    /// rather than hiding the others; `engine.instance(id)` answers
+    /// [`Error::Corrupt`] for it.
+    ///
+    /// # Cancel safety
+    ///
+    /// A read; dropping the future changes nothing.
+    pub async fn list(&self, filter: &ListFilter) -> Result<Vec<InstanceInfo>> {
+        let runner = self.runner();
+        let mut out = Vec::new();
+        let summaries = runner
+            .core
+            .journal
+            .summaries_where(filter.status, filter.workflow.as_deref())
+            .await?;
+        for (id, summary) in summaries {
+            let summary = match summary {
+                Ok(summary) => summary,
+                Err(e) => {
+                    tracing::warn!(instance = %id, error = %e, "skipping a corrupt instance");
+                    continue;
+                }
+            };
+            let info = InstanceInfo::from_summary(runner, &id, summary);
+            if filter.matches(&info) {
+                out.push(info);
+            }
+        }
+        // Only durable state: a change a crash could still take back is not
+        // shown.
+        runner.core.journal.durable_so_far().await?;
+        Ok(out)
+    }
+
+    /// A stream of lifecycle events of every instance. An event is sent
+    /// only after it is durable. On PostgreSQL it sees every worker's
+    /// instances (see [`Subscription`]).
+    pub fn subscribe(&self) -> Subscription {
+        Subscription::new(&self.runner().core)
+    }
+
+    /// Sends an event to an instance. It is stored durably before this
+    /// returns and delivered to the instance's `wait_for_event` for
+    /// `event_type`, now or when the workflow gets there.
+    ///
+    /// Shorthand for `engine.event(id, event_type).send(payload)`; see
+    /// [`Engine::event`] for an event id (deduplication) and for
+    /// start-with-event. An instance that does not exist yet is
+    /// [`Error::UnknownInstance`]: when the event may come first, use
+    /// [`EventSender::send_with_start`].
+    ///
+    /// # Cancel safety
+    ///
+    /// the event is stored and its waiter woken at the first poll; dropping the future after
+    /// that only gives up waiting for durability: the event is delivered, once.
+    pub async fn send_event<P: Serialize + ?Sized>(
+        &self,
+        id: &str,
+        event_type: &str,
+        payload: &P,
+    ) -> Result<()> {
+        self.event(id, event_type).send(payload).await.map(drop)
+    }
+
+    /// An event of `event_type` for instance `id`, to send with an optional
+    /// event id (`.id("evt_123")`, deduplicated) by
+    /// [`send`](EventSender::send), or with
+    /// [`send_with_start`](EventSender::send_with_start), which creates the
+    /// instance if needed and delivers the event atomically.
+    pub fn event(&self, id: &str, event_type: &str) -> EventSender<'_> {
+        EventSender::new(self.runner(), id, event_type)
+    }
+
+    /// Removes finished instances older than the retention period now
+    /// (the engine also does this on its own, hourly on its clock); returns
+    /// how many it removed.
+    ///
+    /// # Cancel safety
+    ///
+    /// each instance is removed in one step under its write lock; dropping the future stops
+    /// the sweep between two instances.
+    pub async fn sweep_expired(&self) -> Result<usize> {
+        crate::engine::retention::sweep(self.runner()).await
+    }
+
+    /// Stops every running instance (they resume when the store is opened
+    /// again), flushes, and releases the store: once this returns, the
+    /// directory can be opened again (unless other clones of the engine or
+    /// instance handles still hold it open).
+    pub async fn close(self) {
+        self.stop_and_release().await;
+    }
+
+    /// Drains, then closes: for a service stopping on SIGTERM.
+    ///
+    /// From the call on no step starts: an instance that reaches its next
+    /// step (or sleep, or event wait) parks there, as a pause would, but
+    /// nothing is recorded and its status does not change; no new driver
+    /// starts (a `start()` or `resume()` now stores its change and runs on
+    /// the next open). Step attempts already in flight go on until they
+    /// record their outcome, for at most `deadline` (real time). Then the
+    /// engine closes as [`Engine::close`] does: what is still running (a
+    /// step past the deadline, a compensation, a sleep) is stopped, and
+    /// every unfinished instance resumes on the next open, where a stopped
+    /// step runs again with the same idempotency key.
+    ///
+    /// Returns whether every step in flight recorded its outcome before
+    /// the deadline.
+    ///
+    /// # Cancel safety
+    ///
+    /// the drain begins at the first poll; dropping the future after that
+    /// leaves the engine draining (it starts no step) until it is closed or
+    /// dropped.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), saga_runtime::Error> {
+    /// let engine = saga_runtime::Engine::temporary()?;
+    /// // On SIGTERM:
+    /// let drained = engine.close_within(Duration::from_secs(10)).await;
+    /// assert!(drained);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn close_within(self, deadline: Duration) -> bool {
+        let core = &self.runner().core;
+        core.start_draining();
+        let drained = core.steps_in_flight.wait_idle_within(deadline).await;
+        if !drained {
+            tracing::warn!(
+                ?deadline,
+                "steps still in flight at the drain deadline are stopped; they run again on the next open"
+            );
+        }
+        self.stop_and_release().await;
+        drained
+    }
+
+    /// Stops every driver, waits for them, and, when this was the last
+    /// user of the store, waits for it to be released.
+    async fn stop_and_release(self) {
+        let runner = self.runner().clone();
+        for task in shut_down(&runner) {
+            // Aborted tasks end with a cancellation error; that is the point.
+            let _ = task.await;
+        }
+        drop(self);
+        let path = runner.path.clone();
+        let last = Arc::strong_count(&runner) == 1;
+        drop(runner);
+        if let (true, Some(path)) = (last, path) {
+            crate::store::wait_until_released(&path, Duration::from_secs(5)).await;
+        }
+    }
+
+    /// How many times the store was flushed so far (for benchmarks: group
+    /// commit shows as fewer flushes than durable writes). Not a stable API.
+    #[doc(hidden)]
+    pub fn flush_count(&self) -> u64 {
+        self.runner().core.journal.flushes()
+    }
+
+    fn runner(&self) -> &Arc<Runner> {
+        &self.handle.runner
+    }
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine").finish_non_exhaustive()
+    }
+}
+
+/// What opening a store of one process asks of it, answered at once (a
+/// sync `open` cannot wait; a store that would is opened with `connect`).
+fn answered_now<T>(work: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+    crate::store::now_or_never(work).unwrap_or_else(|| {
+        Err(Error::Store(
+            "this store cannot be opened without waiting for it: open it with an async constructor"
+                .into(),
+        ))
+    })
+}

@@ -1,0 +1,296 @@
+//! How the macros turn the error type a step, rollback handler or workflow
+//! declares into the engine's [`StepError`] or [`WorkflowError`].
+//!
+//! One blanket `From` cannot serve `std::error::Error`s, `String` and
+//! `anyhow::Error` at once: rustc rejects the overlap, since std may one day
+//! implement `Error` for `String`. The macros know the concrete error type
+//! where they expand, so they pick the conversion by method resolution
+//! instead ("autoref specialization"): the generated code calls
+//! `(&&&ErrorValue(e)).__saga_step_error()` with every `Via*` trait in
+//! scope, and the impl on the most references whose bounds hold wins:
+//!
+//! | step error type                     | conversion                          |
+//! |-------------------------------------|-------------------------------------|
+//! | `E: Permanent + Display`            | fatal when `is_permanent`, else retryable |
+//! | `StepError`, `String`, `&str`, `Box<dyn Error + Send + Sync>`, `anyhow::Error` | as is / retryable |
+//! | `E: std::error::Error + Send + Sync + 'static` | retryable                  |
+//!
+//! | workflow error type                 | conversion                          |
+//! |-------------------------------------|-------------------------------------|
+//! | `WorkflowError`                     | as is                               |
+//! | `E: Serialize + Display` (`String`, `&str` too) | typed: stored as JSON   |
+//! | `Box<dyn Error + Send + Sync>`, `anyhow::Error` | its message             |
+//! | `E: std::error::Error + Send + Sync + 'static` | its message (a `StepFailed` keeps its step) |
+//!
+//! Any other type fails the last impl's bound, whose message lists these.
+
+use std::fmt;
+
+use serde::Serialize;
+
+use crate::error::failure::{Permanent, StepError, StepFailed, WorkflowError};
+
+/// The error a body returned, to be converted.
+pub struct ErrorValue<E>(pub E);
+
+/// Step errors whose type declares its permanent errors.
+pub trait ViaPermanent {
+    /// The step error.
+    fn __saga_step_error(&self) -> StepError;
+}
+
+impl<E: Permanent + fmt::Display> ViaPermanent for &&ErrorValue<E> {
+    fn __saga_step_error(&self) -> StepError {
+        if self.0.is_permanent() {
+            StepError::fatal(&self.0)
+        } else {
+            StepError::retryable(&self.0)
+        }
+    }
+}
+
+/// The error types a step may declare besides `std::error::Error`s.
+pub trait KnownStepError {
+    /// The step error.
+    fn to_step_error(&self) -> StepError;
+}
+
+impl KnownStepError for StepError {
+    fn to_step_error(&self) -> StepError {
+        self.clone()
+    }
+}
+
+impl KnownStepError for String {
+    fn to_step_error(&self) -> StepError {
+        StepError::retryable(self)
+    }
+}
+
+impl KnownStepError for &str {
+    fn to_step_error(&self) -> StepError {
+        StepError::retryable(self)
+    }
+}
+
+impl KnownStepError for Box<dyn std::error::Error + Send + Sync> {
+    fn to_step_error(&self) -> StepError {
+        StepError::retryable(self)
+    }
+}
+
+#[cfg(feature = "anyhow")]
+impl KnownStepError for anyhow::Error {
+    fn to_step_error(&self) -> StepError {
+        // `{:#}`: the whole context chain, "charging: card declined".
+        StepError::retryable(format!("{self:#}"))
+    }
+}
+
+/// Step errors of the types in [`KnownStepError`].
+pub trait ViaKnownStepError {
+    /// The step error.
+    fn __saga_step_error(&self) -> StepError;
+}
+
+impl<E: KnownStepError> ViaKnownStepError for &ErrorValue<E> {
+    fn __saga_step_error(&self) -> StepError {
+        self.0.to_step_error()
+    }
+}
+
+/// What a step's (or rollback handler's) own error type must be.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be the error type of a step or rollback handler",
+    label = "the engine cannot turn this error into a `StepError`",
+    note = "use `StepError`, a `std::error::Error + Send + Sync + 'static`, `anyhow::Error` (feature `anyhow` of saga-runtime), `String` or `&str`; implement `saga_runtime::Permanent` on your error type to mark errors no retry fixes"
+)]
+pub trait StdStepError: fmt::Display {}
+
+impl<E: std::error::Error + Send + Sync + 'static> StdStepError for E {}
+
+/// Step errors of any `std::error::Error`: retryable.
+pub trait ViaStdStepError<E> {
+    /// The step error.
+    fn __saga_step_error(&self) -> StepError
+    where
+        E: StdStepError;
+}
+
+impl<E> ViaStdStepError<E> for ErrorValue<E> {
+    fn __saga_step_error(&self) -> StepError
+    where
+        E: StdStepError,
+    {
+        StepError::retryable(&self.0)
+    }
+}
+
+/// Workflow errors that are `WorkflowError` already.
+pub trait ViaWorkflowError {
+    /// The workflow error.
+    fn __saga_workflow_error(&self) -> WorkflowError;
+}
+
+impl ViaWorkflowError for &&&ErrorValue<WorkflowError> {
+    fn __saga_workflow_error(&self) -> WorkflowError {
+        WorkflowError::from_failure(self.0.failure().clone())
+    }
+}
+
+/// Workflow errors of the workflow's own type: stored as JSON.
+pub trait ViaTypedWorkflowError {
+    /// The workflow error.
+    fn __saga_workflow_error(&self) -> WorkflowError;
+}
+
+// `Serialize` alone: a `DeserializeOwned` bound here would be a hard
+// error for `&'static str` (a lifetime mismatch, not a failed candidate),
+// and storing needs only `Serialize`. The caller's `downcast::<E>()` asks
+// for `DeserializeOwned`; a `&str` error reads back as a `String`.
+impl<E> ViaTypedWorkflowError for &&ErrorValue<E>
+where
+    E: Serialize + fmt::Display + 'static,
+{
+    fn __saga_workflow_error(&self) -> WorkflowError {
+        // A step's failure propagated as is keeps its step's name.
+        match (&self.0 as &dyn std::any::Any).downcast_ref::<StepFailed>() {
+            Some(failed) => WorkflowError::from(failed.clone()),
+            None => WorkflowError::typed(&self.0),
+        }
+    }
+}
+
+/// The workflow error types known besides typed and `std::error::Error`s.
+pub trait KnownWorkflowError {
+    /// The workflow error.
+    fn to_workflow_error(&self) -> WorkflowError;
+}
+
+impl KnownWorkflowError for Box<dyn std::error::Error + Send + Sync> {
+    fn to_workflow_error(&self) -> WorkflowError {
+        WorkflowError::new(self)
+    }
+}
+
+#[cfg(feature = "anyhow")]
+impl KnownWorkflowError for anyhow::Error {
+    fn to_workflow_error(&self) -> WorkflowError {
+        match self.downcast_ref::<StepFailed>() {
+            Some(failed) => WorkflowError::from(failed.clone()),
+            None => WorkflowError::new(format!("{self:#}")),
+        }
+    }
+}
+
+/// Workflow errors of the types in [`KnownWorkflowError`].
+pub trait ViaKnownWorkflowError {
+    /// The workflow error.
+    fn __saga_workflow_error(&self) -> WorkflowError;
+}
+
+impl<E: KnownWorkflowError> ViaKnownWorkflowError for &ErrorValue<E> {
+    fn __saga_workflow_error(&self) -> WorkflowError {
+        self.0.to_workflow_error()
+    }
+}
+
+/// What a workflow's own error type must be.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be the error type of a workflow",
+    label = "the engine cannot store this error",
+    note = "a workflow returns `Result<Output, E>` where `E` is `WorkflowError`, your own error type that is `Serialize + DeserializeOwned + Display` (the caller gets it back with `failure.downcast::<E>()`), a `std::error::Error + Send + Sync + 'static`, `anyhow::Error` (feature `anyhow` of saga-runtime), `String` or `&str`"
+)]
+pub trait StdWorkflowError {
+    /// The workflow error.
+    fn to_workflow_error(&self) -> WorkflowError;
+}
+
+impl<E: std::error::Error + Send + Sync + 'static> StdWorkflowError for E {
+    fn to_workflow_error(&self) -> WorkflowError {
+        match (self as &dyn std::any::Any).downcast_ref::<StepFailed>() {
+            Some(failed) => WorkflowError::from(failed.clone()),
+            None => WorkflowError::new(self),
+        }
+    }
+}
+
+/// Workflow errors of any `std::error::Error`: their message.
+pub trait ViaStdWorkflowError<E> {
+    /// The workflow error.
+    fn __saga_workflow_error(&self) -> WorkflowError
+    where
+        E: StdWorkflowError;
+}
+
+impl<E> ViaStdWorkflowError<E> for ErrorValue<E> {
+    fn __saga_workflow_error(&self) -> WorkflowError
+    where
+        E: StdWorkflowError,
+    {
+        self.0.to_workflow_error()
+    }
+}
+
+// The borrows pick the conversion, as in the generated code.
+#[cfg(test)]
+#[allow(clippy::needless_borrow)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug)]
+    enum Payment {
+        Declined,
+        Down,
+    }
+
+    impl fmt::Display for Payment {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            write!(f, "{self:?}")
+        }
+    }
+
+    impl std::error::Error for Payment {}
+
+    impl Permanent for Payment {
+        fn is_permanent(&self) -> bool {
+            matches!(self, Payment::Declined)
+        }
+    }
+
+    #[test]
+    fn the_most_specific_conversion_wins() {
+        let io = std::io::Error::other("reset");
+        assert!((&&&ErrorValue(io)).__saga_step_error().is_retryable());
+        assert!((&&&ErrorValue("down")).__saga_step_error().is_retryable());
+        assert!(
+            (&&&ErrorValue(String::from("down")))
+                .__saga_step_error()
+                .is_retryable()
+        );
+        let fatal = StepError::fatal("no");
+        assert!(!(&&&ErrorValue(fatal)).__saga_step_error().is_retryable());
+        assert!(
+            !(&&&ErrorValue(Payment::Declined))
+                .__saga_step_error()
+                .is_retryable()
+        );
+        assert!(
+            (&&&ErrorValue(Payment::Down))
+                .__saga_step_error()
+                .is_retryable()
+        );
+    }
+
+    #[test]
+    fn typed_workflow_errors_keep_their_value() {
+        let error = (&&&&ErrorValue(String::from("out of stock"))).__saga_workflow_error();
+        assert_eq!(
+            error.failure().downcast::<String>().as_deref(),
+            Some("out of stock")
+        );
+        let error = (&&&&ErrorValue(std::io::Error::other("disk"))).__saga_workflow_error();
+        assert_eq!(error.failure().downcast::<String>(), None);
+        assert_eq!(error.to_string(), "disk");
+    }
+}

@@ -1,0 +1,659 @@
+//! Handles on instances: status, result, history, and control.
+//!
+//! Also here: what a caller does to one instance: events (`send`), the
+//! inbox of calls posted from other processes and their answers
+//! (`intent`, `inbox`), and its inspection (`inspect`).
+
+pub(crate) mod inbox;
+pub(crate) mod inspect;
+pub(crate) mod intent;
+pub(crate) mod send;
+
+use std::marker::PhantomData;
+use std::ops::Deref;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use serde::de::DeserializeOwned;
+
+use crate::error::failure::{Failure, FailureKind};
+use crate::error::{Error, Result};
+use crate::journal::{Change, End, InstanceState, SlotKind, Summary};
+use crate::model::history::Event;
+use crate::model::status::Status;
+use crate::run::runner::Runner;
+use crate::time::clock::from_millis;
+use crate::workflow::live::Interrupt;
+
+/// A handle on one instance. Cheap to clone.
+#[derive(Clone)]
+pub struct Instance {
+    runner: Arc<Runner>,
+    id: String,
+}
+
+/// What `list()` and `info()` tell about an instance.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct InstanceInfo {
+    /// The instance id.
+    pub id: String,
+    /// The workflow it runs.
+    pub workflow: String,
+    /// Where it is.
+    pub status: Status,
+    /// When it was started.
+    pub created_at: SystemTime,
+    /// When its record last changed.
+    pub updated_at: SystemTime,
+    /// When it finished.
+    pub finished_at: Option<SystemTime>,
+    /// Why it failed, when it ended `Errored`.
+    pub failure: Option<Failure>,
+    /// The compensation that failed, when one did.
+    pub rollback_failure: Option<Failure>,
+    /// Whether its workflow is registered in this process. An unfinished
+    /// instance whose workflow is not stays untouched until it is.
+    pub workflow_registered: bool,
+}
+
+impl InstanceInfo {
+    pub(crate) fn from_summary(runner: &Runner, id: &str, summary: Summary) -> Self {
+        InstanceInfo {
+            id: id.to_owned(),
+            workflow_registered: runner.is_registered(&summary.workflow),
+            workflow: summary.workflow,
+            status: summary.status,
+            created_at: from_millis(summary.created_at),
+            updated_at: from_millis(summary.updated_at),
+            finished_at: summary.finished_at.map(from_millis),
+            failure: summary.failure,
+            rollback_failure: summary.rollback_failure,
+        }
+    }
+}
+
+/// Which instances `Engine::list` returns.
+#[derive(Clone, Debug, Default)]
+pub struct ListFilter {
+    pub(crate) status: Option<Status>,
+    pub(crate) workflow: Option<String>,
+    unregistered: bool,
+}
+
+impl ListFilter {
+    /// Every instance.
+    pub fn all() -> Self {
+        ListFilter::default()
+    }
+
+    /// Only instances in `status`.
+    pub fn status(mut self, status: Status) -> Self {
+        self.status = Some(status);
+        self
+    }
+
+    /// Only instances of the workflow named `name`.
+    pub fn workflow(mut self, name: impl Into<String>) -> Self {
+        self.workflow = Some(name.into());
+        self
+    }
+
+    /// Only instances whose workflow is not registered in this process.
+    pub fn unregistered(mut self) -> Self {
+        self.unregistered = true;
+        self
+    }
+
+    pub(crate) fn matches(&self, info: &InstanceInfo) -> bool {
+        self.status.is_none_or(|s| s == info.status)
+            && self.workflow.as_ref().is_none_or(|w| *w == info.workflow)
+            && (!self.unregistered || !info.workflow_registered)
+    }
+}
+
+impl Instance {
+    pub(crate) fn new(runner: Arc<Runner>, id: String) -> Self {
+        Instance { runner, id }
+    }
+
+    pub(crate) fn journal(&self) -> &crate::journal::Journal {
+        &self.runner.core.journal
+    }
+
+    /// The instance id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Where the instance is.
+    ///
+    /// # Cancel safety
+    ///
+    /// a read; dropping the future changes nothing.
+    pub async fn status(&self) -> Result<Status> {
+        self.journal().read_durable(&self.id, |s| s.status).await
+    }
+
+    /// Status, timestamps, failure and rollback failure.
+    ///
+    /// # Cancel safety
+    ///
+    /// A read; dropping the future changes nothing.
+    pub async fn info(&self) -> Result<InstanceInfo> {
+        let summary = self
+            .journal()
+            .read_durable(&self.id, |s| Summary::of(s, 0))
+            .await?;
+        Ok(InstanceInfo::from_summary(&self.runner, &self.id, summary))
+    }
+
+    /// Every event of the instance, in order.
+    ///
+    /// # Cancel safety
+    ///
+    /// A read; dropping the future changes nothing.
+    pub async fn history(&self) -> Result<Vec<Event>> {
+        self.journal().history(&self.id).await
+    }
+
+    /// Waits for the instance to finish: its output when it completed,
+    /// [`Error::WorkflowFailed`] or [`Error::Terminated`] otherwise.
+    ///
+    /// # Cancel safety
+    ///
+    /// dropping the future changes nothing: the instance runs on.
+    pub async fn result<O: DeserializeOwned>(&self) -> Result<O> {
+        let mut ended = self.journal().subscribe_ends();
+        let mut told = self.journal().changes(crate::store::Told::Stops);
+        loop {
+            ended.borrow_and_update();
+            // Only the outcome is read, not a copy of the whole state: this
+            // runs again whenever any instance ends.
+            let (outcome, workflow) = self
+                .journal()
+                .read_durable(&self.id, |state| {
+                    (self.outcome::<O>(state), state.workflow.clone())
+                })
+                .await?;
+            if let Some(outcome) = outcome {
+                return outcome;
+            }
+            if self.runner.core.is_closed() {
+                return Err(Error::Closed);
+            }
+            if let Some(error) = self.runner.core.store_failure(&self.id) {
+                return Err(Error::Store(format!(
+                    "instance {:?} stopped on a store failure ({error}); it resumes when the store is opened again",
+                    self.id
+                )));
+            }
+            if !self.journal().owns(&self.id) {
+                // Another worker drives it (or none yet, on a store shared
+                // by workers): its end is not told here, so look again.
+                tokio::select! {
+                    changed = ended.changed() => if changed.is_err() {
+                        return Err(Error::Closed);
+                    },
+                    Some(()) = crate::journal::told_of_change(&mut told) => {}
+                    () = tokio::time::sleep(self.runner.core.poll) => {}
+                }
+                continue;
+            }
+            if !self.runner.is_registered(&workflow) {
+                return Err(Error::WorkflowNotRegistered {
+                    id: self.id.clone(),
+                    workflow,
+                });
+            }
+            if ended.changed().await.is_err() {
+                return Err(Error::Closed);
+            }
+        }
+    }
+
+    /// What `result()` answers for an instance that finished; `None` while
+    /// it has not.
+    fn outcome<O: DeserializeOwned>(&self, state: &InstanceState) -> Option<Result<O>> {
+        let rollback_failure = || {
+            state
+                .rollback
+                .as_ref()
+                .and_then(|p| p.failure.clone())
+                .map(Box::new)
+        };
+        match state.status {
+            Status::Complete => {
+                let decoded = match &state.output {
+                    Some(output) => output.decode::<O>(),
+                    None => Err("no output was stored".to_owned()),
+                };
+                Some(decoded.map_err(|detail| Error::Decode {
+                    what: format!("output of instance {:?}", self.id),
+                    type_name: std::any::type_name::<O>(),
+                    detail,
+                }))
+            }
+            Status::Errored => Some(Err(Error::WorkflowFailed {
+                id: self.id.clone(),
+                failure: Box::new(state.failure.clone().unwrap_or_else(|| {
+                    Failure::new(FailureKind::Workflow, "failed without a recorded error")
+                })),
+                rollback_failure: rollback_failure(),
+            })),
+            Status::Terminated => Some(Err(Error::Terminated {
+                id: self.id.clone(),
+                rollback_failure: rollback_failure(),
+            })),
+            // Parked until a decision: waiting would wait for a person.
+            Status::Blocked => Some(Err(Error::Blocked {
+                id: self.id.clone(),
+                failure: Box::new(state.failure.clone().unwrap_or_else(|| {
+                    Failure::new(FailureKind::Workflow, "blocked without a recorded error")
+                })),
+            })),
+            _ => None,
+        }
+    }
+
+    /// Pauses the instance: it stops at its next step boundary (a step,
+    /// sleep or wait it has not started yet) with status `Paused`.
+    ///
+    /// # Cancel safety
+    ///
+    /// the pause is recorded and the driver told at the first poll; dropping the future after
+    /// that only gives up waiting for durability.
+    pub async fn pause(&self) -> Result<()> {
+        if self.posted(crate::instance::intent::Intent::Pause).await? {
+            return Ok(());
+        }
+        self.journal()
+            .write(&self.id, |state| match state.status {
+                Status::Queued | Status::Running | Status::Waiting => {
+                    Ok((Some(Change::Paused), ()))
+                }
+                Status::Paused => Ok((None, ())),
+                status => Err(self.invalid(status, "pause it")),
+            })
+            .await?;
+        if let Some(live) = self.runner.live(&self.id) {
+            live.request_pause(true);
+        }
+        self.journal().flush().await
+    }
+
+    /// Resumes a paused instance.
+    ///
+    /// # Cancel safety
+    ///
+    /// the instance is resumed at the first poll; dropping the future after that only gives up
+    /// waiting for durability.
+    pub async fn resume(&self) -> Result<()> {
+        if self.posted(crate::instance::intent::Intent::Resume).await? {
+            return Ok(());
+        }
+        let resumed = self
+            .journal()
+            .write(&self.id, |state| match state.status {
+                Status::Paused => Ok((Some(Change::Unpaused), true)),
+                Status::Queued | Status::Running | Status::Waiting => Ok((None, false)),
+                status => Err(self.invalid(status, "resume it")),
+            })
+            .await?;
+        // Acted on before the await, so a dropped call still resumes it.
+        if resumed {
+            match self.runner.live(&self.id) {
+                Some(live) => live.request_pause(false),
+                None => self.runner.spawn_driver(&self.id),
+            }
+        }
+        self.journal().flush().await
+    }
+
+    /// Ends the instance now, without compensation. Returns once it is
+    /// `Terminated`.
+    ///
+    /// # Cancel safety
+    ///
+    /// the work runs in a task of the engine's, started at the first poll; dropping the future
+    /// leaves it to finish.
+    pub async fn terminate(&self) -> Result<()> {
+        if self
+            .posted(crate::instance::intent::Intent::Terminate { rollback: false })
+            .await?
+        {
+            return Ok(());
+        }
+        let this = self.clone();
+        self.in_engine_task(async move { this.end(false).await })
+            .await
+    }
+
+    /// Ends the instance after running the compensations of the steps it
+    /// started, in reverse start order (as the workflow failing would).
+    /// Returns once they ran and the instance is `Terminated`, or at once if
+    /// its workflow is not registered here (they run when it is).
+    ///
+    /// # Cancel safety
+    ///
+    /// the work runs in a task of the engine's, started at the first poll; dropping the future
+    /// leaves it to finish.
+    pub async fn terminate_with_rollback(&self) -> Result<()> {
+        if self
+            .posted(crate::instance::intent::Intent::Terminate { rollback: true })
+            .await?
+        {
+            return Ok(());
+        }
+        let this = self.clone();
+        self.in_engine_task(async move { this.end(true).await })
+            .await
+    }
+
+    async fn end(&self, rollback: bool) -> Result<()> {
+        let _control = self.runner.control(&self.id).await;
+        let operation = if rollback {
+            "terminate it with rollback"
+        } else {
+            "terminate it"
+        };
+        if let Some(live) = self.runner.live(&self.id) {
+            // The engine's own view, not a user's read: the interrupt must
+            // go out at the first poll, before any await.
+            let status = self.journal().read(&self.id, |s| s.status).await?;
+            if status.is_terminal() || status == Status::RollingBack {
+                return Err(self.invalid(status, operation));
+            }
+            live.interrupt(Interrupt::Terminate { rollback });
+            self.wait_stopped(&live).await?;
+            // The driver may have stopped for a pause it saw first; then
+            // ours was not acted on and the end is written below.
+            let status = self.journal().read(&self.id, |s| s.status).await?;
+            if status.is_terminal() {
+                // It may have finished on its own before the interrupt
+                // landed (an event came first): then it was not terminated.
+                self.journal().durable_so_far().await?;
+                return match status {
+                    Status::Terminated => Ok(()),
+                    status => Err(self.invalid(status, operation)),
+                };
+            }
+        }
+        // No driver runs it: write the end (or the start of the rollback)
+        // here.
+        self.journal()
+            .write(&self.id, |state| {
+                if state.status.is_terminal() || state.status == Status::RollingBack {
+                    return Err(self.invalid(state.status, operation));
+                }
+                let change = if rollback {
+                    Change::RollbackStarted {
+                        cause: Failure::new(FailureKind::Workflow, "terminated by user"),
+                        then: Status::Terminated,
+                    }
+                } else {
+                    Change::Ended(Box::new(End {
+                        status: Status::Terminated,
+                        output: None,
+                        failure: None,
+                        rollback: None,
+                    }))
+                };
+                Ok((Some(change), ()))
+            })
+            .await?;
+        if rollback {
+            // Before any await: a dropped call still compensates.
+            self.runner.spawn_driver(&self.id);
+        } else {
+            // Ended: a hibernating instance's timer has nothing to wake.
+            self.runner.forget_timer(&self.id);
+        }
+        self.journal().flush().await?;
+        if let Some(live) = self.runner.live(&self.id) {
+            self.wait_stopped(&live).await?;
+        }
+        Ok(())
+    }
+
+    /// Runs again the compensations of an instance whose rollback gave up
+    /// (it ended with a rollback failure beside its error): once the
+    /// downstream is fixed, the compensations that did not complete run, in
+    /// reverse start order, with the same keys. Returns once they ran.
+    ///
+    /// # Cancel safety
+    ///
+    /// The retry is recorded and its driver started before
+    /// the first await; dropping the future leaves them running.
+    pub async fn retry_rollback(&self) -> Result<()> {
+        if self
+            .posted(crate::instance::intent::Intent::RetryRollback)
+            .await?
+        {
+            return Ok(());
+        }
+        self.journal()
+            .write(&self.id, |state| {
+                let gave_up = state.rollback.as_ref().is_some_and(|p| p.failure.is_some());
+                if !(state.status.is_terminal() && gave_up) {
+                    return Err(self.invalid(
+                        state.status,
+                        "retry its rollback (it has no failed rollback)",
+                    ));
+                }
+                Ok((Some(Change::RollbackRetried), ()))
+            })
+            .await?;
+        self.runner.spawn_driver(&self.id);
+        self.journal().flush().await?;
+        if let Some(live) = self.runner.live(&self.id) {
+            self.wait_stopped(&live).await?;
+        }
+        Ok(())
+    }
+
+    /// Runs the instance again from the beginning with the same input, as a
+    /// new generation: its steps run again with new idempotency keys.
+    ///
+    /// # Cancel safety
+    ///
+    /// the work runs in a task of the engine's, started at the first poll; dropping the future
+    /// leaves it to finish.
+    pub async fn restart(&self) -> Result<()> {
+        if self
+            .posted(crate::instance::intent::Intent::Restart { from: None })
+            .await?
+        {
+            return Ok(());
+        }
+        let this = self.clone();
+        self.in_engine_task(async move { this.restart_at(None).await })
+            .await
+    }
+
+    /// Runs the instance again from the first call of step `step`: the
+    /// steps before it are kept (they are not run again), the rest run
+    /// again as a new generation, with new idempotency keys. Events its
+    /// discarded waits took are delivered again.
+    ///
+    /// # Cancel safety
+    ///
+    /// The work runs in a task of the engine's, started at the first poll; dropping the future leaves it to finish.
+    pub async fn restart_from(&self, step: &str) -> Result<()> {
+        if self
+            .posted(crate::instance::intent::Intent::Restart {
+                from: Some(step.to_owned()),
+            })
+            .await?
+        {
+            return Ok(());
+        }
+        let (this, step) = (self.clone(), step.to_owned());
+        self.in_engine_task(async move { this.restart_at(Some(&step)).await })
+            .await
+    }
+
+    async fn restart_at(&self, step: Option<&str>) -> Result<()> {
+        let _control = self.runner.control(&self.id).await;
+        // Checked before the driver is stopped, so a refused restart leaves
+        // the instance as it was; checked again when the restart is written.
+        self.journal()
+            .read(&self.id, |state| self.restart_slot(state, step))
+            .await??;
+        if let Some(live) = self.runner.live(&self.id) {
+            live.interrupt(Interrupt::Stop);
+            self.wait_stopped(&live).await?;
+        }
+        self.journal()
+            .write(&self.id, |state| {
+                let from_slot = self.restart_slot(state, step)?;
+                Ok((
+                    Some(Change::Restarted {
+                        from_slot,
+                        from_step: step.map(str::to_owned),
+                    }),
+                    (),
+                ))
+            })
+            .await?;
+        self.runner.spawn_driver(&self.id);
+        self.journal().flush().await
+    }
+
+    /// The slot a restart from `step` begins at: the step's first call.
+    /// Refused when a step it would keep was compensated: its effect was
+    /// undone, so only a restart from the beginning is sound.
+    fn restart_slot(&self, state: &InstanceState, step: Option<&str>) -> Result<u32> {
+        let Some(step) = step else { return Ok(0) };
+        let from_slot = state
+            .slots
+            .iter()
+            .find(|(_, s)| s.kind == SlotKind::Step && s.name == step)
+            .map(|(i, _)| *i)
+            .ok_or_else(|| Error::UnknownStep {
+                id: self.id.clone(),
+                step: step.to_owned(),
+            })?;
+        if let Some(kept) = state.compensated_before(from_slot) {
+            return Err(Error::RestartAfterCompensation {
+                id: self.id.clone(),
+                step: step.to_owned(),
+                compensated: kept.name.clone(),
+            });
+        }
+        Ok(from_slot)
+    }
+
+    /// When another worker drives the instance (or this engine only
+    /// reads), posts `intent` to that worker and answers `true` once the
+    /// worker did what it asks (the call's own promise: paused, terminated
+    /// ...), or the worker's refusal, or [`Error::NotAnswered`] past the
+    /// store timeout. `false` when this engine drives it.
+    async fn posted(&self, intent: crate::instance::intent::Intent) -> Result<bool> {
+        if self.journal().owns(&self.id) {
+            return Ok(false);
+        }
+        self.journal().read(&self.id, |_| ()).await?;
+        let journal = self.journal();
+        match crate::instance::intent::post_and_wait(journal, &self.id, &intent, journal.patience())
+            .await?
+        {
+            crate::instance::intent::Answer::Refused(refusal) => Err(refusal.into_error(&self.id)),
+            _ => Ok(true),
+        }
+    }
+
+    /// Runs `work` (stopping a driver, then writing what replaces it) in a
+    /// task of the engine's, so a caller that drops its future leaves it
+    /// to finish instead of an instance stopped half way.
+    async fn in_engine_task(
+        &self,
+        work: impl std::future::Future<Output = Result<()>> + Send + 'static,
+    ) -> Result<()> {
+        let task = self.runner.core.runtime.spawn(work);
+        match task.await {
+            Ok(result) => result,
+            // Aborted by shutdown.
+            Err(_) => Err(Error::Closed),
+        }
+    }
+
+    /// Waits until the driver let go of the instance; [`Error::Closed`]
+    /// when the engine closes first.
+    async fn wait_stopped(&self, live: &crate::workflow::live::Live) -> Result<()> {
+        let mut ended = self.journal().subscribe_ends();
+        tokio::select! {
+            () = live.wait_stopped() => Ok(()),
+            () = async {
+                while !self.runner.core.is_closed() {
+                    if ended.changed().await.is_err() {
+                        break;
+                    }
+                }
+            } => Err(Error::Closed),
+        }
+    }
+
+    fn invalid(&self, status: Status, operation: &'static str) -> Error {
+        Error::InvalidState {
+            id: self.id.clone(),
+            status,
+            operation,
+        }
+    }
+}
+
+impl std::fmt::Debug for Instance {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Instance").field("id", &self.id).finish()
+    }
+}
+
+/// The handle `Engine::start` returns: an [`Instance`] whose `result()`
+/// knows the output type.
+pub struct Run<O> {
+    instance: Instance,
+    output: PhantomData<fn() -> O>,
+}
+
+impl<O: DeserializeOwned> Run<O> {
+    pub(crate) fn new(instance: Instance) -> Self {
+        Run {
+            instance,
+            output: PhantomData,
+        }
+    }
+
+    /// Waits for the instance to finish; see [`Instance::result`].
+    pub async fn result(&self) -> Result<O> {
+        self.instance.result::<O>().await
+    }
+
+    /// The untyped handle.
+    pub fn instance(&self) -> &Instance {
+        &self.instance
+    }
+}
+
+impl<O> Deref for Run<O> {
+    type Target = Instance;
+
+    fn deref(&self) -> &Instance {
+        &self.instance
+    }
+}
+
+impl<O> Clone for Run<O> {
+    fn clone(&self) -> Self {
+        Run {
+            instance: self.instance.clone(),
+            output: PhantomData,
+        }
+    }
+}
+
+impl<O> std::fmt::Debug for Run<O> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.instance.fmt(f)
+    }
+}

@@ -1,0 +1,7 @@
+//! Driving one instance: the driver that runs (and replays) its
+//! workflow code, the runner that starts and lets go of drivers, and the
+//! rollback that runs its compensations in reverse start order.
+
+pub(crate) mod driver;
+pub(crate) mod rollback;
+pub(crate) mod runner;

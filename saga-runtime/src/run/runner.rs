@@ -1,0 +1,366 @@
+//! Who runs what: the registered workflows, and one driver task per
+//! instance that runs here. Starts drivers (on start, resume, recovery)
+//! and lets go of them.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::lock::lock;
+use crate::model::status::Status;
+use crate::panic::CatchUnwind;
+use crate::run::driver::{self, Exit};
+use crate::workflow::ErasedWorkflow;
+use crate::workflow::engine_core::Core;
+use crate::workflow::live::Live;
+
+pub(crate) struct Runner {
+    pub(crate) core: Arc<Core>,
+    registry: RwLock<HashMap<&'static str, Arc<dyn ErasedWorkflow>>>,
+    /// The instances a driver runs here.
+    live: Mutex<HashMap<String, Arc<Live>>>,
+    /// Per instance: serializes the control calls that stop its driver and
+    /// write what replaces it (restart, terminate), so two of them never
+    /// interleave.
+    control: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// The instances that hibernate here: the timer that wakes each.
+    timers: Mutex<HashMap<String, tokio::task::AbortHandle>>,
+    /// How long finished instances are kept.
+    pub(crate) retention: Duration,
+    /// Held by the retention sweep under way: one at a time.
+    pub(crate) sweeping: tokio::sync::Mutex<()>,
+    /// The store's directory (`None` for a temporary store).
+    pub(crate) path: Option<PathBuf>,
+}
+
+impl Runner {
+    pub(crate) fn new(core: Arc<Core>, retention: Duration, path: Option<PathBuf>) -> Runner {
+        Runner {
+            core,
+            registry: RwLock::new(HashMap::new()),
+            live: Mutex::new(HashMap::new()),
+            control: Mutex::new(HashMap::new()),
+            timers: Mutex::new(HashMap::new()),
+            retention,
+            sweeping: tokio::sync::Mutex::new(()),
+            path,
+        }
+    }
+
+    pub(crate) fn workflow(&self, name: &str) -> Option<Arc<dyn ErasedWorkflow>> {
+        self.registry
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .cloned()
+    }
+
+    pub(crate) fn is_registered(&self, name: &str) -> bool {
+        self.workflow(name).is_some()
+    }
+
+    /// The names of the workflows registered here.
+    pub(crate) fn workflow_names(&self) -> Vec<&'static str> {
+        self.registry
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .keys()
+            .copied()
+            .collect()
+    }
+
+    /// Makes `workflow` runnable here, and resumes its unfinished instances;
+    /// a no-op for a workflow registered already.
+    pub(crate) fn register(self: &Arc<Self>, workflow: Arc<dyn ErasedWorkflow>) -> Result<()> {
+        let name = workflow.workflow_name();
+        if let Some(need) = workflow
+            .services_needed()
+            .into_iter()
+            .find(|need| !self.core.services.contains(need))
+        {
+            return Err(Error::MissingService {
+                workflow: name.to_owned(),
+                service: (need.type_name)().to_owned(),
+            });
+        }
+        {
+            let mut registry = self.registry.write().unwrap_or_else(|p| p.into_inner());
+            if let Some(existing) = registry.get(name) {
+                if existing.workflow_type() != workflow.workflow_type() {
+                    return Err(Error::WorkflowNameTaken {
+                        name: name.to_owned(),
+                    });
+                }
+                // Registered (and its instances resumed) already.
+                return Ok(());
+            }
+            registry.insert(name, workflow);
+        }
+        self.resume_instances_of(name);
+        Ok(())
+    }
+
+    /// Recovery: every unfinished instance of `workflow` gets a driver;
+    /// before `register` returns on a store that answers at once, soon
+    /// after on a server.
+    fn resume_instances_of(self: &Arc<Self>, workflow: &'static str) {
+        let runner = self.clone();
+        let resume = async move {
+            let summaries = match runner.core.journal.summaries().await {
+                Ok(summaries) => summaries,
+                Err(e) => {
+                    tracing::error!(error = %e, "could not list instances to resume");
+                    return;
+                }
+            };
+            for (id, summary) in summaries {
+                match summary {
+                    Ok(s) if s.workflow == workflow && s.status.resumes_on_open() => {
+                        runner.spawn_driver(&id);
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::error!(instance = %id, error = %e, "not resuming an instance whose index entry is corrupt");
+                    }
+                }
+            }
+        };
+        if let Some(task) = crate::store::now_or_spawn(&self.core.runtime, resume) {
+            self.core.track(task);
+        }
+    }
+
+    pub(crate) fn live(&self, id: &str) -> Option<Arc<Live>> {
+        lock(&self.live).get(id).cloned()
+    }
+
+    /// Runs the instance unless a driver already does (or its workflow is
+    /// not registered here).
+    pub(crate) fn spawn_driver(self: &Arc<Self>, id: &str) {
+        self.start_driver(id, false);
+    }
+
+    /// Like [`Runner::spawn_driver`]; `waking` when the instance
+    /// hibernated here and its timer or an event wakes it.
+    fn start_driver(self: &Arc<Self>, id: &str, waking: bool) {
+        // A draining engine starts nothing: the instance runs on the next open.
+        // An engine that only reads drives nothing, and a worker drives only
+        // the instances it owns (on a store shared by workers).
+        if self.core.is_closed() || self.core.is_draining() || !self.core.journal.owns(id) {
+            return;
+        }
+        // A hibernating instance is woken by whatever comes first.
+        let waking = match lock(&self.timers).remove(id) {
+            Some(timer) => {
+                timer.abort();
+                true
+            }
+            None => waking,
+        };
+        let live = {
+            let mut running = lock(&self.live);
+            if running.contains_key(id) {
+                return;
+            }
+            let live = Arc::new(Live::new());
+            running.insert(id.to_owned(), live.clone());
+            live
+        };
+        // Kept from here, so the state loaded to find the workflow is the
+        // one the driver runs on; `release` undoes it all if none runs.
+        self.core.journal.keep(id, true);
+        let release = Release {
+            runner: self.clone(),
+            id: Arc::from(id),
+            live: live.clone(),
+        };
+        let runner = self.clone();
+        let id = release.id.clone();
+        let task = self.core.runtime.spawn(async move {
+            let workflow = match runner.core.journal.read(&id, |s| s.workflow.clone()).await {
+                Ok(name) => runner.workflow(&name),
+                Err(e) => {
+                    tracing::error!(instance = %id, error = %e, "cannot run an instance whose journal does not read");
+                    return;
+                }
+            };
+            let Some(workflow) = workflow else { return };
+            runner.core.clear_store_failure(&id);
+            // Lets go of the instance however the driver ends: done, a
+            // panic, or aborted by shutdown (then `Drop` runs it).
+            let exit =
+                CatchUnwind::new(driver::drive(&runner.core, workflow, &id, &live, waking)).await;
+            // Its timer is set while the driver still holds the instance
+            // (and its state): a control call that waits for the driver to
+            // stop finds the timer, to stop it too.
+            let wake_now = match exit {
+                Ok(Exit::Hibernated(wake_at)) => runner.hibernate(&id, wake_at),
+                _ => false,
+            };
+            drop(release);
+            match exit {
+                Ok(Exit::Suspended) => runner.after_suspend(&id).await,
+                Ok(Exit::Hibernated(_)) if wake_now => runner.start_driver(&id, true),
+                Ok(Exit::Hibernated(_)) => {}
+                Ok(Exit::Ended) => runner.spawn_driver_if_runnable(&id).await,
+                Ok(Exit::Other) => {}
+                Err(panic) => {
+                    let error = crate::Error::Store(format!(
+                        "the engine's driver of this instance panicked ({panic}); it resumes when the store is opened again"
+                    ));
+                    tracing::error!(instance = %id, error = %error, "instance driver panicked");
+                    runner.core.stopped_by_store(&id, &error);
+                }
+            }
+        });
+        self.core.track(task);
+    }
+
+    /// Runs the instance if its status says it should run (queued, running,
+    /// waiting or rolling back) and no driver does yet.
+    pub(crate) async fn spawn_driver_if_runnable(self: &Arc<Self>, id: &str) {
+        let status = self.core.journal.read(id, |s| s.status).await;
+        if status.is_ok_and(Status::resumes_on_open) {
+            self.spawn_driver(id);
+        }
+    }
+
+    /// Like [`Runner::spawn_driver_if_runnable`], from code that must not
+    /// wait: before it returns on a store that answers at once, in a task
+    /// otherwise.
+    pub(crate) fn spawn_driver_if_runnable_soon(self: &Arc<Self>, id: &str) {
+        let (runner, id) = (self.clone(), id.to_owned());
+        let spawn = async move { runner.spawn_driver_if_runnable(&id).await };
+        if let Some(task) = crate::store::now_or_spawn(&self.core.runtime, spawn) {
+            self.core.track(task);
+        }
+    }
+
+    /// For a call dropped while the store may still be writing an instance
+    /// it asked for (a start cut short): once the store has applied every
+    /// write asked for so far, the instance gets a driver if it needs one,
+    /// so it is never left without one.
+    pub(crate) fn spawn_driver_once_written(self: &Arc<Self>, id: &str) {
+        let (runner, id) = (self.clone(), id.to_owned());
+        let task = self.core.runtime.spawn(async move {
+            if let Err(e) = runner.core.journal.flush().await {
+                tracing::warn!(instance = %id, error = %e, "a start cut short could not wait for its instance's creation");
+            }
+            runner.spawn_driver_if_runnable(&id).await;
+        });
+        self.core.track(task);
+    }
+
+    /// The driver let go of an instance that only waits: a timer wakes it
+    /// at `wake_at`, an event or a control call sooner. An event that came
+    /// while the driver let go finds no driver to tell, so it is looked for
+    /// here.
+    ///
+    /// Called while the driver still holds the instance, whose state is in
+    /// memory; answers whether to wake it at once instead (an awaited
+    /// event came), once the driver let go.
+    fn hibernate(self: &Arc<Self>, id: &str, wake_at: u64) -> bool {
+        let awaited_event_came = self.core.journal.read_kept(id, |state| {
+            state.slots.values().any(|slot| match &slot.state {
+                crate::journal::SlotState::Waiting { event_type, .. } => {
+                    state.pending.values().any(|e| e.event_type == *event_type)
+                }
+                _ => false,
+            })
+        });
+        if awaited_event_came.unwrap_or(true) {
+            return true;
+        }
+        let runner = Arc::downgrade(self);
+        let clock = self.core.clock.clone();
+        let owned = id.to_owned();
+        let task = self.core.runtime.spawn(async move {
+            clock
+                .sleep_until(crate::time::clock::from_millis(wake_at))
+                .await;
+            let Some(runner) = runner.upgrade() else {
+                return;
+            };
+            // Due at once, it may fire before the driver that set it let
+            // go: wait for that.
+            if let Some(live) = runner.live(&owned) {
+                live.wait_stopped().await;
+            }
+            runner.start_driver(&owned, true);
+        });
+        lock(&self.timers).insert(id.to_owned(), task.abort_handle());
+        self.core.track(task);
+        false
+    }
+
+    /// Waits for the control calls of instance `id` before this one to
+    /// finish; holds off those after it until the guard drops.
+    pub(crate) async fn control(self: &Arc<Self>, id: &str) -> ControlGuard {
+        let lock = lock(&self.control)
+            .entry(id.to_owned())
+            .or_default()
+            .clone();
+        let held = lock.clone().lock_owned().await;
+        ControlGuard {
+            runner: self.clone(),
+            id: id.to_owned(),
+            held: Some(held),
+        }
+    }
+
+    /// Stops the timer of an instance that hibernates here (it was removed).
+    pub(crate) fn forget_timer(&self, id: &str) {
+        if let Some(timer) = lock(&self.timers).remove(id) {
+            timer.abort();
+        }
+    }
+
+    /// Called after a driver let go of a paused instance: if a user resumed
+    /// it in the meantime, run it again.
+    async fn after_suspend(self: &Arc<Self>, id: &str) {
+        let status = self.core.journal.read(id, |s| s.status).await;
+        if matches!(status, Ok(Status::Running | Status::Queued)) {
+            self.spawn_driver(id);
+        }
+    }
+}
+
+/// Held by a driver task: when it goes, the instance has no driver here.
+struct Release {
+    runner: Arc<Runner>,
+    id: Arc<str>,
+    live: Arc<Live>,
+}
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        // Let go of the state before the instance leaves `live`: a driver
+        // started the moment it left keeps the state from then on.
+        self.runner.core.journal.keep(&self.id, false);
+        lock(&self.runner.live).remove(&*self.id);
+        self.live.mark_stopped();
+    }
+}
+
+/// Held by a control call of one instance; see [`Runner::control`].
+pub(crate) struct ControlGuard {
+    runner: Arc<Runner>,
+    id: String,
+    held: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl Drop for ControlGuard {
+    fn drop(&mut self) {
+        drop(self.held.take());
+        // The map keeps no entry for an instance nobody controls.
+        let mut control = lock(&self.runner.control);
+        if control
+            .get(&self.id)
+            .is_some_and(|l| Arc::strong_count(l) == 1)
+        {
+            control.remove(&self.id);
+        }
+    }
+}

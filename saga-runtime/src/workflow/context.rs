@@ -1,0 +1,402 @@
+//! The handle workflow code gets: it hands out history slots in call order,
+//! checks replay against what history recorded, and tracks the step tasks
+//! and rollback handlers of one run of the workflow function.
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::pending;
+use std::sync::{Arc, Mutex};
+
+use tokio::task::AbortHandle;
+use tracing::Instrument;
+
+use crate::error::Result;
+use crate::error::failure::{Failure, FailureKind};
+use crate::journal::{Change, InstanceState, SlotKind, SlotRecord};
+use crate::lock::lock;
+use crate::workflow::compensation::Registered;
+use crate::workflow::engine_core::Core;
+use crate::workflow::in_flight::InFlight;
+use crate::workflow::live::{Interrupt, Live};
+
+/// What workflow code uses to make durable calls: steps, sleeps, event
+/// waits, and the recorded `now()`/`random()`.
+///
+/// Every durable call takes the next slot of the instance's history, in
+/// call order. On replay (after a crash, or to rebuild rollback handlers)
+/// the same calls get the same slots and return what history recorded, so
+/// workflow code must be deterministic: the same calls, in the same order.
+#[derive(Clone)]
+pub struct WorkflowContext {
+    pub(crate) run: Arc<Ctx>,
+}
+
+/// Whether this run of the workflow function goes forward, or only
+/// rebuilds rollback handlers from history after a crash mid-rollback.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mode {
+    Forward,
+    Rebuild,
+}
+
+/// What step tasks and waits share with the driver. Holds no task handles,
+/// so tasks may keep it without keeping themselves alive.
+pub(crate) struct RunScope {
+    pub(crate) core: Arc<Core>,
+    pub(crate) id: Arc<str>,
+    pub(crate) workflow: Arc<str>,
+    pub(crate) live: Arc<Live>,
+    pub(crate) mode: Mode,
+    /// The instance's generation (restarts so far) when this run began.
+    pub(crate) generation: u32,
+    in_flight: Arc<InFlight>,
+    /// The durable waits of this run that are asleep: slot → wake time.
+    asleep: Asleep,
+}
+
+pub(crate) struct Ctx {
+    pub(crate) scope: Arc<RunScope>,
+    replay: Mutex<Replay>,
+}
+
+struct Replay {
+    /// What history recorded, by slot index.
+    recorded: HashMap<u32, SlotRecord>,
+    next_slot: u32,
+    occurrences: HashMap<(SlotKind, String), u32>,
+    rollbacks: Vec<Registered>,
+    tasks: Vec<AbortHandle>,
+    /// Rebuilding the compensations of an instance whose code no longer
+    /// replays by position (it was `Blocked`): each call finds its slot by
+    /// kind, name and occurrence, wherever history has it.
+    by_name: bool,
+}
+
+/// A slot handed to a durable call.
+pub(crate) struct Slot {
+    pub(crate) index: u32,
+    pub(crate) occurrence: u32,
+    pub(crate) recorded: Option<SlotRecord>,
+    /// The name history knows the call by: the one recorded (an old name
+    /// declared with `renamed_from`), or the call's own.
+    pub(crate) name: Arc<str>,
+    /// The generation its keys carry.
+    pub(crate) generation: u32,
+}
+
+impl Ctx {
+    /// A context for a run of the workflow function over `state`.
+    pub(crate) fn new(
+        core: Arc<Core>,
+        id: Arc<str>,
+        live: Arc<Live>,
+        mode: Mode,
+        state: &InstanceState,
+    ) -> Arc<Ctx> {
+        let recorded: BTreeMap<u32, SlotRecord> = state.slots.clone();
+        Arc::new(Ctx {
+            scope: Arc::new(RunScope {
+                core,
+                id,
+                workflow: Arc::from(state.workflow.as_str()),
+                live,
+                mode,
+                generation: state.generation,
+                in_flight: Arc::default(),
+                asleep: Asleep::default(),
+            }),
+            replay: Mutex::new(Replay {
+                recorded: recorded.into_iter().collect(),
+                next_slot: 0,
+                occurrences: HashMap::new(),
+                rollbacks: Vec::new(),
+                tasks: Vec::new(),
+                by_name: mode == Mode::Rebuild
+                    && state.rollback.as_ref().is_some_and(|plan| plan.by_name),
+            }),
+        })
+    }
+
+    /// Takes the next slot for a call of `kind` named `name`. `None` when
+    /// history recorded something else here (the instance is then failed
+    /// with a non-determinism error and the call never completes).
+    pub(crate) fn take_slot(&self, kind: SlotKind, name: &str) -> Option<Slot> {
+        self.take_slot_renamed(kind, name, None)
+    }
+
+    /// Like [`Ctx::take_slot`], where history may know the call by its old
+    /// name `renamed_from`.
+    pub(crate) fn take_slot_renamed(
+        &self,
+        kind: SlotKind,
+        name: &str,
+        renamed_from: Option<&str>,
+    ) -> Option<Slot> {
+        if matches!(kind, SlotKind::Step | SlotKind::Sleep | SlotKind::Event)
+            && let Err(problem) = crate::names::check_name(kind.value_name(), name)
+        {
+            self.scope
+                .fail(Failure::new(FailureKind::Workflow, problem));
+            return None;
+        }
+        let mut replay = lock(&self.replay);
+        let counter = replay
+            .occurrences
+            .entry((kind, name.to_owned()))
+            .or_default();
+        let occurrence = *counter;
+        *counter += 1;
+        let same_name = |r: &SlotRecord| r.name == name || Some(r.name.as_str()) == renamed_from;
+        if replay.by_name {
+            let found = replay
+                .recorded
+                .iter()
+                .find(|(_, r)| r.kind == kind && same_name(r) && r.occurrence == occurrence)
+                .map(|(index, _)| *index);
+            // A call history never saw is one the instance never made: it
+            // never completes, and the rebuild stops there.
+            let recorded =
+                found.and_then(|index| replay.recorded.remove(&index).map(|r| (index, r)));
+            return recorded.map(|(index, r)| Slot {
+                index,
+                occurrence,
+                name: Arc::from(r.name.as_str()),
+                generation: r.generation,
+                recorded: Some(r),
+            });
+        }
+        let index = replay.next_slot;
+        replay.next_slot += 1;
+        let recorded = replay.recorded.remove(&index);
+        drop(replay);
+        if let Some(r) = &recorded
+            && (r.kind != kind || !same_name(r) || r.occurrence != occurrence)
+        {
+            let expected = describe(r.kind, &r.name, r.occurrence);
+            let found = describe(kind, name, occurrence);
+            self.scope.fail(Failure::new(
+                    FailureKind::NonDeterminism {
+                        expected: expected.clone(),
+                        found: found.clone(),
+                    },
+                    format!(
+                        "non-determinism at history slot {index}: history recorded {expected}, the workflow code now calls {found}; \
+                         the code changed under a running instance (keep old step names and order, or restart the instance)"
+                    ),
+                ));
+            return None;
+        }
+        Some(Slot {
+            index,
+            occurrence,
+            name: Arc::from(recorded.as_ref().map_or(name, |r| r.name.as_str())),
+            generation: recorded
+                .as_ref()
+                .map_or(self.scope.generation, |r| r.generation),
+            recorded,
+        })
+    }
+
+    pub(crate) fn register_rollback(&self, registered: Registered) {
+        lock(&self.replay).rollbacks.push(registered);
+    }
+
+    pub(crate) fn take_rollbacks(&self) -> Vec<Registered> {
+        std::mem::take(&mut lock(&self.replay).rollbacks)
+    }
+
+    pub(crate) fn registered_rollback_slots(&self) -> Vec<u32> {
+        lock(&self.replay)
+            .rollbacks
+            .iter()
+            .map(|r| r.index)
+            .collect()
+    }
+
+    /// Spawns a step task that the context can stop.
+    pub(crate) fn spawn<F>(&self, task: F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let guard = self.scope.in_flight.enter();
+        // Counted engine-wide too, for a drain to wait on.
+        let engine_guard = self.scope.core.steps_in_flight.enter();
+        // The task's spans (`saga.step`) nest under the caller's
+        // (`saga.workflow`), as the call does.
+        let span = tracing::Span::current();
+        let handle = self.scope.core.runtime.spawn(
+            async move {
+                let _guards = (guard, engine_guard);
+                task.await;
+            }
+            .instrument(span),
+        );
+        let mut replay = lock(&self.replay);
+        replay.tasks.retain(|t| !t.is_finished());
+        replay.tasks.push(handle.abort_handle());
+        drop(replay);
+        self.scope.core.track(handle);
+    }
+
+    /// Completes when the run may have become idle: a wait went to sleep,
+    /// or the last step task ended. Made before the run is polled, so
+    /// nothing that happens during the poll is missed.
+    pub(crate) fn parked(&self) -> impl std::future::Future<Output = ()> + '_ {
+        let slept = self.scope.asleep.changed.notified();
+        let idle = self.scope.in_flight.idle_notified();
+        async move {
+            tokio::select! {
+                () = slept => {}
+                () = idle => {}
+            }
+        }
+    }
+
+    /// When the run only waits (no step task in flight, every wait asleep
+    /// on the clock or for an event) until at least `after` from now: the
+    /// earliest wake time, for the driver to let go of the instance until
+    /// then. It is rebuilt from its journal when it wakes, so a sleeping
+    /// instance costs no driver, no future and no cached state.
+    pub(crate) fn hibernation(&self, after: std::time::Duration) -> Option<u64> {
+        if !self.scope.in_flight.is_idle() {
+            return None;
+        }
+        let wake = lock(&self.scope.asleep.waits).values().min().copied()?;
+        let soon = crate::time::clock::add_millis(self.scope.core.now_millis(), after);
+        (wake >= soon).then_some(wake)
+    }
+
+    /// Waits until every step task of this run finished on its own.
+    pub(crate) async fn finish_tasks(&self) {
+        lock(&self.replay).tasks.clear();
+        self.scope.in_flight.wait_idle().await;
+    }
+
+    /// Stops every step task of this run and waits until they are gone, so
+    /// nothing writes behind the driver's back.
+    pub(crate) async fn stop_tasks(&self) {
+        let tasks = std::mem::take(&mut lock(&self.replay).tasks);
+        for task in &tasks {
+            task.abort();
+        }
+        self.scope.in_flight.wait_idle().await;
+    }
+}
+
+impl Drop for Ctx {
+    fn drop(&mut self) {
+        for task in &lock(&self.replay).tasks {
+            task.abort();
+        }
+    }
+}
+
+impl RunScope {
+    /// Fails the instance from inside (non-determinism, decode or store
+    /// failure): the driver stops the workflow and records `failure`.
+    pub(crate) fn fail(&self, failure: Failure) {
+        tracing::error!(instance = %self.id, error = %failure, "instance cannot go on");
+        self.live.interrupt(Interrupt::Fail(failure));
+    }
+
+    /// Reports a store failure of a durable call to the driver. The
+    /// instance stops where it is without recording an end (the store is
+    /// what failed, and an `Errored` written now would skip the
+    /// compensations); it resumes by replay when the store opens again.
+    pub(crate) fn store_failed(&self, error: crate::Error) {
+        // Not the store: a control call ended the instance under this
+        // driver, which only has to stop.
+        if let crate::Error::InvalidState { status, .. } = &error
+            && status.is_terminal()
+        {
+            self.live.interrupt(Interrupt::Stop);
+            return;
+        }
+        tracing::error!(instance = %self.id, error = %error, "store failure: the instance stops and resumes when the store is opened again");
+        self.core.stopped_by_store(&self.id, &error);
+        self.live.interrupt(Interrupt::Stop);
+    }
+
+    /// Reports a store failure and never completes: the driver stops the
+    /// workflow.
+    pub(crate) async fn stall<T>(&self, error: crate::Error) -> T {
+        self.store_failed(error);
+        pending().await
+    }
+
+    /// A wait of slot `slot` goes to sleep until `wake_at` (its start is
+    /// durable); it is awake again when the guard drops.
+    pub(crate) fn asleep_until(self: &Arc<Self>, slot: u32, wake_at: u64) -> AsleepGuard {
+        lock(&self.asleep.waits).insert(slot, wake_at);
+        self.asleep.changed.notify_waiters();
+        AsleepGuard {
+            scope: self.clone(),
+            slot,
+        }
+    }
+
+    /// Appends `change` to the instance's journal.
+    pub(crate) fn append(&self, change: Change) -> Result<()> {
+        self.core.journal.append_kept(&self.id, change)
+    }
+
+    /// Appends the change `f` decides on; see `Journal::write`.
+    pub(crate) fn write<R>(
+        &self,
+        f: impl FnOnce(&InstanceState) -> Result<(Option<Change>, R)>,
+    ) -> Result<R> {
+        self.core.journal.write_kept(&self.id, f)
+    }
+
+    /// Appends `change` and waits until it is durable; a store failure
+    /// stops the instance (and this never completes).
+    pub(crate) async fn record(&self, change: Change) {
+        let written = match self.append(change) {
+            Ok(()) => self.core.journal.flush().await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = written {
+            self.stall::<()>(e).await;
+        }
+    }
+
+    /// At a step boundary: if a pause was asked for, or the engine drains
+    /// before closing, stop here. (A drain records nothing: the instance
+    /// goes on from here on the next open.)
+    pub(crate) fn pause_here(&self) -> bool {
+        if self.live.pause_requested() || self.core.is_draining() {
+            self.live.interrupt(Interrupt::Suspend);
+            true
+        } else {
+            false
+        }
+    }
+}
+
+fn describe(kind: SlotKind, name: &str, occurrence: u32) -> String {
+    let base = kind.describe(name);
+    if occurrence == 0 {
+        base
+    } else {
+        format!("{base} (occurrence {occurrence})")
+    }
+}
+
+/// The waits of a run that sleep, so the driver can tell when the run only
+/// waits.
+#[derive(Default)]
+struct Asleep {
+    waits: Mutex<std::collections::BTreeMap<u32, u64>>,
+    changed: tokio::sync::Notify,
+}
+
+/// Held by a wait while it sleeps.
+pub(crate) struct AsleepGuard {
+    scope: Arc<RunScope>,
+    slot: u32,
+}
+
+impl Drop for AsleepGuard {
+    fn drop(&mut self) {
+        lock(&self.scope.asleep.waits).remove(&self.slot);
+    }
+}

@@ -1,0 +1,151 @@
+//! What every part of a running engine shares: the journal, the clock,
+//! the Tokio runtime, the payload limit and the tasks to stop at shutdown.
+//! Below the drivers and the workflow context, so they depend on it and
+//! never on the engine.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::runtime::Handle;
+
+use crate::codec::Payload;
+use crate::error::{Error, Result};
+use crate::journal::Journal;
+use crate::lock::lock;
+use crate::time::clock::Clock;
+use crate::workflow::in_flight::InFlight;
+use crate::workflow::service::Services;
+
+pub(crate) struct Core {
+    pub(crate) journal: Journal,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) runtime: Handle,
+    pub(crate) max_payload: usize,
+    /// What `EngineBuilder::provide` gave, handed to steps by type.
+    pub(crate) services: Arc<Services>,
+    /// On a store shared by workers: how often this engine looks at what
+    /// other processes did (claims, posts, their instances' ends), besides
+    /// when the store tells of it.
+    pub(crate) poll: Duration,
+    closed: AtomicBool,
+    /// Set by `Engine::close_within`: no step starts any more.
+    draining: AtomicBool,
+    /// Every step task of every instance, for a drain to wait on.
+    pub(crate) steps_in_flight: Arc<InFlight>,
+    /// Drivers, step tasks and the retention sweeper.
+    tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// Instances stopped by a store failure in this process, with the
+    /// error: `result()` reports it instead of waiting for a reopen.
+    store_failures: Mutex<HashMap<String, String>>,
+}
+
+impl Core {
+    pub(crate) fn new(
+        journal: Journal,
+        clock: Arc<dyn Clock>,
+        runtime: Handle,
+        max_payload: usize,
+        services: Services,
+        poll: Duration,
+    ) -> Core {
+        Core {
+            journal,
+            clock,
+            runtime,
+            max_payload,
+            services: Arc::new(services),
+            poll,
+            closed: AtomicBool::new(false),
+            draining: AtomicBool::new(false),
+            steps_in_flight: Arc::default(),
+            tasks: Mutex::new(Vec::new()),
+            store_failures: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub(crate) fn now_millis(&self) -> u64 {
+        self.journal.now_millis()
+    }
+
+    /// Encodes a user value, refusing one over the payload limit.
+    pub(crate) fn encode_limited<T: Serialize + ?Sized>(
+        &self,
+        value: &T,
+        what: impl Fn() -> String,
+    ) -> Result<Payload> {
+        let payload = Payload::encode(value).map_err(|detail| Error::Encode {
+            what: what(),
+            detail,
+        })?;
+        if payload.len() > self.max_payload {
+            return Err(Error::PayloadTooLarge {
+                what: what(),
+                size: payload.len(),
+                limit: self.max_payload,
+            });
+        }
+        Ok(payload)
+    }
+
+    /// Keeps a task's handle so shutdown can stop it and `close` wait for it.
+    pub(crate) fn track(&self, task: tokio::task::JoinHandle<()>) {
+        let mut tasks = lock(&self.tasks);
+        if tasks.len() >= 64 && tasks.len().is_power_of_two() {
+            tasks.retain(|t| !t.is_finished());
+        }
+        tasks.push(task);
+        if self.is_closed() {
+            for task in tasks.iter() {
+                task.abort();
+            }
+        }
+    }
+
+    /// Marks the engine closed and stops every task; returns them to wait
+    /// on (empty when it was closed already).
+    pub(crate) fn close(&self) -> Vec<tokio::task::JoinHandle<()>> {
+        if self.closed.swap(true, Ordering::SeqCst) {
+            return Vec::new();
+        }
+        let tasks: Vec<_> = lock(&self.tasks).drain(..).collect();
+        for task in &tasks {
+            task.abort();
+        }
+        tasks
+    }
+
+    /// Stops starting steps (and drivers) ahead of a close: each driver
+    /// parks at its next step boundary, as a pause does.
+    pub(crate) fn start_draining(&self) {
+        self.draining.store(true, Ordering::SeqCst);
+    }
+
+    pub(crate) fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::SeqCst)
+    }
+
+    /// Notes that a store failure stopped instance `id`, and wakes
+    /// `result()` callers so they can say so.
+    pub(crate) fn stopped_by_store(&self, id: &str, error: &Error) {
+        lock(&self.store_failures).insert(id.to_owned(), error.to_string());
+        self.journal.notify_ended();
+    }
+
+    /// The store failure that stopped instance `id` in this process, if any.
+    pub(crate) fn store_failure(&self, id: &str) -> Option<String> {
+        lock(&self.store_failures).get(id).cloned()
+    }
+
+    /// A new driver runs `id`: an earlier store failure is history.
+    pub(crate) fn clear_store_failure(&self, id: &str) {
+        lock(&self.store_failures).remove(id);
+    }
+}

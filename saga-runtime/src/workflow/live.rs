@@ -1,0 +1,112 @@
+//! The in-memory side of an instance that a driver is running: how users'
+//! requests (pause, terminate, restart, events) reach the running code.
+//!
+//! Control flow is not failure: these signals stop the workflow future
+//! from outside; they are never errors the workflow code could catch.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tokio::sync::Notify;
+
+use crate::error::failure::Failure;
+
+/// Why a driver stops running the workflow future before it finished.
+#[derive(Debug)]
+pub(crate) enum Interrupt {
+    /// Paused at a step boundary.
+    Suspend,
+    /// A user ended the instance.
+    Terminate { rollback: bool },
+    /// A user restarts the instance; the restarter rewrites its records.
+    Stop,
+    /// The workflow code no longer matches the instance's history
+    /// (non-determinism, a stored value that no longer decodes): the
+    /// instance is parked `Blocked`.
+    Fail(Failure),
+}
+
+pub(crate) struct Live {
+    interrupt: Mutex<Option<Interrupt>>,
+    interrupted: Notify,
+    pause_requested: AtomicBool,
+    /// Woken when an event is sent to the instance.
+    pub(crate) event_sent: Notify,
+    /// Set once the driver let go. A flag and a `Notify` rather than a
+    /// `watch` channel: every waiting instance holds one, and a watch
+    /// channel is ten times the size.
+    stopped: AtomicBool,
+    stopped_changed: Notify,
+}
+
+impl Live {
+    pub(crate) fn new() -> Self {
+        Live {
+            interrupt: Mutex::new(None),
+            interrupted: Notify::new(),
+            pause_requested: AtomicBool::new(false),
+            event_sent: Notify::new(),
+            stopped: AtomicBool::new(false),
+            stopped_changed: Notify::new(),
+        }
+    }
+
+    /// Asks the driver to stop; the first request wins.
+    pub(crate) fn interrupt(&self, why: Interrupt) {
+        let mut slot = self.interrupt.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.is_none() {
+            *slot = Some(why);
+        }
+        drop(slot);
+        self.interrupted.notify_one();
+    }
+
+    pub(crate) fn is_interrupted(&self) -> bool {
+        self.interrupt
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some()
+    }
+
+    /// Completes with the first interrupt.
+    pub(crate) async fn interrupted(&self) -> Interrupt {
+        loop {
+            let notified = self.interrupted.notified();
+            if let Some(why) = self
+                .interrupt
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take()
+            {
+                return why;
+            }
+            notified.await;
+        }
+    }
+
+    pub(crate) fn request_pause(&self, pause: bool) {
+        self.pause_requested.store(pause, Ordering::SeqCst);
+    }
+
+    pub(crate) fn pause_requested(&self) -> bool {
+        self.pause_requested.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn mark_stopped(&self) {
+        self.stopped.store(true, Ordering::SeqCst);
+        self.stopped_changed.notify_waiters();
+    }
+
+    /// Completes once the driver has let go of the instance.
+    pub(crate) async fn wait_stopped(&self) {
+        loop {
+            // Registered before the check, so a `mark_stopped` in between
+            // still wakes it.
+            let changed = self.stopped_changed.notified();
+            if self.stopped.load(Ordering::SeqCst) {
+                return;
+            }
+            changed.await;
+        }
+    }
+}

@@ -1,0 +1,304 @@
+//! Durable waits and recorded values: sleeps whose wake time is stored,
+//! waits for events sent with `Engine::send_event`, and `now()`/`random()`
+//! whose values replay sees again.
+
+use std::future::{Future, pending};
+use std::hash::{BuildHasher, Hasher};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use serde::de::DeserializeOwned;
+use tracing::Instrument;
+
+use crate::codec::Payload;
+use crate::error::failure::WaitError;
+use crate::journal::{Change, SlotKind, SlotState};
+use crate::time::clock::{add_millis, from_millis, to_millis};
+use crate::time::duration::IntoDuration;
+use crate::workflow::context::{Mode, RunScope, Slot, WorkflowContext};
+
+impl WorkflowContext {
+    /// Sleeps durably for `duration` (a [`Duration`](std::time::Duration) or a
+    /// string such as `"7 days"`). The wake time is stored: a process that
+    /// restarts before it sleeps for the rest, one that restarts after it
+    /// goes on at once. `name` is the sleep's cache key; its length is not,
+    /// so changing the duration does not break replay.
+    pub fn sleep(
+        &self,
+        name: &'static str,
+        duration: impl IntoDuration,
+    ) -> impl Future<Output = Result<(), WaitError>> + Send + 'static {
+        let duration = duration.into_duration();
+        let slot = self.run.take_slot(SlotKind::Sleep, name);
+        let shared = self.run.scope.clone();
+        async move {
+            let duration = duration?;
+            let wake_at = move |now: u64| add_millis(now, duration);
+            sleep_in_slot(shared, slot, name, wake_at).await
+        }
+    }
+
+    /// Sleeps durably until `time`; see [`sleep`](WorkflowContext::sleep).
+    pub fn sleep_until(
+        &self,
+        name: &'static str,
+        time: SystemTime,
+    ) -> impl Future<Output = Result<(), WaitError>> + Send + 'static {
+        let slot = self.run.take_slot(SlotKind::Sleep, name);
+        let shared = self.run.scope.clone();
+        let at = to_millis(time);
+        sleep_in_slot(shared, slot, name, move |_| at)
+    }
+
+    /// Waits for an event of `event_type` sent to this instance with
+    /// `Engine::send_event`, for at most `timeout`. An event sent before
+    /// the workflow gets here is kept and delivered. A timeout is
+    /// [`WaitError::Timeout`], which the workflow may catch.
+    pub fn wait_for_event<T: DeserializeOwned + Send + 'static>(
+        &self,
+        name: &'static str,
+        event_type: &str,
+        timeout: impl IntoDuration,
+    ) -> impl Future<Output = Result<T, WaitError>> + Send + 'static {
+        let timeout = timeout.into_duration();
+        let slot = self.run.take_slot(SlotKind::Event, name);
+        let shared = self.run.scope.clone();
+        let event_type = event_type.to_owned();
+        let type_problem = crate::names::check_event_type(&event_type).err();
+        async move {
+            let timeout = timeout?;
+            let Some(slot) = slot else {
+                return pending().await;
+            };
+            if let Some(problem) = type_problem {
+                shared.fail(crate::error::failure::Failure::new(
+                    crate::error::failure::FailureKind::Workflow,
+                    problem,
+                ));
+                return pending().await;
+            }
+            let span = tracing::info_span!(
+                "saga.wait",
+                instance = %shared.id,
+                workflow = %shared.workflow,
+                name,
+                occurrence = slot.occurrence,
+                event_type = %event_type,
+            );
+            let wait = EventWait {
+                scope: shared,
+                slot,
+                name,
+                event_type,
+            };
+            let payload = wait.run(timeout).instrument(span).await?;
+            payload.decode::<T>().map_err(|detail| WaitError::Decode {
+                name: name.to_owned(),
+                type_name: std::any::type_name::<T>(),
+                detail,
+            })
+        }
+    }
+
+    /// The current time, recorded: replay gets the same value. Use it
+    /// instead of `SystemTime::now()` in workflow code.
+    pub fn now(&self) -> impl Future<Output = SystemTime> + Send + 'static {
+        let recorded = self.recorded_value(SlotKind::Now, |shared| shared.core.now_millis());
+        async move { from_millis(recorded.await) }
+    }
+
+    /// A random number, recorded: replay gets the same value. Use it
+    /// instead of `rand` in workflow code. Not for cryptography.
+    pub fn random(&self) -> impl Future<Output = u64> + Send + 'static {
+        self.recorded_value(SlotKind::Random, |_| {
+            let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+            hasher.write_u128(std::time::Instant::now().elapsed().as_nanos());
+            hasher.finish()
+        })
+    }
+
+    /// Takes a slot for a value computed once and replayed after.
+    fn recorded_value(
+        &self,
+        kind: SlotKind,
+        compute: impl FnOnce(&RunScope) -> u64 + Send + 'static,
+    ) -> impl Future<Output = u64> + Send + 'static {
+        let slot = self.run.take_slot(kind, kind.value_name());
+        let shared = self.run.scope.clone();
+        async move {
+            let Some(slot) = slot else {
+                return pending().await;
+            };
+            if let Some(SlotState::Value { value }) = slot.recorded.as_ref().map(|r| &r.state) {
+                return *value;
+            }
+            if shared.mode == Mode::Rebuild || slot.recorded.is_some() {
+                return pending().await;
+            }
+            let value = compute(&shared);
+            shared
+                .record(Change::ValueRecorded {
+                    slot: slot.index,
+                    kind,
+                    value,
+                })
+                .await;
+            value
+        }
+    }
+}
+
+async fn sleep_in_slot(
+    shared: Arc<RunScope>,
+    slot: Option<Slot>,
+    name: &'static str,
+    wake_at: impl FnOnce(u64) -> u64,
+) -> Result<(), WaitError> {
+    let Some(slot) = slot else {
+        return pending().await;
+    };
+    let span = tracing::info_span!(
+        "saga.sleep",
+        instance = %shared.id,
+        workflow = %shared.workflow,
+        name,
+        occurrence = slot.occurrence,
+    );
+    sleep_in_span(shared, slot, name, wake_at)
+        .instrument(span)
+        .await
+}
+
+async fn sleep_in_span(
+    shared: Arc<RunScope>,
+    slot: Slot,
+    name: &'static str,
+    wake_at: impl FnOnce(u64) -> u64,
+) -> Result<(), WaitError> {
+    let wake_at = match slot.recorded.as_ref().map(|r| &r.state) {
+        Some(SlotState::Slept) => return Ok(()),
+        Some(SlotState::Sleeping { wake_at }) if shared.mode == Mode::Forward => *wake_at,
+        None if shared.mode == Mode::Forward => {
+            if shared.pause_here() {
+                return pending().await;
+            }
+            let wake_at = wake_at(shared.core.now_millis());
+            shared
+                .record(Change::SleepStarted {
+                    slot: slot.index,
+                    name: name.to_owned(),
+                    occurrence: slot.occurrence,
+                    wake_at,
+                })
+                .await;
+            wake_at
+        }
+        _ => return pending().await,
+    };
+    tracing::debug!(wake_at = ?from_millis(wake_at), "sleeping");
+    let asleep = shared.asleep_until(slot.index, wake_at);
+    shared.core.clock.sleep_until(from_millis(wake_at)).await;
+    drop(asleep);
+    tracing::debug!("woke up");
+    // Not waited for: the next durable call's flush covers it, and a crash
+    // before then sleeps again until the same wake time, which has passed.
+    if let Err(e) = shared.append(Change::SleepCompleted { slot: slot.index }) {
+        return shared.stall(e).await;
+    }
+    Ok(())
+}
+
+struct EventWait {
+    scope: Arc<RunScope>,
+    slot: Slot,
+    name: &'static str,
+    event_type: String,
+}
+
+impl EventWait {
+    /// The payload of the event this wait takes.
+    async fn run(self, timeout: std::time::Duration) -> Result<Payload, WaitError> {
+        let shared = &self.scope;
+        let deadline = match self.slot.recorded.as_ref().map(|r| &r.state) {
+            Some(SlotState::Received { payload, .. }) => return Ok(payload.clone()),
+            Some(SlotState::TimedOut { .. }) => return Err(self.timeout_error()),
+            Some(SlotState::Waiting { deadline, .. }) if shared.mode == Mode::Forward => *deadline,
+            None if shared.mode == Mode::Forward => {
+                if shared.pause_here() {
+                    return pending().await;
+                }
+                let deadline = add_millis(shared.core.now_millis(), timeout);
+                shared
+                    .record(Change::WaitStarted {
+                        slot: self.slot.index,
+                        name: self.name.to_owned(),
+                        occurrence: self.slot.occurrence,
+                        event_type: self.event_type.clone(),
+                        deadline,
+                    })
+                    .await;
+                deadline
+            }
+            _ => return pending().await,
+        };
+        tracing::debug!(deadline = ?from_millis(deadline), "waiting for an event");
+        loop {
+            let sent = shared.live.event_sent.notified();
+            match self.take_pending() {
+                Ok(Some(payload)) => {
+                    if let Err(e) = shared.core.journal.flush().await {
+                        return shared.stall(e).await;
+                    }
+                    tracing::info!("event received");
+                    return Ok(payload);
+                }
+                Ok(None) => {}
+                Err(e) => return shared.stall(e).await,
+            }
+            if shared.core.now_millis() >= deadline {
+                shared
+                    .record(Change::WaitTimedOut {
+                        slot: self.slot.index,
+                    })
+                    .await;
+                tracing::warn!("event wait timed out");
+                return Err(self.timeout_error());
+            }
+            let asleep = shared.asleep_until(self.slot.index, deadline);
+            tokio::select! {
+                () = sent => {}
+                () = shared.core.clock.sleep_until(from_millis(deadline)) => {}
+            }
+            drop(asleep);
+        }
+    }
+
+    /// Takes the oldest stored event of this wait's type, if any, in the
+    /// same record that makes it this wait's result.
+    fn take_pending(&self) -> crate::Result<Option<Payload>> {
+        let slot = self.slot.index;
+        self.scope.write(|state| {
+            let found = state
+                .pending
+                .iter()
+                .find(|(_, e)| e.event_type == self.event_type);
+            Ok(match found {
+                Some((event, pending)) => (
+                    Some(Change::EventTaken {
+                        slot,
+                        event: *event,
+                    }),
+                    Some(pending.payload.clone()),
+                ),
+                None => (None, None),
+            })
+        })
+    }
+
+    fn timeout_error(&self) -> WaitError {
+        WaitError::Timeout {
+            name: self.name.to_owned(),
+            event_type: self.event_type.clone(),
+        }
+    }
+}
