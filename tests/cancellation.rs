@@ -162,7 +162,8 @@ where
 
 /// No step body ran twice for one key; each generation took the approval
 /// event once when it got past its wait.
-async fn check_invariants(world: &World, instance: &Instance) {
+async fn check_invariants(world: &World, instance: &(impl AsRef<Instance> + ?Sized)) {
+    let instance: &Instance = instance.as_ref();
     for (key, runs) in world.ledger.runs_of(instance.id()) {
         assert_eq!(runs, 1, "{key} ran {runs} times");
     }
@@ -200,7 +201,8 @@ async fn finished(world: &World, id: &str) -> Instance {
     instance
 }
 
-async fn completes(instance: &Instance) {
+async fn completes(instance: &(impl AsRef<Instance> + ?Sized)) {
+    let instance: &Instance = instance.as_ref();
     assert_eq!(
         within("the result", instance.result::<u64>())
             .await
@@ -394,7 +396,8 @@ async fn terminate_with_rollback() {
 
 /// A restart's new generation runs on its own: the approval it took is
 /// delivered to it again.
-async fn restarted(i: &Instance, polls: usize, restart_again: impl Future) {
+async fn restarted(i: &(impl AsRef<Instance> + ?Sized), polls: usize, restart_again: impl Future) {
+    let i: &Instance = i.as_ref();
     if polls == 0 {
         assert_eq!(i.status().await.unwrap(), Status::Complete);
         restart_again.await;

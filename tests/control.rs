@@ -31,7 +31,8 @@ fn started(step: &str) -> impl Fn(&EventKind) -> bool + '_ {
     move |k| matches!(k, EventKind::StepStarted { step: s, .. } if s == step)
 }
 
-async fn count(run: &Instance, pred: impl Fn(&EventKind) -> bool) -> usize {
+async fn count(run: &(impl AsRef<Instance> + ?Sized), pred: impl Fn(&EventKind) -> bool) -> usize {
+    let run: &Instance = run.as_ref();
     kinds(run).await.iter().filter(|k| pred(k)).count()
 }
 

@@ -95,7 +95,8 @@ fn step_failure(error: saga_runtime::Error) -> Failure {
     }
 }
 
-async fn attempts_of(run: &Instance, step: &str) -> usize {
+async fn attempts_of(run: &(impl AsRef<Instance> + ?Sized), step: &str) -> usize {
+    let run: &Instance = run.as_ref();
     run.history()
         .await
         .unwrap()

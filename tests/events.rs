@@ -28,7 +28,8 @@ fn start_of_time() -> SystemTime {
 }
 
 /// Polls until the instance's history has an event that `pred` accepts.
-async fn until_history(run: &Instance, pred: impl Fn(&EventKind) -> bool) {
+async fn until_history(run: &(impl AsRef<Instance> + ?Sized), pred: impl Fn(&EventKind) -> bool) {
+    let run: &Instance = run.as_ref();
     wait_until("a history event", || async {
         kinds(run).await.iter().any(&pred)
     })

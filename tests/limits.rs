@@ -150,7 +150,8 @@ async fn blobs(ctx: WorkflowContext, size: usize) -> Result<usize, WorkflowError
 }
 
 /// The failure of a step that `run` ended with.
-async fn step_failure(run: &Instance) -> saga_runtime::Failure {
+async fn step_failure(run: &(impl AsRef<Instance> + ?Sized)) -> saga_runtime::Failure {
+    let run: &Instance = run.as_ref();
     match within("the result", run.result::<usize>()).await {
         Err(Error::WorkflowFailed { failure, .. }) => *failure,
         other => panic!("expected WorkflowFailed, got {other:?}"),

@@ -224,7 +224,8 @@ async fn engine_goes_on(engine: &Engine, id: &str) {
 }
 
 /// The workflow failed with `message` in its failure, and was compensated.
-async fn errored_and_compensated(instance: &Instance, message: &str) {
+async fn errored_and_compensated(instance: &(impl AsRef<Instance> + ?Sized), message: &str) {
+    let instance: &Instance = instance.as_ref();
     let ended = within("the end", instance.result::<u64>()).await;
     match ended {
         Err(Error::WorkflowFailed {

@@ -58,7 +58,8 @@ impl World {
 }
 
 /// How many events the instance's waits took since its last restart.
-async fn delivered_since_restart(run: &Instance) -> usize {
+async fn delivered_since_restart(run: &(impl AsRef<Instance> + ?Sized)) -> usize {
+    let run: &Instance = run.as_ref();
     let history = run.history().await.unwrap();
     let from = history
         .iter()

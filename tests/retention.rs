@@ -99,7 +99,8 @@ async fn one_of_each(engine: &Engine, clock: &TestClock) {
     assert_eq!(ended.status().await.unwrap(), Status::Terminated);
 }
 
-async fn until_started(run: &Instance) {
+async fn until_started(run: &(impl AsRef<Instance> + ?Sized)) {
+    let run: &Instance = run.as_ref();
     wait_until("the busy step", || async {
         run.history()
             .await

@@ -149,8 +149,9 @@ fn completed(step: &str) -> EventKind {
 
 /// The failure the instance ended with; panics if it did not end `Errored`.
 async fn failed_with(
-    instance: &Instance,
+    instance: &(impl AsRef<Instance> + ?Sized),
 ) -> (saga_runtime::Failure, Option<saga_runtime::Failure>) {
+    let instance: &Instance = instance.as_ref();
     match within("the result", instance.result::<u64>()).await {
         Err(Error::WorkflowFailed {
             failure,

@@ -70,7 +70,8 @@ pub(crate) async fn fresh(builder: saga_runtime::EngineBuilder) -> Engine {
 pub(crate) mod postgres;
 
 /// What the instance's history says happened, in order.
-pub(crate) async fn kinds(run: &Instance) -> Vec<EventKind> {
+pub(crate) async fn kinds(run: &(impl AsRef<Instance> + ?Sized)) -> Vec<EventKind> {
+    let run: &Instance = run.as_ref();
     run.history()
         .await
         .unwrap()
@@ -80,7 +81,8 @@ pub(crate) async fn kinds(run: &Instance) -> Vec<EventKind> {
 }
 
 /// Waits until the instance is in `status`.
-pub(crate) async fn until_status(run: &Instance, status: Status) {
+pub(crate) async fn until_status(run: &(impl AsRef<Instance> + ?Sized), status: Status) {
+    let run: &Instance = run.as_ref();
     wait_until(&format!("status {status}"), || async {
         run.status().await.unwrap() == status
     })

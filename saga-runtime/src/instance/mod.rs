@@ -10,7 +10,6 @@ pub(crate) mod intent;
 pub(crate) mod send;
 
 use std::marker::PhantomData;
-use std::ops::Deref;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -633,13 +632,91 @@ impl<O: DeserializeOwned> Run<O> {
     pub fn instance(&self) -> &Instance {
         &self.instance
     }
+
+    /// The untyped handle, owned.
+    pub fn into_instance(self) -> Instance {
+        self.instance
+    }
 }
 
-impl<O> Deref for Run<O> {
-    type Target = Instance;
+/// The calls of the untyped handle, on the typed one (see [`Instance`]).
+impl<O> Run<O> {
+    /// The instance id.
+    pub fn id(&self) -> &str {
+        self.instance.id()
+    }
 
-    fn deref(&self) -> &Instance {
+    /// See [`Instance::status`].
+    pub async fn status(&self) -> Result<Status> {
+        self.instance.status().await
+    }
+
+    /// See [`Instance::info`].
+    pub async fn info(&self) -> Result<InstanceInfo> {
+        self.instance.info().await
+    }
+
+    /// See [`Instance::history`].
+    pub async fn history(&self) -> Result<Vec<Event>> {
+        self.instance.history().await
+    }
+
+    /// See [`Instance::inspect`].
+    pub async fn inspect(&self) -> Result<crate::instance::inspect::Inspection> {
+        self.instance.inspect().await
+    }
+
+    /// See [`Instance::pause`].
+    pub async fn pause(&self) -> Result<()> {
+        self.instance.pause().await
+    }
+
+    /// See [`Instance::resume`].
+    pub async fn resume(&self) -> Result<()> {
+        self.instance.resume().await
+    }
+
+    /// See [`Instance::terminate`].
+    pub async fn terminate(&self) -> Result<()> {
+        self.instance.terminate().await
+    }
+
+    /// See [`Instance::terminate_with_rollback`].
+    pub async fn terminate_with_rollback(&self) -> Result<()> {
+        self.instance.terminate_with_rollback().await
+    }
+
+    /// See [`Instance::retry_rollback`].
+    pub async fn retry_rollback(&self) -> Result<()> {
+        self.instance.retry_rollback().await
+    }
+
+    /// See [`Instance::restart`].
+    pub async fn restart(&self) -> Result<()> {
+        self.instance.restart().await
+    }
+
+    /// See [`Instance::restart_from`].
+    pub async fn restart_from(&self, step: &str) -> Result<()> {
+        self.instance.restart_from(step).await
+    }
+}
+
+impl AsRef<Instance> for Instance {
+    fn as_ref(&self) -> &Instance {
+        self
+    }
+}
+
+impl<O> AsRef<Instance> for Run<O> {
+    fn as_ref(&self) -> &Instance {
         &self.instance
+    }
+}
+
+impl<O> From<Run<O>> for Instance {
+    fn from(run: Run<O>) -> Instance {
+        run.instance
     }
 }
 
