@@ -621,16 +621,7 @@ impl Server {
             while let Some(job) = jobs.recv().await {
                 match job {
                     Job::Read { read, reply } => {
-                        let deadline = Instant::now() + self.timeout;
-                        let answer = read_with_retry(
-                            &self.target,
-                            &self.reader,
-                            &read,
-                            &self.worker,
-                            deadline,
-                        )
-                        .await;
-                        let _ = reply.send(answer);
+                        let _ = reply.send(self.read_now(&read).await);
                     }
                     Job::Claim { reply, .. } => {
                         let _ = reply.send(Ok(Vec::new()));
@@ -710,16 +701,7 @@ impl Server {
                         reply,
                     } => {
                         // Answered before any write queued after it.
-                        let deadline = Instant::now() + self.timeout;
-                        let answer = read_with_retry(
-                            &self.target,
-                            &self.reader,
-                            &read,
-                            &self.worker,
-                            deadline,
-                        )
-                        .await;
-                        let _ = reply.send(answer);
+                        let _ = reply.send(self.read_now(&read).await);
                     }
                     Job::Read { read, reply } => {
                         // Every write queued before it is applied: it sees them.
@@ -748,6 +730,12 @@ impl Server {
             }
             self.append_unwaited(appends).await;
         }
+    }
+
+    /// Serves `read` on the read connection, before the next job.
+    async fn read_now(&self, read: &Read) -> Result<ReadAnswer> {
+        let deadline = Instant::now() + self.timeout;
+        read_with_retry(&self.target, &self.reader, read, &self.worker, deadline).await
     }
 
     /// Applies appends nobody waits for, in one statement.
