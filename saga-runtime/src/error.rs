@@ -217,7 +217,8 @@ pub enum Error {
     /// configured size limit. Store a reference (a key, a URL) instead, or
     /// raise the limit with `EngineBuilder::max_payload_bytes`.
     #[error(
-        "{what} is {size} bytes, over the limit of {limit} bytes; store a reference instead or raise EngineBuilder::max_payload_bytes"
+        "{what} is {size} bytes, {} bytes over the limit of {limit} bytes; store a reference instead or raise EngineBuilder::max_payload_bytes",
+        size.saturating_sub(*limit)
     )]
     PayloadTooLarge {
         /// What was too large.

@@ -74,6 +74,7 @@ mod engine;
 mod error;
 mod failpoint;
 mod failure;
+mod finite;
 mod history;
 mod id;
 mod in_flight;
