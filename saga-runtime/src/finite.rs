@@ -9,7 +9,7 @@ use serde::ser::{self, Serialize};
 
 /// Refuses a value holding a NaN or an infinite float; says where.
 pub(crate) fn check_finite<T: Serialize + ?Sized>(value: &T) -> Result<(), String> {
-    crate::panic::catch(|| value.serialize(&mut Walk::default()))
+    crate::panic::catch(|| value.serialize(&mut Walk))
         .map_err(|panic| format!("its Serialize panicked: {panic}"))?
         .map_err(|NotFinite(path)| NotFinite(path.map(|p| if p.is_empty() { "the top".to_owned() } else { p })))
         .or_else(|NotFinite(path)| match path {
@@ -48,7 +48,6 @@ impl ser::Error for NotFinite {
 /// The walk. The path of a float found is built on the way out (each
 /// level prefixes its field or index), so a finite value costs no
 /// allocation per field.
-#[derive(Default)]
 struct Walk;
 
 type Answer = Result<(), NotFinite>;
