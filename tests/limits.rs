@@ -729,3 +729,110 @@ async fn event_ids_are_counted_in_characters() {
         );
     }
 }
+
+#[workflow(name = "await-approval")]
+async fn await_approval(ctx: WorkflowContext, (): ()) -> Result<String, WorkflowError> {
+    let approval: String = ctx
+        .wait_for_event("wait-approval", "approval", "7 days")
+        .await?;
+    Ok(approval)
+}
+
+/// An engine whose clock does not move: a waiting instance hibernates and
+/// stays so.
+fn still_engine(builder: saga_runtime::EngineBuilder) -> Engine {
+    builder.clock(TestClock::new()).temporary().unwrap()
+}
+
+#[tokio::test]
+async fn an_event_costs_the_same_the_two_thousandth_time_as_the_first() {
+    const BATCH: usize = 200;
+    const BATCHES: usize = 10;
+    let engine = still_engine(Engine::builder());
+    let run = engine.start(await_approval, "busy", ()).await.unwrap();
+    until_status(&run, Status::Waiting).await;
+    let noise = "x".repeat(100);
+    let mut batches = Vec::new();
+    for _ in 0..BATCHES {
+        let started = std::time::Instant::now();
+        for _ in 0..BATCH {
+            engine.send_event("busy", "noise", &noise).await.unwrap();
+        }
+        batches.push(started.elapsed());
+    }
+    // The quickest of three batches at each end: one slowed by a
+    // neighbour's build does not decide.
+    let first = batches[..3].iter().min().unwrap();
+    let last = batches[BATCHES - 3..].iter().min().unwrap();
+    eprintln!(
+        "per event: {:?} over events 1-{}, {:?} over events {}-{}",
+        *first / BATCH as u32,
+        3 * BATCH,
+        *last / BATCH as u32,
+        (BATCHES - 3) * BATCH + 1,
+        BATCHES * BATCH
+    );
+    assert!(
+        *last <= *first * 2,
+        "the last batches of {BATCH} events took {last:?}, the first {first:?}: {batches:?}"
+    );
+    // The 2,000 wait, and the awaited one still gets through.
+    engine.send_event("busy", "approval", "yes").await.unwrap();
+    assert_eq!(within("the result", run.result()).await.unwrap(), "yes");
+}
+
+#[tokio::test]
+async fn an_instance_full_of_events_refuses_more_at_the_sender() {
+    let engine = still_engine(Engine::builder().max_pending_events(5));
+    let run = engine.start(await_approval, "full", ()).await.unwrap();
+    until_status(&run, Status::Waiting).await;
+    for _ in 0..5 {
+        engine.send_event("full", "noise", "n").await.unwrap();
+    }
+    let before = run.history().await.unwrap().len();
+    let error = engine
+        .send_event("full", "noise", "n")
+        .await
+        .expect_err("over the cap");
+    assert!(
+        matches!(&error, Error::InstanceFull { id, limit: 5, of: "pending events" } if id == "full"),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("max_pending_events"), "{error}");
+    assert_eq!(run.history().await.unwrap().len(), before, "nothing stored");
+    // What the instance waits for is taken at once: noise does not keep
+    // it out.
+    engine.send_event("full", "approval", "yes").await.unwrap();
+    assert_eq!(within("the result", run.result()).await.unwrap(), "yes");
+
+    let engine = still_engine(Engine::builder().max_journal_records(12));
+    let run = engine.start(await_approval, "long", ()).await.unwrap();
+    until_status(&run, Status::Waiting).await;
+    let refused = async {
+        for _ in 0..12 {
+            if let Err(error) = engine.send_event("long", "noise", "n").await {
+                return error;
+            }
+        }
+        panic!("12 records, and more events were taken");
+    }
+    .await;
+    assert!(
+        matches!(
+            &refused,
+            Error::InstanceFull {
+                limit: 12,
+                of: "journal records",
+                ..
+            }
+        ),
+        "{refused:?}"
+    );
+    assert!(matches!(
+        engine.send_event("long", "approval", "yes").await,
+        Err(Error::InstanceFull { .. })
+    ));
+    // Control still works: the instance can be ended.
+    within("the terminate", run.terminate()).await.unwrap();
+    assert_eq!(run.status().await.unwrap(), Status::Terminated);
+}

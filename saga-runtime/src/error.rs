@@ -374,4 +374,23 @@ pub enum Error {
         /// Each trigger, as `name ON schema.table`.
         triggers: Vec<String>,
     },
+
+    /// An event was sent to an instance that holds as much as it may:
+    /// `limit` pending events (sent and not yet taken by a
+    /// `wait_for_event`), or `limit` records in its journal. Nothing was
+    /// stored. Send only events the workflow waits for (or let it take
+    /// them first), continue a long-running loop as a new instance, or
+    /// raise `EngineBuilder::max_pending_events` /
+    /// `EngineBuilder::max_journal_records`.
+    #[error(
+        "instance {id:?} holds {limit} {of}, its limit: the event was not stored; send only events it waits for, continue a long loop as a new instance, or raise EngineBuilder::max_pending_events / max_journal_records"
+    )]
+    InstanceFull {
+        /// The instance.
+        id: String,
+        /// The limit reached.
+        limit: u64,
+        /// What it holds: `"pending events"` or `"journal records"`.
+        of: &'static str,
+    },
 }

@@ -109,7 +109,8 @@ pub use crate::config::{Backoff, MAX_RETRIES, StepConfig};
 pub use crate::context::WorkflowContext;
 pub use crate::duration::IntoDuration;
 pub use crate::engine::{
-    DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_RETENTION, DEFAULT_STORE_TIMEOUT, Engine, EngineBuilder,
+    DEFAULT_MAX_JOURNAL_RECORDS, DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_MAX_PENDING_EVENTS,
+    DEFAULT_RETENTION, DEFAULT_STORE_TIMEOUT, Engine, EngineBuilder,
 };
 pub use crate::error::{Error, Result};
 pub use crate::failure::{
