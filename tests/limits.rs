@@ -518,3 +518,322 @@ async fn events_for_finished_instances_are_invalid_state() {
         })
     ));
 }
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+struct Reading {
+    sensor: String,
+    value: f64,
+}
+
+#[workflow(name = "record-reading")]
+async fn record_reading(ctx: WorkflowContext, reading: Reading) -> Result<f64, WorkflowError> {
+    let _ = ctx;
+    Ok(reading.value)
+}
+
+#[workflow(name = "keep-tree")]
+async fn keep_tree(ctx: WorkflowContext, tree: serde_json::Value) -> Result<bool, WorkflowError> {
+    let _ = ctx;
+    Ok(tree.is_array())
+}
+
+/// JSON arrays nested `depth` deep.
+fn nested(depth: usize) -> serde_json::Value {
+    (0..depth).fold(serde_json::Value::Null, |inner, _| {
+        serde_json::Value::Array(vec![inner])
+    })
+}
+
+/// Refused at `start` with an `Encode` error that says what to do, and
+/// nothing stored.
+async fn assert_refused_at_start(engine: &Engine, id: &str, error: Error, says: &str) {
+    match &error {
+        Error::Encode { what, detail } => {
+            assert!(what.contains(id), "{error}");
+            assert!(detail.contains(says), "{error}");
+        }
+        other => panic!("expected Encode, got {other:?}"),
+    }
+    assert!(
+        matches!(
+            engine.instance(id).await,
+            Err(Error::UnknownInstance { .. })
+        ),
+        "nothing was stored for {id}"
+    );
+}
+
+#[tokio::test]
+async fn a_workflow_input_json_cannot_read_back_is_refused_at_start() {
+    let engine = engine();
+    let nan = Reading {
+        sensor: "t1".into(),
+        value: f64::NAN,
+    };
+    let error = engine
+        .start(record_reading, "nan-1", nan)
+        .await
+        .unwrap_err();
+    assert_refused_at_start(&engine, "nan-1", error, "non-finite float").await;
+
+    let error = engine
+        .start(keep_tree, "deep-1", nested(128))
+        .await
+        .unwrap_err();
+    assert_refused_at_start(&engine, "deep-1", error, "127 levels").await;
+
+    // What JSON holds runs.
+    let run = engine
+        .start(keep_tree, "deep-2", nested(100))
+        .await
+        .unwrap();
+    assert!(within("the result", run.result()).await.unwrap());
+    let fine = Reading {
+        sensor: "t1".into(),
+        value: 21.5,
+    };
+    let run = engine.start(record_reading, "fine-1", fine).await.unwrap();
+    assert_eq!(within("the result", run.result()).await.unwrap(), 21.5);
+}
+
+#[workflow(name = "await-reading")]
+async fn await_reading(ctx: WorkflowContext, (): ()) -> Result<f64, WorkflowError> {
+    let reading: Reading = ctx
+        .wait_for_event("wait-reading", "reading", "1 hour")
+        .await?;
+    Ok(reading.value)
+}
+
+#[tokio::test]
+async fn an_event_payload_json_cannot_read_back_is_refused_at_send() {
+    let engine = Engine::builder()
+        .clock(TestClock::new())
+        .temporary()
+        .unwrap();
+    let run = engine.start(await_reading, "reader", ()).await.unwrap();
+    until_status(&run, Status::Waiting).await;
+    let before = run.history().await.unwrap().len();
+    let nan = Reading {
+        sensor: "t1".into(),
+        value: f64::INFINITY,
+    };
+    let error = engine
+        .send_event("reader", "reading", &nan)
+        .await
+        .expect_err("an infinity");
+    assert!(
+        matches!(&error, Error::Encode { detail, .. } if detail.contains("non-finite float (NaN or an infinity) at .value")),
+        "{error:?}"
+    );
+    let error = engine
+        .send_event("reader", "reading", &nested(128))
+        .await
+        .expect_err("too deep");
+    assert!(
+        matches!(&error, Error::Encode { detail, .. } if detail.contains("127 levels")),
+        "{error:?}"
+    );
+    assert_eq!(run.history().await.unwrap().len(), before, "nothing stored");
+    assert_eq!(run.status().await.unwrap(), Status::Waiting);
+
+    let fine = Reading {
+        sensor: "t1".into(),
+        value: -3.0,
+    };
+    engine.send_event("reader", "reading", &fine).await.unwrap();
+    assert_eq!(within("the result", run.result()).await.unwrap(), -3.0);
+}
+
+#[step(name = "measure-text", read_only)]
+async fn measure_text(text: String) -> Result<usize, StepError> {
+    Ok(text.len())
+}
+
+#[workflow(name = "forward-text")]
+async fn forward_text(ctx: WorkflowContext, text: String) -> Result<usize, WorkflowError> {
+    Ok(measure_text(&ctx, text).await?)
+}
+
+#[tokio::test]
+async fn payload_limit_errors_say_which_limit_and_by_how_much() {
+    let engine = engine();
+    // `"x…x"`: the limit exactly, so the start takes it, but the step's
+    // inputs (`["x…x"]`) are 2 bytes longer.
+    let run = engine
+        .start(forward_text, "exact", "x".repeat(LIMIT - 2))
+        .await
+        .unwrap();
+    let failure = step_failure(&run).await;
+    let message = failure.message();
+    assert!(
+        message.contains("inputs of step \"measure-text\""),
+        "{message}"
+    );
+    assert!(
+        message.contains(&format!(
+            "{} bytes as JSON (stored as one array of them), 2 bytes over the limit of {LIMIT} bytes",
+            LIMIT + 2
+        )),
+        "{message}"
+    );
+
+    let error = engine
+        .start(forward_text, "over", "x".repeat(LIMIT))
+        .await
+        .unwrap_err();
+    assert!(
+        error.to_string().contains(&format!(
+            "input of instance \"over\" is {} bytes, 2 bytes over the limit of {LIMIT} bytes",
+            LIMIT + 2
+        )),
+        "{error}"
+    );
+}
+
+#[tokio::test]
+async fn event_ids_are_counted_in_characters() {
+    let engine = Engine::builder()
+        .clock(TestClock::new())
+        .temporary()
+        .unwrap();
+    engine.start(await_reading, "ids", ()).await.unwrap();
+    let reading = Reading {
+        sensor: "t1".into(),
+        value: 1.0,
+    };
+    // 150 characters, 300 bytes.
+    let umlauts = "ü".repeat(150);
+    let sent = engine
+        .event("ids", "other")
+        .id(umlauts.as_str())
+        .send(&reading)
+        .await
+        .unwrap();
+    assert_eq!(sent, Sent::Delivered);
+    let sent = engine
+        .event("ids", "other")
+        .id("€".repeat(200))
+        .send(&reading)
+        .await
+        .unwrap();
+    assert_eq!(sent, Sent::Delivered);
+    for too_long in ["a".repeat(201), "ü".repeat(201), String::new()] {
+        let error = engine
+            .event("ids", "other")
+            .id(too_long.as_str())
+            .send(&reading)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&error, Error::InvalidArgument(m) if m.contains("1-200 characters")),
+            "{error:?}"
+        );
+    }
+}
+
+#[workflow(name = "await-approval")]
+async fn await_approval(ctx: WorkflowContext, (): ()) -> Result<String, WorkflowError> {
+    let approval: String = ctx
+        .wait_for_event("wait-approval", "approval", "7 days")
+        .await?;
+    Ok(approval)
+}
+
+/// An engine whose clock does not move: a waiting instance hibernates and
+/// stays so.
+fn still_engine(builder: saga_runtime::EngineBuilder) -> Engine {
+    builder.clock(TestClock::new()).temporary().unwrap()
+}
+
+#[tokio::test]
+async fn an_event_costs_the_same_the_two_thousandth_time_as_the_first() {
+    const BATCH: usize = 200;
+    const BATCHES: usize = 10;
+    let engine = still_engine(Engine::builder());
+    let run = engine.start(await_approval, "busy", ()).await.unwrap();
+    until_status(&run, Status::Waiting).await;
+    let noise = "x".repeat(100);
+    let mut batches = Vec::new();
+    for _ in 0..BATCHES {
+        let started = std::time::Instant::now();
+        for _ in 0..BATCH {
+            engine.send_event("busy", "noise", &noise).await.unwrap();
+        }
+        batches.push(started.elapsed());
+    }
+    // The quickest of three batches at each end: one slowed by a
+    // neighbour's build does not decide.
+    let first = batches[..3].iter().min().unwrap();
+    let last = batches[BATCHES - 3..].iter().min().unwrap();
+    eprintln!(
+        "per event: {:?} over events 1-{}, {:?} over events {}-{}",
+        *first / BATCH as u32,
+        3 * BATCH,
+        *last / BATCH as u32,
+        (BATCHES - 3) * BATCH + 1,
+        BATCHES * BATCH
+    );
+    assert!(
+        *last <= *first * 2,
+        "the last batches of {BATCH} events took {last:?}, the first {first:?}: {batches:?}"
+    );
+    // The 2,000 wait, and the awaited one still gets through.
+    engine.send_event("busy", "approval", "yes").await.unwrap();
+    assert_eq!(within("the result", run.result()).await.unwrap(), "yes");
+}
+
+#[tokio::test]
+async fn an_instance_full_of_events_refuses_more_at_the_sender() {
+    let engine = still_engine(Engine::builder().max_pending_events(5));
+    let run = engine.start(await_approval, "full", ()).await.unwrap();
+    until_status(&run, Status::Waiting).await;
+    for _ in 0..5 {
+        engine.send_event("full", "noise", "n").await.unwrap();
+    }
+    let before = run.history().await.unwrap().len();
+    let error = engine
+        .send_event("full", "noise", "n")
+        .await
+        .expect_err("over the cap");
+    assert!(
+        matches!(&error, Error::InstanceFull { id, limit: 5, of: "pending events" } if id == "full"),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("max_pending_events"), "{error}");
+    assert_eq!(run.history().await.unwrap().len(), before, "nothing stored");
+    // What the instance waits for is taken at once: noise does not keep
+    // it out.
+    engine.send_event("full", "approval", "yes").await.unwrap();
+    assert_eq!(within("the result", run.result()).await.unwrap(), "yes");
+
+    let engine = still_engine(Engine::builder().max_journal_records(12));
+    let run = engine.start(await_approval, "long", ()).await.unwrap();
+    until_status(&run, Status::Waiting).await;
+    let refused = async {
+        for _ in 0..12 {
+            if let Err(error) = engine.send_event("long", "noise", "n").await {
+                return error;
+            }
+        }
+        panic!("12 records, and more events were taken");
+    }
+    .await;
+    assert!(
+        matches!(
+            &refused,
+            Error::InstanceFull {
+                limit: 12,
+                of: "journal records",
+                ..
+            }
+        ),
+        "{refused:?}"
+    );
+    assert!(matches!(
+        engine.send_event("long", "approval", "yes").await,
+        Err(Error::InstanceFull { .. })
+    ));
+    // Control still works: the instance can be ended.
+    within("the terminate", run.terminate()).await.unwrap();
+    assert_eq!(run.status().await.unwrap(), Status::Terminated);
+}

@@ -64,6 +64,7 @@
 mod codec;
 mod engine;
 mod error;
+mod finite;
 mod instance;
 mod journal;
 mod lock;
@@ -77,7 +78,8 @@ mod workflow;
 
 pub use crate::engine::subscription::{RecvError, Subscription};
 pub use crate::engine::{
-    DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_RETENTION, DEFAULT_STORE_TIMEOUT, Engine, EngineBuilder,
+    DEFAULT_MAX_JOURNAL_RECORDS, DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_MAX_PENDING_EVENTS,
+    DEFAULT_RETENTION, DEFAULT_STORE_TIMEOUT, Engine, EngineBuilder,
 };
 pub use crate::error::failure::{
     Failure, FailureKind, Permanent, StepError, StepFailed, WaitError, WorkflowError,

@@ -18,7 +18,7 @@ use crate::engine::subscription::Subscription;
 use crate::error::{Error, Result};
 use crate::instance::send::EventSender;
 use crate::instance::{Instance, InstanceInfo, ListFilter, Run};
-use crate::journal::Journal;
+use crate::journal::{InstanceCaps, Journal};
 use crate::run::runner::Runner;
 use crate::store::{SledStore, Store};
 use crate::time::clock::{Clock, SystemClock};
@@ -28,6 +28,13 @@ use crate::workflow::{ErasedWorkflow, Workflow};
 
 /// The default limit on an encoded workflow input, step output or event payload.
 pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 1024 * 1024;
+/// The default cap on an instance's pending events (sent, not yet taken
+/// by a wait); see [`EngineBuilder::max_pending_events`].
+pub const DEFAULT_MAX_PENDING_EVENTS: usize = 10_000;
+/// The default cap on the records of an instance's journal before events
+/// sent to it are refused; see [`EngineBuilder::max_journal_records`].
+/// Temporal caps a history at 50 Ki events.
+pub const DEFAULT_MAX_JOURNAL_RECORDS: u64 = 50_000;
 /// How long a durable write may wait for the store by default before it
 /// fails with [`Error::Store`].
 pub const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -93,6 +100,7 @@ fn shut_down(runner: &Runner) -> Vec<tokio::task::JoinHandle<()>> {
 pub struct EngineBuilder {
     clock: Arc<dyn Clock>,
     max_payload: usize,
+    caps: InstanceCaps,
     retention: Duration,
     store_timeout: Duration,
     workflows: Vec<Arc<dyn ErasedWorkflow>>,
@@ -118,12 +126,39 @@ impl EngineBuilder {
         self
     }
 
+    /// How many events sent to one instance may wait, not yet taken by a
+    /// `wait_for_event` (default [`DEFAULT_MAX_PENDING_EVENTS`]). One more
+    /// is refused with [`Error::InstanceFull`] at the sender, before
+    /// anything is stored: they are held in memory while the instance
+    /// runs.
+    pub fn max_pending_events(mut self, events: usize) -> Self {
+        self.caps.pending_events = events;
+        self
+    }
+
+    /// How many records one instance's journal may hold before events sent
+    /// to it are refused with [`Error::InstanceFull`] (default
+    /// [`DEFAULT_MAX_JOURNAL_RECORDS`]). The instance's own steps are
+    /// still recorded, so it can finish; a loop that runs for ever should
+    /// continue as a new instance.
+    pub fn max_journal_records(mut self, records: u64) -> Self {
+        self.caps.journal_records = records;
+        self
+    }
+
     /// How long finished instances are kept (default 7 days).
     pub fn retention(mut self, retention: Duration) -> Self {
         self.retention = retention;
         self
     }
 
+    /// The default cap on an instance's pending events (sent, not yet taken
+    /// by a wait); see [`EngineBuilder::max_pending_events`].
+    pub const DEFAULT_MAX_PENDING_EVENTS: usize = 10_000;
+    /// The default cap on the records of an instance's journal before events
+    /// sent to it are refused; see [`EngineBuilder::max_journal_records`].
+    /// Temporal caps a history at 50 Ki events.
+    pub const DEFAULT_MAX_JOURNAL_RECORDS: u64 = 50_000;
     /// How long a durable write may wait for the store (default 30 s, real
     /// time). A full or unresponsive disk then gives [`Error::Store`] naming
     /// the cause instead of a hang; nothing stored is lost.
@@ -275,6 +310,7 @@ impl EngineBuilder {
     }
 
     fn build(self, journal: Journal, runtime: Handle, path: Option<PathBuf>) -> Result<Engine> {
+        let journal = journal.with_caps(self.caps);
         // On a store shared by workers, an index entry is repaired by the
         // worker that claims its instance (and a reader repairs nothing).
         let repaired = if journal.read_only() || journal.shared() {
@@ -335,6 +371,10 @@ impl Engine {
         EngineBuilder {
             clock: Arc::new(SystemClock),
             max_payload: DEFAULT_MAX_PAYLOAD_BYTES,
+            caps: InstanceCaps {
+                pending_events: DEFAULT_MAX_PENDING_EVENTS,
+                journal_records: DEFAULT_MAX_JOURNAL_RECORDS,
+            },
             retention: DEFAULT_RETENTION,
             store_timeout: DEFAULT_STORE_TIMEOUT,
             workflows: Vec::new(),

@@ -224,7 +224,8 @@ pub enum Error {
     /// configured size limit. Store a reference (a key, a URL) instead, or
     /// raise the limit with `EngineBuilder::max_payload_bytes`.
     #[error(
-        "{what} is {size} bytes, over the limit of {limit} bytes; store a reference instead or raise EngineBuilder::max_payload_bytes"
+        "{what} is {size} bytes, {} bytes over the limit of {limit} bytes; store a reference instead or raise EngineBuilder::max_payload_bytes",
+        size.saturating_sub(*limit)
     )]
     PayloadTooLarge {
         /// What was too large.
@@ -410,5 +411,24 @@ pub enum Error {
         schema: String,
         /// Each trigger, as `name ON schema.table`.
         triggers: Vec<String>,
+    },
+
+    /// An event was sent to an instance that holds as much as it may:
+    /// `limit` pending events (sent and not yet taken by a
+    /// `wait_for_event`), or `limit` records in its journal. Nothing was
+    /// stored. Send only events the workflow waits for (or let it take
+    /// them first), continue a long-running loop as a new instance, or
+    /// raise `EngineBuilder::max_pending_events` /
+    /// `EngineBuilder::max_journal_records`.
+    #[error(
+        "instance {id:?} holds {limit} {of}, its limit: the event was not stored; send only events it waits for, continue a long loop as a new instance, or raise EngineBuilder::max_pending_events / max_journal_records"
+    )]
+    InstanceFull {
+        /// The instance.
+        id: String,
+        /// The limit reached.
+        limit: u64,
+        /// What it holds: `"pending events"` or `"journal records"`.
+        of: &'static str,
     },
 }

@@ -60,7 +60,8 @@ impl<'a> EventSender<'a> {
         }
     }
 
-    /// The event's id (1–200 characters), scoped to the instance for its
+    /// The event's id (1–200 characters, counted as `str::chars` counts
+    /// them, so at most 800 bytes), scoped to the instance for its
     /// whole life, across restarts of the process and of the instance: a
     /// second send with this id and an equal payload (compared as JSON
     /// values, so map key order does not matter) stores nothing and
@@ -175,14 +176,10 @@ impl<'a> EventSender<'a> {
         let (id, event_type) = (&self.instance, &self.event_type);
         crate::names::validate_any_id(id)?;
         crate::names::check_event_type(event_type).map_err(Error::InvalidArgument)?;
-        if let Some(event_id) = &self.event_id
-            && (event_id.is_empty() || event_id.len() > 200)
-        {
-            return Err(Error::InvalidArgument(format!(
-                "event id {event_id:?} must be 1-200 characters"
-            )));
+        if let Some(event_id) = &self.event_id {
+            check_event_id(event_id)?;
         }
-        self.runner.core.encode_limited(payload, || {
+        self.runner.core.encode_untyped(payload, || {
             format!("payload of event {event_type:?} for instance {id:?}")
         })
     }
@@ -234,6 +231,21 @@ impl<'a> EventSender<'a> {
     }
 }
 
+/// The longest event id, in characters (Unicode scalar values, as
+/// `str::chars` counts them). At most 4 bytes each in UTF-8, so an id is
+/// at most 800 bytes, which every store keeps.
+const MAX_EVENT_ID_CHARS: usize = 200;
+
+fn check_event_id(event_id: &str) -> Result<()> {
+    let chars = event_id.chars().count();
+    if chars == 0 || chars > MAX_EVENT_ID_CHARS {
+        return Err(Error::InvalidArgument(format!(
+            "event id {event_id:?} is {chars} characters: it must be 1-{MAX_EVENT_ID_CHARS} characters"
+        )));
+    }
+    Ok(())
+}
+
 fn refuse_if_ended(state: &InstanceState, id: &str) -> Result<()> {
     if state.status.is_terminal() {
         return Err(Error::InvalidState {
@@ -275,7 +287,7 @@ pub(crate) async fn start<W: Workflow, R>(
     runner.register(Arc::new(workflow))?;
     let input = runner
         .core
-        .encode_limited(&input, || format!("input of instance {id:?}"))?;
+        .encode_readable(&input, || format!("input of instance {id:?}"))?;
     let journal = &runner.core.journal;
     // The workflow is registered here, so a new instance gets a driver,
     // even when this call is dropped while a server creates it.

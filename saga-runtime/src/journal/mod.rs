@@ -18,7 +18,7 @@ pub(crate) mod legacy;
 mod state;
 mod tail;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -45,6 +45,12 @@ pub(crate) struct Journal {
     /// Per instance: the lock that orders its writes, holding its folded
     /// state once loaded.
     cache: Mutex<HashMap<String, Arc<Mutex<Cached>>>>,
+    /// The instances whose state stays cached though nobody holds it, the
+    /// least recently let go first (on a store of one process: see
+    /// [`Journal::evict_if_idle`]).
+    idle: Mutex<VecDeque<String>>,
+    /// What an instance may hold before events sent to it are refused.
+    caps: InstanceCaps,
     events: broadcast::Sender<Event>,
     /// Bumped after an instance's end (or its block) is durable; `result()`
     /// waits on it.
@@ -64,6 +70,54 @@ struct Cached {
     /// Moves whenever `loaded` is let go: a load that began before is
     /// stale, and is not installed.
     epoch: u64,
+    /// In [`Journal::idle`].
+    idle: bool,
+}
+
+/// How many idle instances keep their state in memory: an instance that
+/// hibernates and is sent events (or read) often is not folded from its
+/// whole journal again at each, so an event costs the same whether it is
+/// the first or the ten-thousandth.
+const IDLE_CACHED: usize = 1024;
+
+/// What one instance may hold before the journal refuses the events sent
+/// to it ([`Error::InstanceFull`]): its state is in memory while it runs,
+/// and its journal is folded whenever it is loaded.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct InstanceCaps {
+    /// Events sent and not yet taken by a wait.
+    pub(crate) pending_events: usize,
+    /// Records in its journal.
+    pub(crate) journal_records: u64,
+}
+
+impl InstanceCaps {
+    /// Whether `change` is an event that `loaded` has no room for. An
+    /// event that a wait waits for now is taken at once, so pending events
+    /// of other types do not keep it out.
+    fn refuse(&self, id: &str, loaded: &Loaded, change: &Change) -> Result<()> {
+        let (Change::EventReceived { event_type, .. }
+        | Change::EventReceivedWithId { event_type, .. }) = change
+        else {
+            return Ok(());
+        };
+        let full = |limit: u64, of: &'static str| Error::InstanceFull {
+            id: id.to_owned(),
+            limit,
+            of,
+        };
+        if loaded.next_seq >= self.journal_records {
+            return Err(full(self.journal_records, "journal records"));
+        }
+        let state = &loaded.state;
+        let awaited = state.slots.values().any(|slot| {
+            matches!(&slot.state, SlotState::Waiting { event_type: awaited, .. } if awaited == event_type)
+        });
+        if !awaited && state.pending.len() >= self.pending_events {
+            return Err(full(self.pending_events as u64, "pending events"));
+        }
+        Ok(())
+    }
 }
 
 impl Cached {
@@ -114,11 +168,22 @@ impl Journal {
             flusher,
             clock,
             cache: Mutex::new(HashMap::new()),
+            idle: Mutex::new(VecDeque::new()),
+            caps: InstanceCaps {
+                pending_events: usize::MAX,
+                journal_records: u64::MAX,
+            },
             events,
             ended: watch::Sender::new(0),
             outcome_written: AtomicBool::new(false),
             patience: store_timeout,
         })
+    }
+
+    /// Refuses events to an instance that holds as much as `caps` allows.
+    pub(crate) fn with_caps(mut self, caps: InstanceCaps) -> Journal {
+        self.caps = caps;
+        self
     }
 
     pub(crate) fn now_millis(&self) -> u64 {
@@ -195,13 +260,50 @@ impl Journal {
     /// Forgets the cached state of `id` unless it is kept or someone holds
     /// it besides the `held` clones of the caller (clones are made only
     /// under the map's lock, so the count is exact).
+    ///
+    /// On a store of one process that this engine writes, nothing but this
+    /// journal writes an instance, so an idle state stays true: the
+    /// [`IDLE_CACHED`] let go most recently stay in memory. On a store
+    /// shared by workers (or one this engine only reads) another may write
+    /// it next, so it is read again.
     fn evict_if_idle(&self, id: &str, held: usize) {
         let mut cache = lock(&self.cache);
-        if let Some(entry) = cache.get(id)
-            && Arc::strong_count(entry) == 1 + held
-            && !lock(entry).keep
-        {
+        let Some(entry) = cache.get(id) else { return };
+        if Arc::strong_count(entry) != 1 + held {
+            return;
+        }
+        let mut cached = lock(entry);
+        if cached.keep {
+            return;
+        }
+        let others_write = self.store.shared() || self.store.read_only();
+        if others_write || cached.loaded.is_none() {
+            drop(cached);
             cache.remove(id);
+            return;
+        }
+        if cached.idle {
+            return;
+        }
+        cached.idle = true;
+        drop(cached);
+        let mut idle = lock(&self.idle);
+        idle.push_back(id.to_owned());
+        while idle.len() > IDLE_CACHED {
+            let Some(oldest) = idle.pop_front() else {
+                break;
+            };
+            let Some(entry) = cache.get(&oldest) else {
+                continue;
+            };
+            let in_use = Arc::strong_count(entry) > 1;
+            let mut cached = lock(entry);
+            cached.idle = false;
+            // One in use is queued again when it is let go.
+            if !in_use && !cached.keep {
+                drop(cached);
+                cache.remove(&oldest);
+            }
         }
     }
 
@@ -308,6 +410,7 @@ impl Journal {
         let Some(change) = change else {
             return Ok(answer);
         };
+        self.caps.refuse(id, loaded, &change)?;
         // On a store shared by workers only the instance's owner writes;
         // the engine posts to it instead, so this is a guard: a write to
         // another's instance would fence this whole worker.

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+use crate::journal::{InstanceState, SlotState};
 use crate::lock::lock;
 use crate::model::status::Status;
 use crate::panic::CatchUnwind;
@@ -228,11 +229,23 @@ impl Runner {
     }
 
     /// Like [`Runner::spawn_driver_if_runnable`], from code that must not
-    /// wait: before it returns on a store that answers at once, in a task
-    /// otherwise.
+    /// wait (a send, a start): before it returns on a store that answers
+    /// at once, in a task otherwise. An instance that hibernates here is
+    /// woken only when an event it waits for came: its timer wakes it
+    /// otherwise, and an event it does not wait for (yet) costs no replay.
     pub(crate) fn spawn_driver_if_runnable_soon(self: &Arc<Self>, id: &str) {
         let (runner, id) = (self.clone(), id.to_owned());
-        let spawn = async move { runner.spawn_driver_if_runnable(&id).await };
+        let spawn = async move {
+            if lock(&runner.timers).contains_key(&id) {
+                // The events before the newest were looked at when they
+                // came, or by the driver as it let go (`hibernate`).
+                let awaited = runner.core.journal.read(&id, newest_event_awaited).await;
+                if awaited.is_ok_and(|came| !came) {
+                    return;
+                }
+            }
+            runner.spawn_driver_if_runnable(&id).await
+        };
         if let Some(task) = crate::store::now_or_spawn(&self.core.runtime, spawn) {
             self.core.track(task);
         }
@@ -262,14 +275,7 @@ impl Runner {
     /// memory; answers whether to wake it at once instead (an awaited
     /// event came), once the driver let go.
     fn hibernate(self: &Arc<Self>, id: &str, wake_at: u64) -> bool {
-        let awaited_event_came = self.core.journal.read_kept(id, |state| {
-            state.slots.values().any(|slot| match &slot.state {
-                crate::journal::SlotState::Waiting { event_type, .. } => {
-                    state.pending.values().any(|e| e.event_type == *event_type)
-                }
-                _ => false,
-            })
-        });
+        let awaited_event_came = self.core.journal.read_kept(id, awaited_event_came);
         if awaited_event_came.unwrap_or(true) {
             return true;
         }
@@ -363,4 +369,23 @@ impl Drop for ControlGuard {
             control.remove(&self.id);
         }
     }
+}
+
+/// Whether an event that a wait of the instance waits for is pending.
+fn awaited_event_came(state: &InstanceState) -> bool {
+    state.pending.values().any(|e| awaits(state, &e.event_type))
+}
+
+/// Whether a wait of the instance waits for the event that came last,
+/// without looking at every pending event (a send asks at each event).
+fn newest_event_awaited(state: &InstanceState) -> bool {
+    let newest = state.pending.values().next_back();
+    newest.is_some_and(|e| awaits(state, &e.event_type))
+}
+
+/// Whether a wait of the instance waits for events of `event_type`.
+fn awaits(state: &InstanceState, event_type: &str) -> bool {
+    state.slots.values().any(|slot| {
+        matches!(&slot.state, SlotState::Waiting { event_type: awaited, .. } if awaited == event_type)
+    })
 }

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde::Serialize;
+use serde::de::DeserializeOwned;
 use tokio::runtime::Handle;
 
 use crate::codec::Payload;
@@ -41,6 +42,17 @@ pub(crate) struct Core {
     /// Instances stopped by a store failure in this process, with the
     /// error: `result()` reports it instead of waiting for a reopen.
     store_failures: Mutex<HashMap<String, String>>,
+}
+
+/// A value that encodes, but whose JSON does not decode back.
+fn unreadable(what: String, as_what: &str) -> Error {
+    Error::Encode {
+        what,
+        detail: format!(
+            "its JSON does not decode back as {as_what}; JSON nests at most 127 levels deep \
+             (serde_json's recursion limit) and holds no NaN or infinity: flatten the value or store it as a string"
+        ),
+    }
 }
 
 impl Core {
@@ -89,6 +101,57 @@ impl Core {
             });
         }
         Ok(payload)
+    }
+
+    /// Encodes a workflow input as [`Core::encode_limited`] does, and
+    /// refuses one that does not decode back as its type (a NaN written as
+    /// `null`, nesting past the decoder's depth limit): the instance could
+    /// never read it, and would fail at once.
+    pub(crate) fn encode_readable<T: Serialize + DeserializeOwned>(
+        &self,
+        value: &T,
+        what: impl Fn() -> String,
+    ) -> Result<Payload> {
+        let payload = self.encode_finite(value, &what)?;
+        let type_name = std::any::type_name::<T>();
+        match crate::panic::catch(|| payload.decode::<T>()) {
+            Ok(Ok(_)) => Ok(payload),
+            Ok(Err(detail)) => Err(unreadable(what(), &format!("`{type_name}` ({detail})"))),
+            Err(panic) => Err(unreadable(
+                what(),
+                &format!("`{type_name}` (its Deserialize panicked: {panic})"),
+            )),
+        }
+    }
+
+    /// Encodes a value whose type the engine does not know (an event
+    /// payload) as [`Core::encode_limited`] does, and refuses one whose
+    /// JSON does not read back as the same value: a non-finite float, or
+    /// nesting past the decoder's depth limit.
+    pub(crate) fn encode_untyped<T: Serialize + ?Sized>(
+        &self,
+        value: &T,
+        what: impl Fn() -> String,
+    ) -> Result<Payload> {
+        let payload = self.encode_finite(value, &what)?;
+        match payload.decode::<serde_json::Value>() {
+            Ok(_) => Ok(payload),
+            Err(detail) => Err(unreadable(what(), &format!("JSON ({detail})"))),
+        }
+    }
+
+    fn encode_finite<T: Serialize + ?Sized>(
+        &self,
+        value: &T,
+        what: &impl Fn() -> String,
+    ) -> Result<Payload> {
+        crate::finite::check_finite(value).map_err(|detail| Error::Encode {
+            what: what(),
+            detail: format!(
+                "{detail}; replace it (by a string, or leave the field out) before sending"
+            ),
+        })?;
+        self.encode_limited(value, what)
     }
 
     /// Keeps a task's handle so shutdown can stop it and `close` wait for it.

@@ -191,9 +191,11 @@ impl StepInputs {
                 "could not record the inputs of step {name:?}: {detail}"
             ))),
             Some(Ok(payload)) if payload.len() > limit => Err(StepError::fatal(format!(
-                "the inputs of step {name:?} are {} bytes as JSON, over the limit of {limit}; \
+                "the inputs of step {name:?} are {} bytes as JSON (stored as one array of them), \
+                 {} bytes over the limit of {limit} bytes; \
                  pass a reference (a key, a URL) instead, or raise EngineBuilder::max_payload_bytes",
-                payload.len()
+                payload.len(),
+                payload.len() - limit
             ))),
             Some(Ok(payload)) => Ok(Some(payload)),
         }
@@ -497,9 +499,10 @@ impl StepTask {
         })?;
         if payload.len() > limit {
             return Err(StepError::fatal(format!(
-                "the output of step {:?} is {} bytes, over the limit of {limit}; return a reference (a key, a URL) instead",
+                "the output of step {:?} is {} bytes, {} bytes over the limit of {limit} bytes; return a reference (a key, a URL) instead",
                 self.name,
-                payload.len()
+                payload.len(),
+                payload.len() - limit
             )));
         }
         let decoded = payload.decode::<T>().map_err(|detail| {
