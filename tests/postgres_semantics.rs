@@ -1,5 +1,6 @@
 //! The core semantics suite again, on PostgreSQL: steps, retries,
-//! rollback order, waits and timers, control, retention. The files are the
+//! rollback order, waits and timers, control, retention, limits (the cost
+//! of the 2,000th event included). The files are the
 //! same as the sled suite's; in this binary `helpers::fresh` gives each
 //! engine a schema of its own on the test database instead of a temporary
 //! sled store (tests that reopen a sled directory still run on sled).
@@ -11,6 +12,8 @@
 mod control;
 #[path = "events.rs"]
 mod events;
+#[path = "limits.rs"]
+mod limits;
 #[path = "retention.rs"]
 mod retention;
 #[path = "rollback.rs"]

@@ -261,11 +261,13 @@ impl Journal {
     /// it besides the `held` clones of the caller (clones are made only
     /// under the map's lock, so the count is exact).
     ///
-    /// On a store of one process that this engine writes, nothing but this
-    /// journal writes an instance, so an idle state stays true: the
-    /// [`IDLE_CACHED`] let go most recently stay in memory. On a store
-    /// shared by workers (or one this engine only reads) another may write
-    /// it next, so it is read again.
+    /// While this engine is the only writer of an instance (on a store of
+    /// one process; on a store shared by workers, while this worker owns
+    /// it: fencing keeps every other worker from writing it, and a worker
+    /// that lost it is fenced whole), an idle state stays true: the
+    /// [`IDLE_CACHED`] let go most recently stay in memory. Another
+    /// worker's instance (or any, on an engine that only reads) is read
+    /// again.
     fn evict_if_idle(&self, id: &str, held: usize) {
         let mut cache = lock(&self.cache);
         let Some(entry) = cache.get(id) else { return };
@@ -276,7 +278,7 @@ impl Journal {
         if cached.keep {
             return;
         }
-        let others_write = self.store.shared() || self.store.read_only();
+        let others_write = self.store.read_only() || (self.store.shared() && !self.store.owns(id));
         if others_write || cached.loaded.is_none() {
             drop(cached);
             cache.remove(id);
