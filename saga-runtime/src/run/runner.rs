@@ -204,7 +204,15 @@ impl Runner {
             match exit {
                 Ok(Exit::Suspended) => runner.after_suspend(&id).await,
                 Ok(Exit::Hibernated(_)) if wake_now => runner.start_driver(&id, true),
-                Ok(Exit::Hibernated(_)) => {}
+                // An event sent while the driver still held the instance
+                // told the driver, which no longer listened: look again,
+                // now that a send finds no driver (and wakes it itself).
+                Ok(Exit::Hibernated(_)) => {
+                    let came = runner.core.journal.read(&id, awaited_event_came).await;
+                    if came.unwrap_or(true) {
+                        runner.start_driver(&id, true);
+                    }
+                }
                 Ok(Exit::Ended) => runner.spawn_driver_if_runnable(&id).await,
                 Ok(Exit::Other) => {}
                 Err(panic) => {
