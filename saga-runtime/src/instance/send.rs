@@ -220,10 +220,9 @@ impl<'a> EventSender<'a> {
         // Woken before the await: a dropped call still delivers the event
         // now (the wait that takes it flushes before it returns).
         if sent == Sent::Delivered {
-            match self.runner.live(&self.instance) {
-                Some(live) => live.event_sent.notify_waiters(),
-                // Hibernating (or not run here): its driver takes it.
-                None => self.runner.spawn_driver_if_runnable_soon(&self.instance),
+            // Hibernating (or not run here): its driver takes it.
+            if !self.runner.tell_event(&self.instance) {
+                self.runner.spawn_driver_if_runnable_soon(&self.instance);
             }
         }
         self.runner.core.journal.flush().await?;

@@ -133,6 +133,21 @@ impl Runner {
         }
     }
 
+    /// Tells the driver of `id` here, if one runs it, that an event came
+    /// (`false` when none does). Told under the lock that a driver lets go
+    /// under: a driver letting go either was told, and looks again, or is
+    /// gone, and the caller wakes the instance itself.
+    pub(crate) fn tell_event(&self, id: &str) -> bool {
+        let live = lock(&self.live);
+        match live.get(id) {
+            Some(driver) => {
+                driver.tell_event();
+                true
+            }
+            None => false,
+        }
+    }
+
     pub(crate) fn live(&self, id: &str) -> Option<Arc<Live>> {
         lock(&self.live).get(id).cloned()
     }
@@ -207,12 +222,13 @@ impl Runner {
                 // An event sent while the driver still held the instance
                 // told the driver, which no longer listened: look again,
                 // now that a send finds no driver (and wakes it itself).
-                Ok(Exit::Hibernated(_)) => {
+                Ok(Exit::Hibernated(_)) if live.was_told_of_events() => {
                     let came = runner.core.journal.read(&id, awaited_event_came).await;
                     if came.unwrap_or(true) {
                         runner.start_driver(&id, true);
                     }
                 }
+                Ok(Exit::Hibernated(_)) => {}
                 Ok(Exit::Ended) => runner.spawn_driver_if_runnable(&id).await,
                 Ok(Exit::Other) => {}
                 Err(panic) => {

@@ -32,6 +32,9 @@ pub(crate) struct Live {
     pause_requested: AtomicBool,
     /// Woken when an event is sent to the instance.
     pub(crate) event_sent: Notify,
+    /// Set by every send that told this driver: one that came as the
+    /// driver let go is looked for again (see `runner`).
+    event_came: AtomicBool,
     /// Set once the driver let go. A flag and a `Notify` rather than a
     /// `watch` channel: every waiting instance holds one, and a watch
     /// channel is ten times the size.
@@ -46,9 +49,21 @@ impl Live {
             interrupted: Notify::new(),
             pause_requested: AtomicBool::new(false),
             event_sent: Notify::new(),
+            event_came: AtomicBool::new(false),
             stopped: AtomicBool::new(false),
             stopped_changed: Notify::new(),
         }
+    }
+
+    /// Tells the driver that an event was sent to its instance.
+    pub(crate) fn tell_event(&self) {
+        self.event_came.store(true, Ordering::SeqCst);
+        self.event_sent.notify_waiters();
+    }
+
+    /// Whether a send told this driver of an event (ever).
+    pub(crate) fn was_told_of_events(&self) -> bool {
+        self.event_came.load(Ordering::SeqCst)
     }
 
     /// Asks the driver to stop; the first request wins.
