@@ -29,16 +29,21 @@ fn saga_pg(url: &str, schema: &str, args: &[&str]) -> support::Saga {
     }
 }
 
+/// A worker of `schema` that runs `fulfil`.
+async fn worker_on(url: &str, schema: &str) -> Engine {
+    Engine::builder()
+        .postgres_schema(schema)
+        .register(fulfil())
+        .connect(url)
+        .await
+        .unwrap_or_else(|e| postgres::missing(e))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_binary_reads_a_schema_while_its_worker_runs() {
     let url = postgres::database_url();
     let schema = postgres::fresh_schema("cli").await;
-    let worker = Engine::builder()
-        .postgres_schema(&schema)
-        .register(fulfil())
-        .connect(&url)
-        .await
-        .unwrap_or_else(|e| postgres::missing(e));
+    let worker = worker_on(&url, &schema).await;
     let run = worker
         .start(
             fulfil(),
@@ -168,12 +173,7 @@ fn an_unreachable_database_is_one_line() {
 async fn the_schema_flag_names_the_schema() {
     let url = postgres::database_url();
     let schema = postgres::fresh_schema("cli_flag").await;
-    let worker = Engine::builder()
-        .postgres_schema(&schema)
-        .register(fulfil())
-        .connect(&url)
-        .await
-        .unwrap_or_else(|e| postgres::missing(e));
+    let worker = worker_on(&url, &schema).await;
     worker
         .start(fulfil(), "order-5", support::Order { item: "rug".into() })
         .await
