@@ -89,7 +89,8 @@ impl Drop for EngineHandle {
 
 /// Stops every driver and the flusher; returns the tasks to wait on.
 fn shut_down(runner: &Runner) -> Vec<tokio::task::JoinHandle<()>> {
-    let tasks = runner.core.close();
+    let mut tasks = runner.core.close();
+    tasks.extend(runner.stop_residents());
     runner.core.journal.stop();
     // Pending result() and control calls see the engine closed.
     runner.core.journal.notify_ended();

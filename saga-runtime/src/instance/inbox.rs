@@ -1,15 +1,16 @@
 //! A worker's side of a store shared by workers: a task that, every poll
 //! interval (and at once when the store tells of a post), claims the
 //! instances whose worker is gone (and resumes them), then takes the inbox
-//! of the instances it owns, oldest first, acting on each post through the
-//! same calls a local user would make before it removes it (see `intent`).
+//! of the instances it owns, oldest first, acting on each post as on the same
+//! command called here (`Instance::act`) before it answers it (see `post`).
 
 use std::sync::Arc;
 
 use crate::codec::{decode_record, encode_record, from_newer_release};
 use crate::error::{Error, Result};
 use crate::instance::Instance;
-use crate::instance::intent::{Answer, Intent, Refusal};
+use crate::instance::post::{Answer, Refusal};
+use crate::journal::command::Command;
 use crate::run::runner::Runner;
 
 /// The most posts taken at once.
@@ -68,11 +69,11 @@ async fn claim(runner: &Arc<Runner>) -> Result<()> {
 async fn take(runner: &Arc<Runner>) -> Result<()> {
     let journal = &runner.core.journal;
     for (n, id, bytes) in journal.posts(BATCH).await? {
-        let intent: Intent = match decode_record(&bytes) {
-            Ok(intent) => intent,
+        let command: Command = match decode_record(&bytes) {
+            Ok(command) => command,
             // Posted by a newer release, for one of its workers: left in
             // the inbox, not dropped as damage.
-            Err(detail) if from_newer_release(&bytes, 0, Intent::KINDS) => {
+            Err(detail) if from_newer_release(&bytes, 0, Command::KINDS) => {
                 tracing::warn!(post = n, instance = %id, %detail, "leaving a post of a newer release in the inbox");
                 continue;
             }
@@ -85,13 +86,14 @@ async fn take(runner: &Arc<Runner>) -> Result<()> {
                 continue;
             }
         };
-        if matches!(intent, Intent::Restart { .. }) {
+        if matches!(command, Command::Restart { .. }) {
             // At most once: see the module's documentation.
             journal
                 .answer_post(n, &encode_record(&Answer::Taken))
                 .await?;
         }
-        let answer = match act(runner, &id, intent, n).await {
+        let instance = Instance::new(runner.clone(), id.clone());
+        let answer = match instance.act(command, Some(n)).await {
             Ok(answer) => answer,
             // The store failed or this worker lost its lease: the post stays
             // for the next look (or the next worker).
@@ -106,37 +108,4 @@ async fn take(runner: &Arc<Runner>) -> Result<()> {
         journal.answer_post(n, &encode_record(&answer)).await?;
     }
     Ok(())
-}
-
-async fn act(runner: &Arc<Runner>, id: &str, intent: Intent, n: i64) -> Result<Answer> {
-    let instance = Instance::new(runner.clone(), id.to_owned());
-    match intent {
-        // As `engine.event(id, type).id(..).send(..)` would.
-        Intent::Event {
-            event_type,
-            payload,
-            event_id,
-        } => {
-            let event_id = event_id.unwrap_or_else(|| format!("inbox-{n}"));
-            crate::instance::send::EventSender::new(runner, id, &event_type)
-                .id(event_id)
-                .send_encoded(payload)
-                .await
-                .map(|sent| Answer::Event {
-                    delivered: sent != crate::instance::send::Sent::Duplicate,
-                })
-        }
-        Intent::Pause => instance.pause().await.map(|()| Answer::Done),
-        Intent::Resume => instance.resume().await.map(|()| Answer::Done),
-        Intent::Terminate { rollback: false } => instance.terminate().await.map(|()| Answer::Done),
-        Intent::Terminate { rollback: true } => instance
-            .terminate_with_rollback()
-            .await
-            .map(|()| Answer::Done),
-        Intent::Restart { from: None } => instance.restart().await.map(|()| Answer::Done),
-        Intent::Restart { from: Some(step) } => {
-            instance.restart_from(&step).await.map(|()| Answer::Done)
-        }
-        Intent::RetryRollback => instance.retry_rollback().await.map(|()| Answer::Done),
-    }
 }

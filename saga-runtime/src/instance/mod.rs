@@ -1,12 +1,13 @@
 //! Handles on instances: status, result, history, and control.
 //!
 //! Also here: what a caller does to one instance: events (`send`), the
-//! inbox of calls posted from other processes and their answers
-//! (`intent`, `inbox`), and its inspection (`inspect`).
+//! inbox of commands posted from other processes and their answers
+//! (`post`, `inbox`), and its inspection (`inspect`). Every call goes
+//! through [`Instance::command`], with the one `Command` type.
 
 pub(crate) mod inbox;
 pub(crate) mod inspect;
-pub(crate) mod intent;
+pub(crate) mod post;
 pub(crate) mod send;
 
 use std::marker::PhantomData;
@@ -17,7 +18,10 @@ use serde::de::DeserializeOwned;
 
 use crate::error::failure::{Failure, FailureKind};
 use crate::error::{Error, Result};
-use crate::journal::{Change, End, InstanceState, SlotKind, Summary};
+use crate::instance::post::{Answer, post_and_wait};
+use crate::instance::send::{EventSender, Sent};
+use crate::journal::command::{Admit, Command, admits, restart_slot};
+use crate::journal::{Change, End, InstanceState, Summary};
 use crate::model::history::Event;
 use crate::model::status::Status;
 use crate::run::runner::Runner;
@@ -181,7 +185,7 @@ impl Instance {
             if self.runner.core.is_closed() {
                 return Err(Error::Closed);
             }
-            if let Some(error) = self.runner.core.store_failure(&self.id) {
+            if let Some(error) = self.runner.store_failure(&self.id) {
                 return Err(Error::Store(format!(
                     "instance {:?} stopped on a store failure ({error}); it resumes when the store is opened again",
                     self.id
@@ -263,22 +267,7 @@ impl Instance {
     /// the pause is recorded and the driver told at the first poll; dropping the future after
     /// that only gives up waiting for durability.
     pub async fn pause(&self) -> Result<()> {
-        if self.posted(crate::instance::intent::Intent::Pause).await? {
-            return Ok(());
-        }
-        self.journal()
-            .write(&self.id, |state| match state.status {
-                Status::Queued | Status::Running | Status::Waiting => {
-                    Ok((Some(Change::Paused), ()))
-                }
-                Status::Paused => Ok((None, ())),
-                status => Err(self.invalid(status, "pause it")),
-            })
-            .await?;
-        if let Some(live) = self.runner.live(&self.id) {
-            live.request_pause(true);
-        }
-        self.journal().flush().await
+        self.command(Command::Pause).await.map(drop)
     }
 
     /// Resumes a paused instance.
@@ -288,25 +277,7 @@ impl Instance {
     /// the instance is resumed at the first poll; dropping the future after that only gives up
     /// waiting for durability.
     pub async fn resume(&self) -> Result<()> {
-        if self.posted(crate::instance::intent::Intent::Resume).await? {
-            return Ok(());
-        }
-        let resumed = self
-            .journal()
-            .write(&self.id, |state| match state.status {
-                Status::Paused => Ok((Some(Change::Unpaused), true)),
-                Status::Queued | Status::Running | Status::Waiting => Ok((None, false)),
-                status => Err(self.invalid(status, "resume it")),
-            })
-            .await?;
-        // Acted on before the await, so a dropped call still resumes it.
-        if resumed {
-            match self.runner.live(&self.id) {
-                Some(live) => live.request_pause(false),
-                None => self.runner.spawn_driver(&self.id),
-            }
-        }
-        self.journal().flush().await
+        self.command(Command::Resume).await.map(drop)
     }
 
     /// Ends the instance now, without compensation. Returns once it is
@@ -317,15 +288,9 @@ impl Instance {
     /// the work runs in a task of the engine's, started at the first poll; dropping the future
     /// leaves it to finish.
     pub async fn terminate(&self) -> Result<()> {
-        if self
-            .posted(crate::instance::intent::Intent::Terminate { rollback: false })
-            .await?
-        {
-            return Ok(());
-        }
-        let this = self.clone();
-        self.in_engine_task(async move { this.end(false).await })
+        self.command(Command::Terminate { rollback: false })
             .await
+            .map(drop)
     }
 
     /// Ends the instance after running the compensations of the steps it
@@ -338,31 +303,164 @@ impl Instance {
     /// the work runs in a task of the engine's, started at the first poll; dropping the future
     /// leaves it to finish.
     pub async fn terminate_with_rollback(&self) -> Result<()> {
-        if self
-            .posted(crate::instance::intent::Intent::Terminate { rollback: true })
-            .await?
-        {
-            return Ok(());
-        }
-        let this = self.clone();
-        self.in_engine_task(async move { this.end(true).await })
+        self.command(Command::Terminate { rollback: true })
             .await
+            .map(drop)
+    }
+
+    /// Runs again the compensations of an instance whose rollback gave up
+    /// (it ended with a rollback failure beside its error): once the
+    /// downstream is fixed, the compensations that did not complete run, in
+    /// reverse start order, with the same keys. Returns once they ran.
+    ///
+    /// # Cancel safety
+    ///
+    /// The retry is recorded and its driver started before
+    /// the first await; dropping the future leaves them running.
+    pub async fn retry_rollback(&self) -> Result<()> {
+        self.command(Command::RetryRollback).await.map(drop)
+    }
+
+    /// Runs the instance again from the beginning with the same input, as a
+    /// new generation: its steps run again with new idempotency keys.
+    ///
+    /// # Cancel safety
+    ///
+    /// the work runs in a task of the engine's, started at the first poll; dropping the future
+    /// leaves it to finish.
+    pub async fn restart(&self) -> Result<()> {
+        self.command(Command::Restart { from: None })
+            .await
+            .map(drop)
+    }
+
+    /// Runs the instance again from the first call of step `step`: the
+    /// steps before it are kept (they are not run again), the rest run
+    /// again as a new generation, with new idempotency keys. Events its
+    /// discarded waits took are delivered again.
+    ///
+    /// # Cancel safety
+    ///
+    /// The work runs in a task of the engine's, started at the first poll; dropping the future leaves it to finish.
+    pub async fn restart_from(&self, step: &str) -> Result<()> {
+        let from = Some(step.to_owned());
+        self.command(Command::Restart { from }).await.map(drop)
+    }
+
+    /// Every call on the instance: acted on here when this engine drives
+    /// it; otherwise posted to the worker that does (or that claims it),
+    /// answering once that worker did what it asks (the call's own
+    /// promise: paused, terminated ...), or with its refusal, or
+    /// [`Error::NotAnswered`] past the store timeout.
+    pub(crate) async fn command(&self, command: Command) -> Result<Answer> {
+        let journal = self.journal();
+        if journal.owns(&self.id) {
+            return self.act(command, None).await;
+        }
+        // An unknown instance is refused here, not posted.
+        journal.read(&self.id, |_| ()).await?;
+        match post_and_wait(journal, &self.id, &command, journal.patience()).await? {
+            Answer::Refused(refusal) => Err(refusal.into_error(&self.id)),
+            answer => Ok(answer),
+        }
+    }
+
+    /// Acts on `command` in this engine, which drives the instance: a
+    /// call of its own, or post `post` taken from its inbox (an event
+    /// posted without an id is stored once by the post's).
+    pub(crate) async fn act(&self, command: Command, post: Option<i64>) -> Result<Answer> {
+        match command {
+            Command::Event {
+                event_type,
+                payload,
+                event_id,
+            } => {
+                let mut sender = EventSender::new(&self.runner, &self.id, &event_type);
+                if let Some(event_id) = event_id.or_else(|| post.map(|n| format!("inbox-{n}"))) {
+                    sender = sender.id(event_id);
+                }
+                let sent = sender.send_encoded(payload).await?;
+                Ok(Answer::Event {
+                    delivered: sent != Sent::Duplicate,
+                })
+            }
+            Command::Pause => self.pause_here().await.map(|()| Answer::Done),
+            Command::Resume => self.resume_here().await.map(|()| Answer::Done),
+            Command::RetryRollback => self.retry_rollback_here().await.map(|()| Answer::Done),
+            Command::Terminate { rollback } => {
+                let this = self.clone();
+                self.in_engine_task(async move { this.end(rollback).await })
+                    .await
+                    .map(|()| Answer::Done)
+            }
+            Command::Restart { from } => {
+                let this = self.clone();
+                self.in_engine_task(async move { this.restart_at(from.as_deref()).await })
+                    .await
+                    .map(|()| Answer::Done)
+            }
+        }
+    }
+
+    async fn pause_here(&self) -> Result<()> {
+        self.journal()
+            .write(&self.id, |state| {
+                match admits(&Command::Pause, state, &self.id)? {
+                    Admit::Act => Ok((Some(Change::Paused), ())),
+                    Admit::AlreadySo => Ok((None, ())),
+                }
+            })
+            .await?;
+        if let Some(live) = self.runner.live(&self.id) {
+            live.request_pause(true);
+        }
+        self.journal().flush().await
+    }
+
+    async fn resume_here(&self) -> Result<()> {
+        let resumed = self
+            .journal()
+            .write(&self.id, |state| {
+                match admits(&Command::Resume, state, &self.id)? {
+                    Admit::Act => Ok((Some(Change::Unpaused), true)),
+                    Admit::AlreadySo => Ok((None, false)),
+                }
+            })
+            .await?;
+        // Acted on before the await, so a dropped call still resumes it.
+        if resumed {
+            match self.runner.live(&self.id) {
+                Some(live) => live.request_pause(false),
+                None => self.runner.spawn_driver(&self.id),
+            }
+        }
+        self.journal().flush().await
+    }
+
+    async fn retry_rollback_here(&self) -> Result<()> {
+        self.journal()
+            .write(&self.id, |state| {
+                admits(&Command::RetryRollback, state, &self.id)?;
+                Ok((Some(Change::RollbackRetried), ()))
+            })
+            .await?;
+        self.runner.spawn_driver(&self.id);
+        self.journal().flush().await?;
+        if let Some(live) = self.runner.live(&self.id) {
+            self.wait_stopped(&live).await?;
+        }
+        Ok(())
     }
 
     async fn end(&self, rollback: bool) -> Result<()> {
         let _control = self.runner.control(&self.id).await;
-        let operation = if rollback {
-            "terminate it with rollback"
-        } else {
-            "terminate it"
-        };
+        let command = Command::Terminate { rollback };
         if let Some(live) = self.runner.live(&self.id) {
             // The engine's own view, not a user's read: the interrupt must
             // go out at the first poll, before any await.
-            let status = self.journal().read(&self.id, |s| s.status).await?;
-            if status.is_terminal() || status == Status::RollingBack {
-                return Err(self.invalid(status, operation));
-            }
+            self.journal()
+                .read(&self.id, |state| admits(&command, state, &self.id))
+                .await??;
             live.interrupt(Interrupt::Terminate { rollback });
             self.wait_stopped(&live).await?;
             // The driver may have stopped for a pause it saw first; then
@@ -374,7 +472,11 @@ impl Instance {
                 self.journal().durable_so_far().await?;
                 return match status {
                     Status::Terminated => Ok(()),
-                    status => Err(self.invalid(status, operation)),
+                    status => Err(Error::InvalidState {
+                        id: self.id.clone(),
+                        status,
+                        operation: command.operation(),
+                    }),
                 };
             }
         }
@@ -382,9 +484,7 @@ impl Instance {
         // here.
         self.journal()
             .write(&self.id, |state| {
-                if state.status.is_terminal() || state.status == Status::RollingBack {
-                    return Err(self.invalid(state.status, operation));
-                }
+                admits(&command, state, &self.id)?;
                 let change = if rollback {
                     Change::RollbackStarted {
                         cause: Failure::new(FailureKind::Workflow, "terminated by user"),
@@ -415,89 +515,15 @@ impl Instance {
         Ok(())
     }
 
-    /// Runs again the compensations of an instance whose rollback gave up
-    /// (it ended with a rollback failure beside its error): once the
-    /// downstream is fixed, the compensations that did not complete run, in
-    /// reverse start order, with the same keys. Returns once they ran.
-    ///
-    /// # Cancel safety
-    ///
-    /// The retry is recorded and its driver started before
-    /// the first await; dropping the future leaves them running.
-    pub async fn retry_rollback(&self) -> Result<()> {
-        if self
-            .posted(crate::instance::intent::Intent::RetryRollback)
-            .await?
-        {
-            return Ok(());
-        }
-        self.journal()
-            .write(&self.id, |state| {
-                let gave_up = state.rollback.as_ref().is_some_and(|p| p.failure.is_some());
-                if !(state.status.is_terminal() && gave_up) {
-                    return Err(self.invalid(
-                        state.status,
-                        "retry its rollback (it has no failed rollback)",
-                    ));
-                }
-                Ok((Some(Change::RollbackRetried), ()))
-            })
-            .await?;
-        self.runner.spawn_driver(&self.id);
-        self.journal().flush().await?;
-        if let Some(live) = self.runner.live(&self.id) {
-            self.wait_stopped(&live).await?;
-        }
-        Ok(())
-    }
-
-    /// Runs the instance again from the beginning with the same input, as a
-    /// new generation: its steps run again with new idempotency keys.
-    ///
-    /// # Cancel safety
-    ///
-    /// the work runs in a task of the engine's, started at the first poll; dropping the future
-    /// leaves it to finish.
-    pub async fn restart(&self) -> Result<()> {
-        if self
-            .posted(crate::instance::intent::Intent::Restart { from: None })
-            .await?
-        {
-            return Ok(());
-        }
-        let this = self.clone();
-        self.in_engine_task(async move { this.restart_at(None).await })
-            .await
-    }
-
-    /// Runs the instance again from the first call of step `step`: the
-    /// steps before it are kept (they are not run again), the rest run
-    /// again as a new generation, with new idempotency keys. Events its
-    /// discarded waits took are delivered again.
-    ///
-    /// # Cancel safety
-    ///
-    /// The work runs in a task of the engine's, started at the first poll; dropping the future leaves it to finish.
-    pub async fn restart_from(&self, step: &str) -> Result<()> {
-        if self
-            .posted(crate::instance::intent::Intent::Restart {
-                from: Some(step.to_owned()),
-            })
-            .await?
-        {
-            return Ok(());
-        }
-        let (this, step) = (self.clone(), step.to_owned());
-        self.in_engine_task(async move { this.restart_at(Some(&step)).await })
-            .await
-    }
-
     async fn restart_at(&self, step: Option<&str>) -> Result<()> {
         let _control = self.runner.control(&self.id).await;
+        let command = Command::Restart {
+            from: step.map(str::to_owned),
+        };
         // Checked before the driver is stopped, so a refused restart leaves
         // the instance as it was; checked again when the restart is written.
         self.journal()
-            .read(&self.id, |state| self.restart_slot(state, step))
+            .read(&self.id, |state| admits(&command, state, &self.id))
             .await??;
         if let Some(live) = self.runner.live(&self.id) {
             live.interrupt(Interrupt::Stop);
@@ -505,7 +531,8 @@ impl Instance {
         }
         self.journal()
             .write(&self.id, |state| {
-                let from_slot = self.restart_slot(state, step)?;
+                admits(&command, state, &self.id)?;
+                let from_slot = restart_slot(state, step, &self.id)?;
                 Ok((
                     Some(Change::Restarted {
                         from_slot,
@@ -517,49 +544,6 @@ impl Instance {
             .await?;
         self.runner.spawn_driver(&self.id);
         self.journal().flush().await
-    }
-
-    /// The slot a restart from `step` begins at: the step's first call.
-    /// Refused when a step it would keep was compensated: its effect was
-    /// undone, so only a restart from the beginning is sound.
-    fn restart_slot(&self, state: &InstanceState, step: Option<&str>) -> Result<u32> {
-        let Some(step) = step else { return Ok(0) };
-        let from_slot = state
-            .slots
-            .iter()
-            .find(|(_, s)| s.kind == SlotKind::Step && s.name == step)
-            .map(|(i, _)| *i)
-            .ok_or_else(|| Error::UnknownStep {
-                id: self.id.clone(),
-                step: step.to_owned(),
-            })?;
-        if let Some(kept) = state.compensated_before(from_slot) {
-            return Err(Error::RestartAfterCompensation {
-                id: self.id.clone(),
-                step: step.to_owned(),
-                compensated: kept.name.clone(),
-            });
-        }
-        Ok(from_slot)
-    }
-
-    /// When another worker drives the instance (or this engine only
-    /// reads), posts `intent` to that worker and answers `true` once the
-    /// worker did what it asks (the call's own promise: paused, terminated
-    /// ...), or the worker's refusal, or [`Error::NotAnswered`] past the
-    /// store timeout. `false` when this engine drives it.
-    async fn posted(&self, intent: crate::instance::intent::Intent) -> Result<bool> {
-        if self.journal().owns(&self.id) {
-            return Ok(false);
-        }
-        self.journal().read(&self.id, |_| ()).await?;
-        let journal = self.journal();
-        match crate::instance::intent::post_and_wait(journal, &self.id, &intent, journal.patience())
-            .await?
-        {
-            crate::instance::intent::Answer::Refused(refusal) => Err(refusal.into_error(&self.id)),
-            _ => Ok(true),
-        }
     }
 
     /// Runs `work` (stopping a driver, then writing what replaces it) in a
@@ -590,14 +574,6 @@ impl Instance {
                     }
                 }
             } => Err(Error::Closed),
-        }
-    }
-
-    fn invalid(&self, status: Status, operation: &'static str) -> Error {
-        Error::InvalidState {
-            id: self.id.clone(),
-            status,
-            operation,
         }
     }
 }

@@ -8,7 +8,9 @@ use serde::Serialize;
 
 use crate::codec::Payload;
 use crate::error::{Error, Result};
+use crate::instance::post::{Answer, post_and_wait};
 use crate::instance::{Instance, Run};
+use crate::journal::command::{Command, admits_event};
 use crate::journal::{Change, InstanceState};
 use crate::run::runner::Runner;
 use crate::workflow::Workflow;
@@ -86,41 +88,41 @@ impl<'a> EventSender<'a> {
     /// that only gives up waiting for durability: the event is delivered, once.
     pub async fn send<P: Serialize + ?Sized>(self, payload: &P) -> Result<Sent> {
         let payload = self.checked(payload)?;
-        let journal = &self.runner.core.journal;
-        if !journal.owns(&self.instance) {
-            // Another worker drives the instance (or this engine only
-            // reads): the event is posted to it.
-            journal.read(&self.instance, |_| ()).await?;
-            return self.post(payload).await;
-        }
-        self.send_encoded(payload).await
+        let instance = Instance::new(self.runner.clone(), self.instance.clone());
+        Self::sent(instance.command(self.command(payload)).await)
     }
 
-    /// Posts the event to the worker that drives the instance, and
-    /// answers what it did; [`Sent::Posted`] when it did not answer within
-    /// the store timeout.
-    async fn post(&self, payload: Payload) -> Result<Sent> {
-        let intent = crate::instance::intent::Intent::Event {
+    /// The command that sends this event with `payload`.
+    fn command(&self, payload: Payload) -> Command {
+        Command::Event {
             event_type: self.event_type.clone(),
             payload,
             event_id: self.event_id.clone(),
-        };
-        let journal = &self.runner.core.journal;
-        let answer = crate::instance::intent::post_and_wait(
-            journal,
-            &self.instance,
-            &intent,
-            journal.patience(),
-        );
-        match answer.await {
-            Ok(crate::instance::intent::Answer::Event { delivered: true }) => Ok(Sent::Delivered),
-            Ok(crate::instance::intent::Answer::Event { delivered: false }) => Ok(Sent::Duplicate),
-            Ok(crate::instance::intent::Answer::Refused(refusal)) => {
-                Err(refusal.into_error(&self.instance))
-            }
+        }
+    }
+
+    /// What a send did, from the answer to its command; [`Sent::Posted`]
+    /// when the worker that drives the instance (another process) did not
+    /// answer within the store timeout.
+    fn sent(answer: Result<Answer>) -> Result<Sent> {
+        match answer {
+            Ok(Answer::Event { delivered: true }) => Ok(Sent::Delivered),
+            Ok(Answer::Event { delivered: false }) => Ok(Sent::Duplicate),
             Ok(_) | Err(Error::NotAnswered { .. }) => Ok(Sent::Posted),
             Err(e) => Err(e),
         }
+    }
+
+    /// Posts the event to the worker that drives the instance, and
+    /// answers what it did.
+    async fn post(&self, payload: Payload) -> Result<Sent> {
+        let journal = &self.runner.core.journal;
+        let command = self.command(payload);
+        let answer = post_and_wait(journal, &self.instance, &command, journal.patience());
+        Self::sent(match answer.await {
+            Ok(Answer::Refused(refusal)) => Err(refusal.into_error(&self.instance)),
+            answer => answer,
+        })
     }
 
     /// Sends a payload encoded already (a posted event, taken by the
@@ -188,7 +190,7 @@ impl<'a> EventSender<'a> {
     fn change(&self, state: &InstanceState, payload: Payload) -> Result<(Option<Change>, Sent)> {
         let event_type = self.event_type.clone();
         let Some(event_id) = &self.event_id else {
-            refuse_if_ended(state, &self.instance)?;
+            admits_event(state, &self.instance)?;
             let change = Change::EventReceived {
                 event_type,
                 payload,
@@ -206,7 +208,7 @@ impl<'a> EventSender<'a> {
                 event_id: event_id.clone(),
             });
         }
-        refuse_if_ended(state, &self.instance)?;
+        admits_event(state, &self.instance)?;
         let change = Change::EventReceivedWithId {
             event_type,
             payload,
@@ -241,17 +243,6 @@ fn check_event_id(event_id: &str) -> Result<()> {
         return Err(Error::InvalidArgument(format!(
             "event id {event_id:?} is {chars} characters: it must be 1-{MAX_EVENT_ID_CHARS} characters"
         )));
-    }
-    Ok(())
-}
-
-fn refuse_if_ended(state: &InstanceState, id: &str) -> Result<()> {
-    if state.status.is_terminal() {
-        return Err(Error::InvalidState {
-            id: id.to_owned(),
-            status: state.status,
-            operation: "send an event to it",
-        });
     }
     Ok(())
 }

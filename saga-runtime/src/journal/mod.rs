@@ -12,6 +12,7 @@
 //! reach subscribers only then.
 
 mod change;
+pub(crate) mod command;
 mod fold;
 mod index;
 pub(crate) mod legacy;
@@ -433,7 +434,7 @@ impl Journal {
             return Err(Error::InvalidState {
                 id: id.to_owned(),
                 status: loaded.state.status,
-                operation: "record more of its run",
+                operation: command::RECORD_MORE,
             });
         }
         let seq = loaded.next_seq;

@@ -64,6 +64,13 @@ impl InstanceId {
         Ok(InstanceId(Arc::from(id)))
     }
 
+    /// The id of an instance the store holds, as stored: not checked
+    /// again (a store written by the first release may hold ids that
+    /// today's grammar would refuse).
+    pub(crate) fn stored(id: &str) -> InstanceId {
+        InstanceId(Arc::from(id))
+    }
+
     /// The id as text.
     pub fn as_str(&self) -> &str {
         &self.0

@@ -81,7 +81,7 @@ pub(crate) async fn drive(
         // the next open; result() says why meanwhile.
         Err(e) => {
             tracing::error!(instance = %id, error = %e, "instance driver stopped on a store error");
-            core.stopped_by_store(id, &e);
+            live.store_failed(&e);
             Exit::Other
         }
     }

@@ -3,5 +3,6 @@
 //! rollback that runs its compensations in reverse start order.
 
 pub(crate) mod driver;
+pub(crate) mod resident;
 pub(crate) mod rollback;
 pub(crate) mod runner;

@@ -4,15 +4,15 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::journal::{InstanceState, SlotState};
-use crate::lock::lock;
 use crate::model::status::Status;
 use crate::panic::CatchUnwind;
 use crate::run::driver::{self, Exit};
+use crate::run::resident::{Resident, Residents};
 use crate::workflow::ErasedWorkflow;
 use crate::workflow::engine_core::Core;
 use crate::workflow::live::Live;
@@ -20,14 +20,9 @@ use crate::workflow::live::Live;
 pub(crate) struct Runner {
     pub(crate) core: Arc<Core>,
     registry: RwLock<HashMap<&'static str, Arc<dyn ErasedWorkflow>>>,
-    /// The instances a driver runs here.
-    live: Mutex<HashMap<String, Arc<Live>>>,
-    /// Per instance: serializes the control calls that stop its driver and
-    /// write what replaces it (restart, terminate), so two of them never
-    /// interleave.
-    control: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
-    /// The instances that hibernate here: the timer that wakes each.
-    timers: Mutex<HashMap<String, tokio::task::AbortHandle>>,
+    /// What this process holds for each instance it runs: driver, timer,
+    /// control lock, store failure.
+    residents: Residents,
     /// How long finished instances are kept.
     pub(crate) retention: Duration,
     /// Held by the retention sweep under way: one at a time.
@@ -41,9 +36,7 @@ impl Runner {
         Runner {
             core,
             registry: RwLock::new(HashMap::new()),
-            live: Mutex::new(HashMap::new()),
-            control: Mutex::new(HashMap::new()),
-            timers: Mutex::new(HashMap::new()),
+            residents: Residents::default(),
             retention,
             sweeping: tokio::sync::Mutex::new(()),
             path,
@@ -138,18 +131,25 @@ impl Runner {
     /// under: a driver letting go either was told, and looks again, or is
     /// gone, and the caller wakes the instance itself.
     pub(crate) fn tell_event(&self, id: &str) -> bool {
-        let live = lock(&self.live);
-        match live.get(id) {
-            Some(driver) => {
-                driver.tell_event();
-                true
-            }
-            None => false,
-        }
+        self.residents
+            .read(id, |resident| {
+                resident.driver.as_ref().map(|driver| driver.tell_event())
+            })
+            .flatten()
+            .is_some()
     }
 
+    /// The driver of `id` here, if one runs it.
     pub(crate) fn live(&self, id: &str) -> Option<Arc<Live>> {
-        lock(&self.live).get(id).cloned()
+        self.residents.driver(id)
+    }
+
+    /// The store failure that stopped the last driver of `id` here, if no
+    /// driver ran it since.
+    pub(crate) fn store_failure(&self, id: &str) -> Option<String> {
+        self.residents
+            .read(id, |r| r.store_failure.clone())
+            .flatten()
     }
 
     /// Runs the instance unless a driver already does (or its workflow is
@@ -167,22 +167,20 @@ impl Runner {
         if self.core.is_closed() || self.core.is_draining() || !self.core.journal.owns(id) {
             return;
         }
-        // A hibernating instance is woken by whatever comes first.
-        let waking = match lock(&self.timers).remove(id) {
-            Some(timer) => {
-                timer.abort();
-                true
-            }
-            None => waking,
-        };
-        let live = {
-            let mut running = lock(&self.live);
-            if running.contains_key(id) {
-                return;
+        let started = self.residents.with(id, |resident| {
+            // A hibernating instance is woken by whatever comes first.
+            let waking = resident.stop_timer() || waking;
+            if resident.driver.is_some() {
+                return None;
             }
             let live = Arc::new(Live::new());
-            running.insert(id.to_owned(), live.clone());
-            live
+            resident.driver = Some(live.clone());
+            // A new driver: an earlier store failure is history.
+            resident.store_failure = None;
+            Some((live, waking))
+        });
+        let Some((live, waking)) = started else {
+            return;
         };
         // Kept from here, so the state loaded to find the workflow is the
         // one the driver runs on; `release` undoes it all if none runs.
@@ -192,6 +190,7 @@ impl Runner {
             id: Arc::from(id),
             live: live.clone(),
         };
+        let (key, ours) = (release.id.clone(), live.clone());
         let runner = self.clone();
         let id = release.id.clone();
         let task = self.core.runtime.spawn(async move {
@@ -203,7 +202,6 @@ impl Runner {
                 }
             };
             let Some(workflow) = workflow else { return };
-            runner.core.clear_store_failure(&id);
             // Lets go of the instance however the driver ends: done, a
             // panic, or aborted by shutdown (then `Drop` runs it).
             let exit =
@@ -236,11 +234,33 @@ impl Runner {
                         "the engine's driver of this instance panicked ({panic}); it resumes when the store is opened again"
                     ));
                     tracing::error!(instance = %id, error = %error, "instance driver panicked");
-                    runner.core.stopped_by_store(&id, &error);
+                    runner
+                        .residents
+                        .with(&id, |r| r.store_failure = Some(error.to_string()));
+                    runner.core.journal.notify_ended();
                 }
             }
         });
-        self.core.track(task);
+        // Kept while the driver runs (`Release` drops it with the driver);
+        // one that already let go has nothing to keep.
+        self.residents.with(&key, |resident| {
+            if resident
+                .driver
+                .as_ref()
+                .is_some_and(|driver| Arc::ptr_eq(driver, &ours))
+            {
+                if self.core.is_closed() {
+                    task.abort();
+                }
+                resident.task = Some(task);
+            }
+        });
+    }
+
+    /// Shutdown: stops every driver and hibernation timer here; answers
+    /// the drivers' tasks to wait for.
+    pub(crate) fn stop_residents(&self) -> Vec<tokio::task::JoinHandle<()>> {
+        self.residents.stop_all()
     }
 
     /// Runs the instance if its status says it should run (queued, running,
@@ -260,7 +280,7 @@ impl Runner {
     pub(crate) fn spawn_driver_if_runnable_soon(self: &Arc<Self>, id: &str) {
         let (runner, id) = (self.clone(), id.to_owned());
         let spawn = async move {
-            if lock(&runner.timers).contains_key(&id) {
+            if runner.residents.hibernates(&id) {
                 // The events before the newest were looked at when they
                 // came, or by the driver as it let go (`hibernate`).
                 let awaited = runner.core.journal.read(&id, newest_event_awaited).await;
@@ -320,19 +340,22 @@ impl Runner {
             }
             runner.start_driver(&owned, true);
         });
-        lock(&self.timers).insert(id.to_owned(), task.abort_handle());
-        self.core.track(task);
+        self.residents.with(id, |resident| {
+            if self.core.is_closed() {
+                task.abort();
+            }
+            resident.timer = Some(task.abort_handle());
+        });
         false
     }
 
     /// Waits for the control calls of instance `id` before this one to
     /// finish; holds off those after it until the guard drops.
     pub(crate) async fn control(self: &Arc<Self>, id: &str) -> ControlGuard {
-        let lock = lock(&self.control)
-            .entry(id.to_owned())
-            .or_default()
-            .clone();
-        let held = lock.clone().lock_owned().await;
+        let lock = self.residents.with(id, |resident| {
+            resident.control.get_or_insert_default().clone()
+        });
+        let held = lock.lock_owned().await;
         ControlGuard {
             runner: self.clone(),
             id: id.to_owned(),
@@ -342,9 +365,7 @@ impl Runner {
 
     /// Stops the timer of an instance that hibernates here (it was removed).
     pub(crate) fn forget_timer(&self, id: &str) {
-        if let Some(timer) = lock(&self.timers).remove(id) {
-            timer.abort();
-        }
+        self.residents.with(id, Resident::stop_timer);
     }
 
     /// Called after a driver let go of a paused instance: if a user resumed
@@ -369,8 +390,18 @@ impl Drop for Release {
         // Let go of the state before the instance leaves `live`: a driver
         // started the moment it left keeps the state from then on.
         self.runner.core.journal.keep(&self.id, false);
-        lock(&self.runner.live).remove(&*self.id);
+        let store_failure = self.live.take_store_failure();
+        let told = store_failure.is_some();
+        self.runner.residents.with(&self.id, |resident| {
+            resident.driver = None;
+            resident.task = None;
+            resident.store_failure = store_failure;
+        });
         self.live.mark_stopped();
+        if told {
+            // A `result()` waiting for it says why it stopped.
+            self.runner.core.journal.notify_ended();
+        }
     }
 }
 
@@ -384,14 +415,16 @@ pub(crate) struct ControlGuard {
 impl Drop for ControlGuard {
     fn drop(&mut self) {
         drop(self.held.take());
-        // The map keeps no entry for an instance nobody controls.
-        let mut control = lock(&self.runner.control);
-        if control
-            .get(&self.id)
-            .is_some_and(|l| Arc::strong_count(l) == 1)
-        {
-            control.remove(&self.id);
-        }
+        // No lock is kept for an instance nobody controls.
+        self.runner.residents.with(&self.id, |resident| {
+            if resident
+                .control
+                .as_ref()
+                .is_some_and(|l| Arc::strong_count(l) == 1)
+            {
+                resident.control = None;
+            }
+        });
     }
 }
 

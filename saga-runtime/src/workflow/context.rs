@@ -312,8 +312,7 @@ impl RunScope {
             return;
         }
         tracing::error!(instance = %self.id, error = %error, "store failure: the instance stops and resumes when the store is opened again");
-        self.core.stopped_by_store(&self.id, &error);
-        self.live.interrupt(Interrupt::Stop);
+        self.live.store_failed(&error);
     }
 
     /// Reports a store failure and never completes: the driver stops the

@@ -3,7 +3,6 @@
 //! Below the drivers and the workflow context, so they depend on it and
 //! never on the engine.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -39,9 +38,6 @@ pub(crate) struct Core {
     pub(crate) steps_in_flight: Arc<InFlight>,
     /// Drivers, step tasks and the retention sweeper.
     tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
-    /// Instances stopped by a store failure in this process, with the
-    /// error: `result()` reports it instead of waiting for a reopen.
-    store_failures: Mutex<HashMap<String, String>>,
 }
 
 /// A value that encodes, but whose JSON does not decode back.
@@ -75,7 +71,6 @@ impl Core {
             draining: AtomicBool::new(false),
             steps_in_flight: Arc::default(),
             tasks: Mutex::new(Vec::new()),
-            store_failures: Mutex::new(HashMap::new()),
         }
     }
 
@@ -193,22 +188,5 @@ impl Core {
 
     pub(crate) fn is_closed(&self) -> bool {
         self.closed.load(Ordering::SeqCst)
-    }
-
-    /// Notes that a store failure stopped instance `id`, and wakes
-    /// `result()` callers so they can say so.
-    pub(crate) fn stopped_by_store(&self, id: &str, error: &Error) {
-        lock(&self.store_failures).insert(id.to_owned(), error.to_string());
-        self.journal.notify_ended();
-    }
-
-    /// The store failure that stopped instance `id` in this process, if any.
-    pub(crate) fn store_failure(&self, id: &str) -> Option<String> {
-        lock(&self.store_failures).get(id).cloned()
-    }
-
-    /// A new driver runs `id`: an earlier store failure is history.
-    pub(crate) fn clear_store_failure(&self, id: &str) {
-        lock(&self.store_failures).remove(id);
     }
 }

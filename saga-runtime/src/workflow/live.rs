@@ -40,6 +40,9 @@ pub(crate) struct Live {
     /// channel is ten times the size.
     stopped: AtomicBool,
     stopped_changed: Notify,
+    /// The store failure that stops this driver, if one does: the runner
+    /// keeps it for `result()` once the driver let go.
+    store_failure: Mutex<Option<String>>,
 }
 
 impl Live {
@@ -52,6 +55,7 @@ impl Live {
             event_came: AtomicBool::new(false),
             stopped: AtomicBool::new(false),
             stopped_changed: Notify::new(),
+            store_failure: Mutex::new(None),
         }
     }
 
@@ -97,6 +101,23 @@ impl Live {
             }
             notified.await;
         }
+    }
+
+    /// Notes that the store failed under this driver (the first failure
+    /// is kept), and asks it to stop.
+    pub(crate) fn store_failed(&self, error: &crate::Error) {
+        let mut slot = self.store_failure.lock().unwrap_or_else(|p| p.into_inner());
+        slot.get_or_insert_with(|| error.to_string());
+        drop(slot);
+        self.interrupt(Interrupt::Stop);
+    }
+
+    /// The store failure that stopped this driver, if one did.
+    pub(crate) fn take_store_failure(&self) -> Option<String> {
+        self.store_failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
     }
 
     pub(crate) fn request_pause(&self, pause: bool) {

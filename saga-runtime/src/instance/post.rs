@@ -1,5 +1,6 @@
-//! Intents: what a process that does not drive an instance asks of it
-//! (posted here, taken by the driving worker's `inbox`).
+//! Posts: how a process that does not drive an instance hands it a
+//! [`Command`] (posted here, taken by the driving worker's `inbox`), and
+//! the answer that comes back.
 //!
 //! On a store shared by workers (PostgreSQL), a reader (the `saga` command,
 //! a dashboard) holds no lease, so it cannot write an instance's journal.
@@ -20,35 +21,11 @@ use serde::{Deserialize, Serialize};
 
 use std::time::Duration;
 
-use crate::codec::{Payload, decode_record, encode_record};
+use crate::codec::{decode_record, encode_record};
 use crate::error::{Error, Result};
 use crate::journal::Journal;
+use crate::journal::command::Command;
 use crate::model::status::Status;
-
-impl Intent {
-    /// How many kinds of intent this release knows (the variants below;
-    /// append only, as journal records: see `journal::change`).
-    pub(crate) const KINDS: u32 = 6;
-}
-
-/// One posted intent.
-#[derive(Debug, Serialize, Deserialize)]
-pub(crate) enum Intent {
-    Event {
-        event_type: String,
-        payload: Payload,
-        event_id: Option<String>,
-    },
-    Pause,
-    Resume,
-    Terminate {
-        rollback: bool,
-    },
-    Restart {
-        from: Option<String>,
-    },
-    RetryRollback,
-}
 
 /// What the worker that acted on a post answered its poster.
 #[derive(Debug, Serialize, Deserialize)]
@@ -82,18 +59,6 @@ pub(crate) enum Refusal {
     Other(String),
 }
 
-/// The operations a refusal may name (`Error::InvalidState` holds a
-/// `&'static str`): every one the engine refuses with.
-const OPERATIONS: &[&str] = &[
-    "pause it",
-    "resume it",
-    "terminate it",
-    "terminate it with rollback",
-    "retry its rollback (it has no failed rollback)",
-    "send an event to it",
-    "record more of its run",
-];
-
 impl Refusal {
     pub(crate) fn of(error: &Error) -> Refusal {
         match error {
@@ -123,7 +88,7 @@ impl Refusal {
         let id = id.to_owned();
         match self {
             Refusal::InvalidState { status, operation } => {
-                match OPERATIONS.iter().find(|known| **known == operation) {
+                match crate::journal::command::operation_named(&operation) {
                     Some(operation) => Error::InvalidState {
                         id,
                         status,
@@ -150,7 +115,7 @@ impl Refusal {
     }
 }
 
-/// Posts `intent` for instance `id` to the worker that drives it, and
+/// Posts `command` for instance `id` to the worker that drives it, and
 /// waits, at most `patience`, for its answer. Past that:
 /// [`Error::NotAnswered`], saying whether the owner's lease is live; the
 /// post stays, and is acted on when the owner (or the worker that claims
@@ -161,10 +126,10 @@ impl Refusal {
 pub(crate) async fn post_and_wait(
     journal: &Journal,
     id: &str,
-    intent: &Intent,
+    command: &Command,
     patience: Duration,
 ) -> Result<Answer> {
-    let token = journal.post(id, &encode_record(intent)).await?;
+    let token = journal.post(id, &encode_record(command)).await?;
     let deadline = tokio::time::Instant::now() + patience;
     let mut told = journal.changes(crate::store::Told::Stops);
     let mut every = Duration::from_millis(2);
@@ -220,17 +185,9 @@ pub(crate) async fn post_and_wait(
 mod tests {
     use super::*;
 
-    /// The last variant is the last kind [`Intent::KINDS`] counts.
+    /// The last variant is the last kind [`Answer::KINDS`] counts.
     #[test]
-    fn the_last_kind_of_intent_is_counted() {
-        let last = encode_record(&Intent::RetryRollback);
-        assert_eq!(last, [crate::codec::FORMAT_VERSION, 5]);
-        assert_eq!(u32::from(last[1]), Intent::KINDS - 1);
-        assert!(crate::codec::from_newer_release(
-            &[crate::codec::FORMAT_VERSION, 6],
-            0,
-            Intent::KINDS
-        ));
+    fn the_last_kind_of_answer_is_counted() {
         let last = encode_record(&Answer::Refused(Refusal::UnknownInstance));
         assert_eq!(u32::from(last[1]), Answer::KINDS - 1);
     }
