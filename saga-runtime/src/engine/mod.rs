@@ -420,7 +420,7 @@ impl Engine {
         let runner = self.runner();
         crate::instance::send::start(runner, workflow, id, input, |_| Ok((None, ()))).await?;
         runner.core.journal.flush().await?;
-        Ok(Run::new(Instance::new(runner.clone(), id.to_owned())))
+        Ok(Run::new(Instance::new(runner.clone(), id)))
     }
 
     /// Whether this engine only reads (`connect_read_only`): its events
@@ -438,7 +438,7 @@ impl Engine {
     pub async fn instance(&self, id: &str) -> Result<Instance> {
         crate::names::validate_any_id(id)?;
         self.runner().core.journal.read(id, |_| ()).await?;
-        Ok(Instance::new(self.runner().clone(), id.to_owned()))
+        Ok(Instance::new(self.runner().clone(), id))
     }
 
     /// The instances that match `filter`, in id order. An instance whose

@@ -24,6 +24,7 @@ use crate::journal::command::{Admit, Command, admits, restart_slot};
 use crate::journal::{Change, End, InstanceState, Summary};
 use crate::model::history::Event;
 use crate::model::status::Status;
+use crate::names::id::InstanceId;
 use crate::run::runner::Runner;
 use crate::time::clock::from_millis;
 use crate::workflow::live::Interrupt;
@@ -32,7 +33,7 @@ use crate::workflow::live::Interrupt;
 #[derive(Clone)]
 pub struct Instance {
     runner: Arc<Runner>,
-    id: String,
+    id: InstanceId,
 }
 
 /// What `list()` and `info()` tell about an instance.
@@ -116,7 +117,9 @@ impl ListFilter {
 }
 
 impl Instance {
-    pub(crate) fn new(runner: Arc<Runner>, id: String) -> Self {
+    /// A handle on instance `id`, checked by the caller (or stored).
+    pub(crate) fn new(runner: Arc<Runner>, id: impl AsRef<str>) -> Self {
+        let id = InstanceId::stored(id.as_ref());
         Instance { runner, id }
     }
 
@@ -205,7 +208,7 @@ impl Instance {
             }
             if !self.runner.is_registered(&workflow) {
                 return Err(Error::WorkflowNotRegistered {
-                    id: self.id.clone(),
+                    id: self.id.to_string(),
                     workflow,
                 });
             }
@@ -238,19 +241,19 @@ impl Instance {
                 }))
             }
             Status::Errored => Some(Err(Error::WorkflowFailed {
-                id: self.id.clone(),
+                id: self.id.to_string(),
                 failure: Box::new(state.failure.clone().unwrap_or_else(|| {
                     Failure::new(FailureKind::Workflow, "failed without a recorded error")
                 })),
                 rollback_failure: rollback_failure(),
             })),
             Status::Terminated => Some(Err(Error::Terminated {
-                id: self.id.clone(),
+                id: self.id.to_string(),
                 rollback_failure: rollback_failure(),
             })),
             // Parked until a decision: waiting would wait for a person.
             Status::Blocked => Some(Err(Error::Blocked {
-                id: self.id.clone(),
+                id: self.id.to_string(),
                 failure: Box::new(state.failure.clone().unwrap_or_else(|| {
                     Failure::new(FailureKind::Workflow, "blocked without a recorded error")
                 })),
@@ -473,7 +476,7 @@ impl Instance {
                 return match status {
                     Status::Terminated => Ok(()),
                     status => Err(Error::InvalidState {
-                        id: self.id.clone(),
+                        id: self.id.to_string(),
                         status,
                         operation: command.operation(),
                     }),

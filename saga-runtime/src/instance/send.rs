@@ -165,7 +165,7 @@ impl<'a> EventSender<'a> {
             self.change(state, payload).map(|(c, s)| (c, Ok(s)))
         })
         .await?;
-        let run = Run::new(Instance::new(runner.clone(), id.to_owned()));
+        let run = Run::new(Instance::new(runner.clone(), id));
         let sent = match sent {
             Ok(sent) => self.delivered(sent).await?,
             Err(payload) => self.post(payload).await?,

@@ -36,6 +36,7 @@ use crate::error::{Error, Result};
 use crate::lock::lock;
 use crate::model::history::Event;
 use crate::model::status::Status;
+use crate::names::id::InstanceId;
 use crate::store::{Flusher, Store, Told};
 use crate::time::clock::{Clock, from_millis, to_millis};
 
@@ -45,11 +46,11 @@ pub(crate) struct Journal {
     clock: Arc<dyn Clock>,
     /// Per instance: the lock that orders its writes, holding its folded
     /// state once loaded.
-    cache: Mutex<HashMap<String, Arc<Mutex<Cached>>>>,
+    cache: Mutex<HashMap<InstanceId, Arc<Mutex<Cached>>>>,
     /// The instances whose state stays cached though nobody holds it, the
     /// least recently let go first (on a store of one process: see
     /// [`Journal::evict_if_idle`]).
-    idle: Mutex<VecDeque<String>>,
+    idle: Mutex<VecDeque<InstanceId>>,
     /// What an instance may hold before events sent to it are refused.
     caps: InstanceCaps,
     events: broadcast::Sender<Event>,
@@ -212,7 +213,10 @@ impl Journal {
 
     /// The cache entry of `id`, held (see [`Held`]).
     fn hold<'a>(&'a self, id: &'a str) -> Held<'a> {
-        let entry = lock(&self.cache).entry(id.to_owned()).or_default().clone();
+        let entry = lock(&self.cache)
+            .entry(InstanceId::stored(id))
+            .or_default()
+            .clone();
         Held {
             journal: self,
             id,
@@ -291,7 +295,7 @@ impl Journal {
         cached.idle = true;
         drop(cached);
         let mut idle = lock(&self.idle);
-        idle.push_back(id.to_owned());
+        idle.push_back(InstanceId::stored(id));
         while idle.len() > IDLE_CACHED {
             let Some(oldest) = idle.pop_front() else {
                 break;
@@ -759,7 +763,7 @@ impl Journal {
             .index_entries_where(status.map(Status::label), workflow)
             .await?;
         for (id, bytes) in entries {
-            let entry = lock(&self.cache).get(&id).cloned();
+            let entry = lock(&self.cache).get(id.as_str()).cloned();
             let cached = entry.and_then(|entry| {
                 lock(&entry)
                     .loaded

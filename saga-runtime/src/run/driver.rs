@@ -15,6 +15,7 @@ use crate::error::failure::{Failure, FailureKind};
 use crate::error::{Error, Result};
 use crate::journal::{Change, CompensationState, End, InstanceState};
 use crate::model::status::Status;
+use crate::names::id::InstanceId;
 use crate::panic::CatchUnwind;
 use crate::run::rollback::compensate;
 use crate::workflow::ErasedWorkflow;
@@ -53,7 +54,7 @@ pub(crate) enum Exit {
 pub(crate) async fn drive(
     core: &Arc<Core>,
     workflow: Arc<dyn ErasedWorkflow>,
-    id: &Arc<str>,
+    id: &InstanceId,
     live: &Arc<Live>,
     waking: bool,
 ) -> Exit {
@@ -90,7 +91,7 @@ pub(crate) async fn drive(
 async fn drive_once(
     core: &Arc<Core>,
     workflow: Arc<dyn ErasedWorkflow>,
-    id: &Arc<str>,
+    id: &InstanceId,
     live: &Arc<Live>,
     waking: bool,
 ) -> Result<Exit> {
@@ -151,7 +152,7 @@ enum Outcome {
 
 async fn run_forward(
     core: &Arc<Core>,
-    id: &Arc<str>,
+    id: &InstanceId,
     live: &Arc<Live>,
     workflow: Arc<dyn ErasedWorkflow>,
     state: InstanceState,
@@ -364,7 +365,7 @@ async fn end(shared: &RunScope, end: End) -> Result<()> {
 /// the started steps are registered again, then go on compensating.
 async fn rebuild_and_compensate(
     core: &Arc<Core>,
-    id: &Arc<str>,
+    id: &InstanceId,
     live: &Arc<Live>,
     workflow: Arc<dyn ErasedWorkflow>,
     state: InstanceState,

@@ -10,6 +10,7 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::journal::{InstanceState, SlotState};
 use crate::model::status::Status;
+use crate::names::id::InstanceId;
 use crate::panic::CatchUnwind;
 use crate::run::driver::{self, Exit};
 use crate::run::resident::{Resident, Residents};
@@ -187,7 +188,7 @@ impl Runner {
         self.core.journal.keep(id, true);
         let release = Release {
             runner: self.clone(),
-            id: Arc::from(id),
+            id: InstanceId::stored(id),
             live: live.clone(),
         };
         let (key, ours) = (release.id.clone(), live.clone());
@@ -381,7 +382,7 @@ impl Runner {
 /// Held by a driver task: when it goes, the instance has no driver here.
 struct Release {
     runner: Arc<Runner>,
-    id: Arc<str>,
+    id: InstanceId,
     live: Arc<Live>,
 }
 

@@ -13,6 +13,7 @@ use crate::error::Result;
 use crate::error::failure::{Failure, FailureKind};
 use crate::journal::{Change, InstanceState, SlotKind, SlotRecord};
 use crate::lock::lock;
+use crate::names::id::InstanceId;
 use crate::workflow::compensation::Registered;
 use crate::workflow::engine_core::Core;
 use crate::workflow::in_flight::InFlight;
@@ -42,7 +43,7 @@ pub(crate) enum Mode {
 /// so tasks may keep it without keeping themselves alive.
 pub(crate) struct RunScope {
     pub(crate) core: Arc<Core>,
-    pub(crate) id: Arc<str>,
+    pub(crate) id: InstanceId,
     pub(crate) workflow: Arc<str>,
     pub(crate) live: Arc<Live>,
     pub(crate) mode: Mode,
@@ -87,7 +88,7 @@ impl Ctx {
     /// A context for a run of the workflow function over `state`.
     pub(crate) fn new(
         core: Arc<Core>,
-        id: Arc<str>,
+        id: InstanceId,
         live: Arc<Live>,
         mode: Mode,
         state: &InstanceState,

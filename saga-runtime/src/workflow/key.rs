@@ -4,6 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::error::failure::StepError;
+use crate::names::id::InstanceId;
 use crate::workflow::service::{Service, Services};
 
 /// The idempotency key of a step or of a rollback handler.
@@ -75,7 +76,7 @@ impl AsRef<str> for IdempotencyKey {
 #[derive(Clone, Debug)]
 pub struct StepContext {
     pub(crate) key: IdempotencyKey,
-    pub(crate) instance: Arc<str>,
+    pub(crate) instance: InstanceId,
     pub(crate) step: &'static str,
     pub(crate) occurrence: u32,
     pub(crate) attempt: u32,
