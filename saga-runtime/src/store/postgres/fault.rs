@@ -110,13 +110,15 @@ impl Backoff {
 
 /// Bounds a connection attempt, TCP and startup, by `limit`: a server
 /// that takes the connection and never answers (a load balancer in front
-/// of a dead database) fails it instead of holding it forever.
+/// of a dead database) fails it instead of holding it forever. `failed`
+/// says what a refused attempt means.
 pub(super) async fn bounded<T>(
     limit: Duration,
     attempt: impl Future<Output = std::result::Result<T, tokio_postgres::Error>>,
+    failed: impl FnOnce(tokio_postgres::Error) -> Failure,
 ) -> std::result::Result<T, Failure> {
     match tokio::time::timeout(limit, attempt).await {
-        Ok(result) => result.map_err(Failure::from),
+        Ok(result) => result.map_err(failed),
         Err(_) => Err(Failure::Connection(format!(
             "the server did not answer within {limit:?} (the URL's connect_timeout, or the store timeout)"
         ))),

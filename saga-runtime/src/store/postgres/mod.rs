@@ -57,6 +57,8 @@ mod lease;
 mod listen;
 mod schema;
 mod server;
+mod ssl_options;
+mod tls;
 
 use std::collections::HashSet;
 use std::sync::mpsc::{self, RecvTimeoutError};
