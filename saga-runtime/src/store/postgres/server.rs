@@ -669,10 +669,11 @@ impl Server {
             let job = tokio::select! {
                 job = jobs.recv() => job,
                 _ = heartbeat.tick() => {
-                    if !self.fenced
-                        && let Err(e) = self.flush().await
-                    {
-                        tracing::warn!(error = %e, "could not renew the PostgreSQL lease");
+                    if !self.fenced {
+                        if let Err(e) = self.flush().await {
+                            tracing::warn!(error = %e, "could not renew the PostgreSQL lease");
+                        }
+                        self.sweep().await;
                     }
                     continue;
                 }
@@ -859,6 +860,19 @@ impl Server {
         self.flush().await?;
         self.leave().await;
         Ok(())
+    }
+
+    /// Housekeeping: deletes the rows of dead workers that own nothing
+    /// (see `lease::sweep_sql`). Not retried: the next heartbeat sweeps
+    /// again.
+    async fn sweep(&self) {
+        let Some(conn) = &self.writer else { return };
+        let sql = lease::sweep_sql(&self.target.schema);
+        if let Err(e) = conn.client.batch_execute(&sql).await {
+            tracing::debug!(error = %e, "could not sweep the rows of dead workers");
+            // A failed statement may leave a transaction open.
+            roll_back(&conn.client).await;
+        }
     }
 
     /// Ends this worker's lease now, so others claim its instances at once.
