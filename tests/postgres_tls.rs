@@ -196,3 +196,32 @@ async fn each_sslmode_connects_or_is_refused_as_libpqs() {
         println!("  {line}");
     }
 }
+
+/// A server that answers TLS's request with "no", as one with `ssl = off`
+/// does: `require` is refused at once with a typed error, never sent in
+/// plain text.
+#[tokio::test]
+async fn require_against_a_server_without_tls_is_a_typed_error() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (mut socket, _) = listener.accept().await.unwrap();
+        let mut request = [0u8; 8];
+        socket.read_exact(&mut request).await.unwrap();
+        // SSLRequest: length 8, code 80877103.
+        assert_eq!(request, [0, 0, 0, 8, 4, 210, 22, 47]);
+        socket.write_all(b"N").await.unwrap();
+        // Whatever comes next must not be a startup message in plain text.
+        let mut next = Vec::new();
+        socket.read_to_end(&mut next).await.unwrap();
+        next
+    });
+    let url = format!("postgres://postgres@127.0.0.1:{port}/postgres?sslmode=require");
+    let (error, _) = refused("no_tls", &url).await;
+    assert!(
+        matches!(&error, Error::TlsHandshake { host, .. } if host == "127.0.0.1"),
+        "{error:?}"
+    );
+    assert!(server.await.unwrap().is_empty(), "sent in plain text");
+}

@@ -263,14 +263,14 @@ pub(super) fn refusal(error: &tokio_postgres::Error, mode: SslMode, host: &str) 
                 },
             });
         }
+        // tokio-postgres's own words when the server answers TLS with "no".
+        if e.to_string() == "server does not support TLS" {
+            return Some(Error::TlsHandshake {
+                host: host.to_owned(),
+                detail: "the server does not offer TLS, and the sslmode requires it".into(),
+            });
+        }
         source = e.source();
     }
-    // tokio-postgres's own words when the server answers TLS with "no".
-    error
-        .to_string()
-        .contains("server does not support TLS")
-        .then(|| Error::TlsHandshake {
-            host: host.to_owned(),
-            detail: "the server does not offer TLS, and the sslmode requires it".into(),
-        })
+    None
 }
