@@ -17,7 +17,8 @@
 //! - only a definite fault of our own statements, which no retry mends
 //!   (`42`: syntax, an undefined table or column, a missing privilege;
 //!   `22`: bad data), ends the call for good; so does losing the lease
-//!   ([`Failure::Fenced`]).
+//!   ([`Failure::Fenced`]), and so does a connection that TLS refused (a
+//!   certificate that does not verify: see `tls::refusal`).
 
 use std::time::Duration;
 
