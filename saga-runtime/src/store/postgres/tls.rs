@@ -45,15 +45,18 @@ pub(super) type Stream = <MakeRustlsConnect as MakeTlsConnect<tokio_postgres::So
 /// `sslmode=disable` tokio-postgres never calls it.
 pub(super) fn connector(options: &SslOptions) -> Result<MakeRustlsConnect> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let algorithms = provider.signature_verification_algorithms;
     let verifier: Arc<dyn ServerCertVerifier> = match (options.mode, &options.roots) {
         (SslMode::Disable | SslMode::Prefer, _) | (SslMode::Require, Roots::System) => {
-            Arc::new(Unverified {
-                algorithms: provider.signature_verification_algorithms,
+            Arc::new(Lenient {
+                chain: None,
+                algorithms,
             })
         }
-        (SslMode::Require | SslMode::VerifyCa, roots) => {
-            Arc::new(ChainOnly(web_pki(roots, &provider)?))
-        }
+        (SslMode::Require | SslMode::VerifyCa, roots) => Arc::new(Lenient {
+            chain: Some(web_pki(roots, &provider)?),
+            algorithms,
+        }),
         (SslMode::VerifyFull, roots) => web_pki(roots, &provider)?,
     };
     let builder = ClientConfig::builder_with_provider(provider)
@@ -135,13 +138,18 @@ fn setup(detail: String) -> Error {
     Error::InvalidArgument(format!("TLS to PostgreSQL: {detail}"))
 }
 
-/// `verify-ca`: the chain to a trusted root is checked, the name in the
-/// certificate is not. rustls checks the chain first, so a name error
-/// means the chain was good.
+/// A verifier that checks less than rustls's: the chain to a trusted
+/// root only (`verify-ca`; rustls checks the chain before the name, so a
+/// name error means the chain was good), or nothing (`prefer`, `require`:
+/// libpq's meaning). The handshake's signatures are checked against the
+/// certificate either way, so the server holds its key.
 #[derive(Debug)]
-struct ChainOnly(Arc<WebPkiServerVerifier>);
+struct Lenient {
+    chain: Option<Arc<WebPkiServerVerifier>>,
+    algorithms: WebPkiSupportedAlgorithms,
+}
 
-impl ServerCertVerifier for ChainOnly {
+impl ServerCertVerifier for Lenient {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -150,58 +158,15 @@ impl ServerCertVerifier for ChainOnly {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> std::result::Result<ServerCertVerified, rustls::Error> {
-        match self
-            .0
-            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
-        {
+        let Some(chain) = &self.chain else {
+            return Ok(ServerCertVerified::assertion());
+        };
+        match chain.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now) {
             Err(rustls::Error::InvalidCertificate(
                 CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
             )) => Ok(ServerCertVerified::assertion()),
             verified => verified,
         }
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
-    }
-}
-
-/// `prefer` and `require`: any certificate is taken (libpq's meaning);
-/// the handshake's signatures are still checked against it, so the
-/// server holds the certificate's key.
-#[derive(Debug)]
-struct Unverified {
-    algorithms: WebPkiSupportedAlgorithms,
-}
-
-impl ServerCertVerifier for Unverified {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> std::result::Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
     }
 
     fn verify_tls12_signature(
