@@ -619,6 +619,77 @@ async fn a_dead_workers_instances_resume_once_its_lease_expires() {
     postgres::drop_schema(&schema).await;
 }
 
+/// The names in the schema's `workers` table.
+async fn worker_rows(schema: &str) -> Vec<String> {
+    let rows = postgres::admin()
+        .await
+        .query(
+            &format!("SELECT name FROM {schema}.workers ORDER BY name"),
+            &[],
+        )
+        .await
+        .unwrap();
+    rows.iter().map(|row| row.get(0)).collect()
+}
+
+/// The rows of dead workers go once they own nothing that must run: a
+/// live worker's housekeeping removes them. One whose instance still waits
+/// for a driver keeps its row until another worker claimed the instance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rows_of_dead_workers_go_once_they_own_nothing() {
+    let schema = postgres::fresh_schema("sweep").await;
+    let calls = Arc::new(Calls::default());
+    let idle = worker(&schema, &calls).await;
+    let busy = worker(&schema, &calls).await;
+    let run = busy.start(order, "held", "pen".to_owned()).await.unwrap();
+    helpers::until_status(&run, Status::Waiting).await;
+    let both = worker_rows(&schema).await;
+    assert_eq!(both.len(), 2, "{both:?}");
+    let owner: String = postgres::admin()
+        .await
+        .query_one(
+            &format!("SELECT owner FROM {schema}.instances WHERE id = 'held'"),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    idle.close().await;
+    busy.close().await;
+
+    // A live worker that runs no workflow, so it claims nothing: it
+    // removes the idle worker's row, and in the same sweep keeps the row
+    // of the worker whose instance still waits for a driver.
+    let sweeper = Engine::builder()
+        .postgres_schema(&schema)
+        .lease_time(Duration::from_millis(500))
+        .connect(&postgres::database_url())
+        .await
+        .unwrap();
+    helpers::wait_until("the idle worker's row to go", || async {
+        !worker_rows(&schema)
+            .await
+            .iter()
+            .any(|name| both.contains(name) && *name != owner)
+    })
+    .await;
+    assert!(worker_rows(&schema).await.contains(&owner));
+
+    // Once another worker claimed its instance, it owns nothing.
+    let claimer = worker(&schema, &calls).await;
+    claimer.send_event("held", "go", &true).await.unwrap();
+    let run = claimer.instance("held").await.unwrap();
+    assert_eq!(within("the result", run.result::<u64>()).await.unwrap(), 3);
+    helpers::wait_until("the dead owner's row to go", || async {
+        !worker_rows(&schema).await.contains(&owner)
+    })
+    .await;
+    assert_eq!(worker_rows(&schema).await.len(), 2, "the two live workers");
+    claimer.close().await;
+    sweeper.close().await;
+    postgres::drop_schema(&schema).await;
+}
+
 /// A database that holds the engine up (a lock, a slow query, a failover)
 /// holds up only the engine's calls, never the application: on a runtime
 /// of one worker thread, with instances running and calls into the engine

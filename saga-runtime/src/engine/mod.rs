@@ -230,6 +230,14 @@ impl EngineBuilder {
     /// `list()` work from any worker. A worker that was stopped past its
     /// lease is fenced: it writes nothing more ([`Error::Fenced`]). An
     /// unreachable database is [`Error::DatabaseUnreachable`].
+    ///
+    /// TLS follows the URL's `sslmode` with libpq's meaning (`disable`,
+    /// `prefer`, the default, `require`, `verify-ca`, `verify-full`), with
+    /// `sslrootcert` (else the system's roots) and optional
+    /// `sslcert`/`sslkey`: `postgres://app@db.example.com/prod?sslmode=verify-full&sslrootcert=/etc/ssl/ca.pem`.
+    /// A certificate that does not verify is [`Error::TlsCertificate`]
+    /// naming the host; `sslmode=disable` against a server that takes only
+    /// TLS is [`Error::TlsRequired`]. Neither is retried.
     #[cfg(feature = "postgres")]
     pub async fn connect(self, url: &str) -> Result<Engine> {
         self.connect_postgres(url, false).await

@@ -431,4 +431,42 @@ pub enum Error {
         /// What it holds: `"pending events"` or `"journal records"`.
         of: &'static str,
     },
+
+    /// The certificate of the PostgreSQL server did not verify
+    /// (`sslmode=verify-full` or `verify-ca`): its chain does not reach a
+    /// trusted root, or it does not name the host connected to. Nothing
+    /// was sent; it is not retried, and never falls back to plain text.
+    #[error(
+        "the TLS certificate of PostgreSQL at {host} did not verify: {detail}; give the CA that signed it with sslrootcert=/path/to/ca.pem, and connect by a name the certificate holds (verify-full checks it)"
+    )]
+    TlsCertificate {
+        /// The host connected to, as the URL names it.
+        host: String,
+        /// What rustls said of the certificate.
+        detail: String,
+    },
+
+    /// The TLS handshake with the PostgreSQL server failed for another
+    /// reason than its certificate: it offers no TLS while the `sslmode`
+    /// requires it, it wants a client certificate (`sslcert`/`sslkey`), or
+    /// it speaks no common protocol version. Not retried.
+    #[error(
+        "the TLS handshake with PostgreSQL at {host} failed: {detail}; check the server's TLS settings, the sslmode, and sslcert/sslkey if it asks for a client certificate"
+    )]
+    TlsHandshake {
+        /// The host connected to, as the URL names it.
+        host: String,
+        /// What went wrong.
+        detail: String,
+    },
+
+    /// The PostgreSQL server takes only TLS connections, and the URL says
+    /// `sslmode=disable`. Not retried.
+    #[error(
+        "PostgreSQL at {host} refused a connection without TLS: the server requires TLS: use sslmode=require or verify-full"
+    )]
+    TlsRequired {
+        /// The host connected to, as the URL names it.
+        host: String,
+    },
 }

@@ -17,7 +17,8 @@
 //! - only a definite fault of our own statements, which no retry mends
 //!   (`42`: syntax, an undefined table or column, a missing privilege;
 //!   `22`: bad data), ends the call for good; so does losing the lease
-//!   ([`Failure::Fenced`]).
+//!   ([`Failure::Fenced`]), and so does a connection that TLS refused (a
+//!   certificate that does not verify: see `tls::refusal`).
 
 use std::time::Duration;
 
@@ -110,13 +111,15 @@ impl Backoff {
 
 /// Bounds a connection attempt, TCP and startup, by `limit`: a server
 /// that takes the connection and never answers (a load balancer in front
-/// of a dead database) fails it instead of holding it forever.
+/// of a dead database) fails it instead of holding it forever. `failed`
+/// says what a refused attempt means.
 pub(super) async fn bounded<T>(
     limit: Duration,
     attempt: impl Future<Output = std::result::Result<T, tokio_postgres::Error>>,
+    failed: impl FnOnce(tokio_postgres::Error) -> Failure,
 ) -> std::result::Result<T, Failure> {
     match tokio::time::timeout(limit, attempt).await {
-        Ok(result) => result.map_err(Failure::from),
+        Ok(result) => result.map_err(failed),
         Err(_) => Err(Failure::Connection(format!(
             "the server did not answer within {limit:?} (the URL's connect_timeout, or the store timeout)"
         ))),

@@ -8,7 +8,8 @@
 //! back. So an instance whose owner has no live lease is free for any
 //! worker to claim, and the owner it had writes nothing more to it: every
 //! write checks the owner in the same statement (see `server`). A missing
-//! row counts as expired, so old rows are simply deleted.
+//! row counts as expired, so the rows of dead workers are simply deleted
+//! once they own nothing that must run ([`sweep_sql`]).
 
 use std::time::Duration;
 
@@ -17,22 +18,17 @@ use tokio_postgres::Client;
 use super::fault::Failure;
 use crate::error::{Error, Result};
 
-/// Adds `worker` with a fresh lease, and deletes the rows of workers long
-/// gone.
+/// The most rows of dead workers one sweep deletes.
+const SWEEP_LIMIT: u32 = 100;
+
+/// Adds `worker` with a fresh lease, and sweeps the rows of dead workers.
 pub(super) async fn join(
     client: &Client,
     schema: &str,
     worker: &str,
     lease: Duration,
 ) -> Result<(), Failure> {
-    client
-        .execute(
-            &format!(
-                "DELETE FROM {schema}.workers WHERE expires_at < now() - interval '10 minutes'"
-            ),
-            &[],
-        )
-        .await?;
+    client.batch_execute(&sweep_sql(schema)).await?;
     let added = client
         .execute(
             &format!(
@@ -71,6 +67,22 @@ pub(super) fn renew_sql(schema: &str, worker: &str, lease: Duration) -> String {
 pub(super) fn leave_sql(schema: &str, worker: &str) -> String {
     format!(
         "UPDATE {schema}.workers SET expires_at = now() - interval '1 millisecond' WHERE name = '{worker}'"
+    )
+}
+
+/// The SQL of housekeeping, which any live worker runs now and then:
+/// deletes the rows of workers whose lease expired and that own no
+/// instance that must run (its active instances were claimed, or it had
+/// none), at most [`SWEEP_LIMIT`] at a time. A finished or paused
+/// instance keeps the name of its last owner, which needs no row: a
+/// missing row counts as expired. Rows another worker is sweeping are
+/// skipped. `instances_active` answers the ownership test.
+pub(super) fn sweep_sql(schema: &str) -> String {
+    format!(
+        "DELETE FROM {schema}.workers WHERE name IN \
+         (SELECT w.name FROM {schema}.workers w WHERE w.expires_at < now() \
+          AND NOT EXISTS (SELECT 1 FROM {schema}.instances i WHERE i.owner = w.name AND i.active) \
+          LIMIT {SWEEP_LIMIT} FOR UPDATE SKIP LOCKED)"
     )
 }
 

@@ -54,6 +54,12 @@ pub(super) fn spawn(target: Arc<Target>, worker: Arc<str>, heard: Heard<watch::S
         loop {
             match listen(&target, &mine, &heard).await {
                 Ok(()) => backoff = Duration::from_millis(50),
+                // A refusal for good (a certificate that stopped
+                // verifying): said louder, and tried again all the same,
+                // as polling stands in meanwhile.
+                Err(e @ Failure::Other(_)) => {
+                    tracing::warn!(error = %e, "could not open the PostgreSQL notification connection")
+                }
                 Err(e) => {
                     tracing::debug!(error = %e, "the PostgreSQL notification connection ended")
                 }

@@ -35,6 +35,10 @@
 //!   acts on them. Posting needs no lease; removing a post checks the
 //!   owner, so a fenced worker, whose acts were refused, leaves it for the
 //!   worker that claims the instance next.
+//! - **TLS.** Every connection (writer, readers, `LISTEN`) speaks TLS as
+//!   the URL's `sslmode` says, with libpq's meaning ([`tls`]); the TLS
+//!   options are taken out of the URL before tokio-postgres reads it
+//!   ([`ssl_options`]).
 //! - **Faults.** A lost connection is reconnected, with backoff, until the
 //!   call's deadline; a statement the server undid (cancelled, a deadlock)
 //!   is tried again ([`fault`]). The writes made since the last flush that succeeded
@@ -57,6 +61,8 @@ mod lease;
 mod listen;
 mod schema;
 mod server;
+mod ssl_options;
+mod tls;
 
 use std::collections::HashSet;
 use std::sync::mpsc::{self, RecvTimeoutError};

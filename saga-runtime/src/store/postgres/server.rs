@@ -14,10 +14,11 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::oneshot;
-use tokio_postgres::{Client, Config, NoTls, SimpleQueryMessage, Statement};
+use tokio_postgres::{Client, Config, SimpleQueryMessage, Statement};
 
 use super::fault::{self, Backoff, Failure, bounded, roll_back};
-use super::{PgOptions, lease, schema};
+use super::ssl_options::{self, SslMode};
+use super::{PgOptions, lease, schema, tls};
 
 /// The most jobs taken from the queue at once.
 const MAX_BATCH: usize = 1024;
@@ -249,8 +250,13 @@ struct Conn {
 /// What every connection is made from.
 pub(super) struct Target {
     pub(super) config: Config,
+    /// TLS as the URL's `sslmode` asks (see `tls`).
+    tls: tokio_postgres_rustls::MakeRustlsConnect,
+    ssl_mode: SslMode,
     /// The URL without its password, for messages.
     shown: String,
+    /// The host(s) the URL names, for TLS errors.
+    host: String,
     pub(super) schema: String,
     /// How long one connection attempt, startup included, may take: the
     /// URL's `connect_timeout`, else the store timeout.
@@ -258,17 +264,25 @@ pub(super) struct Target {
 }
 
 impl Target {
-    /// A plain connection, its attempt bounded (see `fault::bounded`).
+    /// A connection, TLS as the URL says, its attempt bounded (see
+    /// `fault::bounded`). A refusal of TLS's is for good (see `tls`).
     pub(super) async fn open(
         &self,
     ) -> std::result::Result<
         (
             Client,
-            tokio_postgres::Connection<tokio_postgres::Socket, tokio_postgres::tls::NoTlsStream>,
+            tokio_postgres::Connection<tokio_postgres::Socket, tls::Stream>,
         ),
         Failure,
     > {
-        bounded(self.attempt_limit, self.config.connect(NoTls)).await
+        let attempt = self.config.connect(self.tls.clone());
+        bounded(self.attempt_limit, attempt, |e| {
+            match tls::refusal(&e, self.ssl_mode, &self.host) {
+                Some(refused) => Failure::Other(refused),
+                None => Failure::from(e),
+            }
+        })
+        .await
     }
 
     async fn connect(&self) -> std::result::Result<Conn, Failure> {
@@ -523,13 +537,11 @@ struct Server {
 impl Server {
     /// Connects, within the store timeout however the server behaves.
     async fn start(options: PgOptions, owned: Arc<Mutex<HashSet<String>>>) -> Result<Server> {
-        let config: Config = options
-            .url
-            .parse()
-            .map_err(|e| Error::DatabaseUnreachable {
-                url: String::from("(unparsable URL)"),
-                detail: format!("{e}"),
-            })?;
+        let (url, ssl) = ssl_options::split(&options.url)?;
+        let config: Config = url.parse().map_err(|e| Error::DatabaseUnreachable {
+            url: String::from("(unparsable URL)"),
+            detail: format!("{e}"),
+        })?;
         let mut config = config;
         let attempt_limit = config
             .get_connect_timeout()
@@ -542,10 +554,15 @@ impl Server {
             // So an operator (or a test) can tell a schema's connections.
             config.application_name(format!("saga:{}", options.schema));
         }
+        config.ssl_mode(ssl.mode.negotiation());
         let shown = describe(&config);
+        let host = hosts(&config);
         let target = Arc::new(Target {
             config,
+            tls: tls::connector(&ssl)?,
+            ssl_mode: ssl.mode,
             shown,
+            host,
             schema: options.schema.clone(),
             attempt_limit,
         });
@@ -652,10 +669,11 @@ impl Server {
             let job = tokio::select! {
                 job = jobs.recv() => job,
                 _ = heartbeat.tick() => {
-                    if !self.fenced
-                        && let Err(e) = self.flush().await
-                    {
-                        tracing::warn!(error = %e, "could not renew the PostgreSQL lease");
+                    if !self.fenced {
+                        if let Err(e) = self.flush().await {
+                            tracing::warn!(error = %e, "could not renew the PostgreSQL lease");
+                        }
+                        self.sweep().await;
                     }
                     continue;
                 }
@@ -842,6 +860,19 @@ impl Server {
         self.flush().await?;
         self.leave().await;
         Ok(())
+    }
+
+    /// Housekeeping: deletes the rows of dead workers that own nothing
+    /// (see `lease::sweep_sql`). Not retried: the next heartbeat sweeps
+    /// again.
+    async fn sweep(&self) {
+        let Some(conn) = &self.writer else { return };
+        let sql = lease::sweep_sql(&self.target.schema);
+        if let Err(e) = conn.client.batch_execute(&sql).await {
+            tracing::debug!(error = %e, "could not sweep the rows of dead workers");
+            // A failed statement may leave a transaction open.
+            roll_back(&conn.client).await;
+        }
     }
 
     /// Ends this worker's lease now, so others claim its instances at once.
@@ -1270,10 +1301,7 @@ fn describe(config: &Config) -> String {
     let host = config
         .get_hosts()
         .first()
-        .map(|h| match h {
-            tokio_postgres::config::Host::Tcp(h) => h.clone(),
-            tokio_postgres::config::Host::Unix(p) => p.display().to_string(),
-        })
+        .map(host_name)
         .unwrap_or_else(|| "localhost".into());
     let port = config.get_ports().first().copied().unwrap_or(5432);
     format!(
@@ -1281,6 +1309,23 @@ fn describe(config: &Config) -> String {
         config.get_user().unwrap_or(""),
         config.get_dbname().unwrap_or("")
     )
+}
+
+/// The hosts a config names, as it names them, comma-separated.
+fn hosts(config: &Config) -> String {
+    let hosts: Vec<String> = config.get_hosts().iter().map(host_name).collect();
+    if hosts.is_empty() {
+        "localhost".into()
+    } else {
+        hosts.join(",")
+    }
+}
+
+fn host_name(host: &tokio_postgres::config::Host) -> String {
+    match host {
+        tokio_postgres::config::Host::Tcp(h) => h.clone(),
+        tokio_postgres::config::Host::Unix(p) => p.display().to_string(),
+    }
 }
 
 /// This worker's name: host, process and a random part, so two engines in
