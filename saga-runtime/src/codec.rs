@@ -29,7 +29,7 @@ pub(crate) const FORMAT_VERSION: u8 = 2;
 /// How many kinds of journal record this release reads (the variants of
 /// `journal::Change`): a store shared by workers leaves instances that
 /// need more to a worker of a newer release.
-pub(crate) const RECORD_KINDS: u32 = 27;
+pub(crate) const RECORD_KINDS: u32 = 28;
 
 /// No decode may claim more memory than this, whatever its length prefixes
 /// say, so corrupt bytes cannot exhaust memory.
