@@ -87,6 +87,20 @@ impl Engine {
         Ok(out)
     }
 
+    /// The plan of the store's query for `list_page(filter, page)`
+    /// (PostgreSQL's `EXPLAIN`; `None` on sled, which walks its trees).
+    /// Not a stable API: for operators and tests.
+    #[doc(hidden)]
+    pub async fn explain_list_page(
+        &self,
+        filter: &ListFilter,
+        page: &Page,
+    ) -> Result<Option<String>> {
+        page.check()?;
+        let query = filter.query(page);
+        self.runner().core.journal.explain_page(&query).await
+    }
+
     /// The instances that match `filter`, in id order (every page of
     /// [`Engine::list_page`] in id order, gathered). An instance whose
     /// index entry does not read is [`Error::Corrupt`] naming it (and the

@@ -104,6 +104,11 @@ impl Journal {
         self.store.server_clock()
     }
 
+    /// The plan of the store's query of a page.
+    pub(crate) async fn explain_page(&self, query: &IndexQuery<'_>) -> Result<Option<String>> {
+        self.store.explain_page(query).await
+    }
+
     /// The owner of `id`, and since when, on a store shared by workers.
     pub(crate) async fn owner_of(&self, id: &str) -> Result<Option<(String, SystemTime)>> {
         self.store.owner_of(id).await

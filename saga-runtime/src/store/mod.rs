@@ -221,6 +221,12 @@ pub trait Store: Send + Sync + 'static {
             query::page_of_all(entries, query, accept).await
         })
     }
+    /// The plan the store's own query of `query`'s page runs with
+    /// (PostgreSQL's `EXPLAIN`), for operators and tests; `None` for a
+    /// store that plans nothing.
+    fn explain_page<'a>(&'a self, _query: &'a IndexQuery<'a>) -> StoreFuture<'a, Option<String>> {
+        answered(Ok(None))
+    }
     /// Up to `limit` ids whose index entry has no facts yet (written by a
     /// release before them), to backfill with [`Store::backfill_index`].
     fn unindexed(&self, _limit: usize) -> StoreFuture<'_, Vec<String>> {

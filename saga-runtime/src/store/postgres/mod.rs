@@ -379,6 +379,16 @@ impl Store for PgStore {
         })
     }
 
+    fn explain_page<'a>(&'a self, query: &'a IndexQuery<'a>) -> StoreFuture<'a, Option<String>> {
+        let read = Read::Explain(page::PageSql::of(&self.schema, query));
+        Box::pin(async move {
+            match self.read(read).await? {
+                ReadAnswer::Ids(lines) => Ok(Some(lines.join("\n"))),
+                other => Err(other.unexpected()),
+            }
+        })
+    }
+
     fn unindexed(&self, limit: usize) -> StoreFuture<'_, Vec<String>> {
         let read = Read::Unindexed(i64::try_from(limit).unwrap_or(i64::MAX));
         Box::pin(async move {

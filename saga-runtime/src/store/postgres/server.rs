@@ -133,6 +133,8 @@ pub(super) enum Read {
     OwnerLive(String),
     /// A page of the index (see `page`).
     Page(super::page::PageSql),
+    /// The plan of a page's query.
+    Explain(super::page::PageSql),
     /// Ids whose entry has no facts yet.
     Unindexed(i64),
     /// Fills the facts of an entry that has none.
@@ -1338,6 +1340,11 @@ async fn query(
             let rows = conn.client.query(&page.sql, &page.params()).await?;
             let full = rows.len() as i64 == page.limit;
             ReadAnswer::Page(rows.iter().map(super::page::entry).collect(), full)
+        }
+        Read::Explain(page) => {
+            let sql = format!("EXPLAIN {}", page.sql);
+            let rows = conn.client.query(&sql, &page.params()).await?;
+            ReadAnswer::Ids(rows.iter().map(|row| row.get(0)).collect())
         }
         Read::Unindexed(limit) => {
             let rows = conn.client.query(&conn.unindexed, &[limit]).await?;
