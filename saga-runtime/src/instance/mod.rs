@@ -96,8 +96,8 @@ impl InstanceInfo {
             None
         } else {
             owner
-                .map(|(worker, since)| Owner { worker, since })
                 .or_else(|| runner.core.journal.local_owner())
+                .map(|(worker, since)| Owner { worker, since })
         };
         InstanceInfo {
             tags: facts.tags.into_iter().collect(),

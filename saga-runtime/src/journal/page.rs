@@ -116,13 +116,13 @@ impl Journal {
 
     /// Who drives the unfinished instances of a store of one process:
     /// this process (`None` on a store shared by workers).
-    pub(crate) fn local_owner(&self) -> Option<crate::instance::Owner> {
+    pub(crate) fn local_owner(&self) -> Option<(String, SystemTime)> {
         if self.store.shared() || self.store.read_only() {
             return None;
         }
-        Some(crate::instance::Owner {
-            worker: format!("this process (pid {})", std::process::id()),
-            since: *OPENED.get_or_init(SystemTime::now),
-        })
+        Some((
+            format!("this process (pid {})", std::process::id()),
+            *OPENED.get_or_init(SystemTime::now),
+        ))
     }
 }

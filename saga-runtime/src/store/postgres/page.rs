@@ -86,11 +86,15 @@ impl PageSql {
             format!("${}", page.params.len())
         };
         let text = |s: &str| Param::Text(s.to_owned());
+        // A row from before migration 3 has no status or workflow: it is
+        // answered too, and the engine judges it from its summary.
         if let Some(status) = query.status {
-            conditions.push(format!("status = {}", bind(&mut page, text(status))));
+            let status = bind(&mut page, text(status));
+            conditions.push(format!("(status = {status} OR status IS NULL)"));
         }
         if let Some(workflow) = query.workflow {
-            conditions.push(format!("workflow = {}", bind(&mut page, text(workflow))));
+            let workflow = bind(&mut page, text(workflow));
+            conditions.push(format!("(workflow = {workflow} OR workflow IS NULL)"));
         }
         if !query.tags.is_empty() {
             let tags = Param::Text(tags_json(query.tags));
