@@ -190,6 +190,21 @@ fn read_varint(bytes: &[u8]) -> Option<(u64, &[u8])> {
     }
 }
 
+/// Decodes a record of this build that later releases may extend with
+/// fields appended at its end (the index facts): the fields it knows are
+/// read, and bytes after them left to the release that wrote them.
+pub(crate) fn decode_record_prefix<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
+    match bytes.split_first() {
+        Some((&FORMAT_VERSION, body)) => bincode::serde::decode_from_slice::<T, _>(body, config())
+            .map(|(value, _)| value)
+            .map_err(|e| e.to_string()),
+        Some((version, _)) => Err(format!(
+            "record format version {version}, expected version {FORMAT_VERSION}"
+        )),
+        None => Err("empty record".into()),
+    }
+}
+
 fn decode_versioned<T: DeserializeOwned>(bytes: &[u8], expected: u8) -> Result<T, String> {
     match bytes.split_first() {
         None => Err("empty record".into()),

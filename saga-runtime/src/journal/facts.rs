@@ -8,8 +8,8 @@ use serde::{Deserialize, Serialize};
 use super::state::InstanceState;
 
 /// Encoded (with the format version) into each index entry's facts.
-/// Append fields only at the end, with `#[serde(default)]`-free types: a
-/// release before reads the prefix it knows.
+/// Append fields only at the end: a release before reads the prefix it
+/// knows (`codec::decode_record_prefix`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Facts {
     /// By key.
@@ -55,6 +55,13 @@ mod tests {
         };
         let bytes = encode_record(&facts);
         assert_eq!(bytes, [2, 1, 1, b'k', 1, b'v', 1, 1, b'p', 1]);
-        assert_eq!(decode_record::<Facts>(&bytes), Ok(facts));
+        assert_eq!(decode_record::<Facts>(&bytes), Ok(facts.clone()));
+        // A newer release's facts, with a field appended, still read.
+        let mut newer = bytes.clone();
+        newer.extend_from_slice(&[1, 7]);
+        assert_eq!(
+            crate::codec::decode_record_prefix::<Facts>(&newer),
+            Ok(facts)
+        );
     }
 }

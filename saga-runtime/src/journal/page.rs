@@ -5,7 +5,7 @@
 use std::time::SystemTime;
 
 use super::{Facts, Journal, Summary};
-use crate::codec::decode_record;
+use crate::codec::{decode_record, decode_record_prefix};
 use crate::error::{Error, Result};
 use crate::lock::lock;
 use crate::store::{IndexEntry, IndexQuery, PagePosition};
@@ -81,7 +81,8 @@ impl Journal {
         };
         let summary = decode_record::<Summary>(&entry.summary).map_err(corrupt)?;
         let facts = match &entry.facts {
-            Some(bytes) => decode_record::<Facts>(bytes).map_err(corrupt)?,
+            // A newer release may append fields: the known ones are read.
+            Some(bytes) => decode_record_prefix::<Facts>(bytes).map_err(corrupt)?,
             None => Facts::default(),
         };
         Ok((summary, facts))
