@@ -109,6 +109,6 @@ impl Engine {
         })
         .await?;
         runner.core.journal.flush().await?;
-        Ok(Run::new(Instance::new(runner.clone(), id.to_owned())))
+        Ok(Run::new(Instance::new(runner.clone(), id)))
     }
 }
