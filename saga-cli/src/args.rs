@@ -1,6 +1,7 @@
 //! The commands and their arguments, as `clap` parses them.
 
 use std::path::PathBuf;
+use std::time::SystemTime;
 
 use saga_runtime::Status;
 
@@ -59,12 +60,57 @@ pub(crate) struct ListArgs {
     /// Only instances of this workflow.
     #[arg(long)]
     pub(crate) workflow: Option<String>,
-    /// At most this many instances (the most recently updated first).
+    /// Only instances tagged KEY=VALUE (given again, every tag must match).
+    #[arg(long = "tag", value_name = "KEY=VALUE", value_parser = parse_tag)]
+    pub(crate) tags: Vec<(String, String)>,
+    /// Only instances started at or after this time (RFC 3339, e.g.
+    /// 2030-01-01T00:00:00Z).
+    #[arg(long, value_name = "TIME", value_parser = parse_time)]
+    pub(crate) started_after: Option<SystemTime>,
+    /// Only instances started before this time (RFC 3339).
+    #[arg(long, value_name = "TIME", value_parser = parse_time)]
+    pub(crate) started_before: Option<SystemTime>,
+    /// Only instances that ended at or after this time (RFC 3339).
+    #[arg(long, value_name = "TIME", value_parser = parse_time)]
+    pub(crate) ended_after: Option<SystemTime>,
+    /// Only instances that ended before this time (RFC 3339).
+    #[arg(long, value_name = "TIME", value_parser = parse_time)]
+    pub(crate) ended_before: Option<SystemTime>,
+    /// Only instances started by this instance (child workflows).
+    #[arg(long, value_name = "ID")]
+    pub(crate) parent: Option<String>,
+    /// Only instances whose rollback gave up.
+    #[arg(long)]
+    pub(crate) rollback_failed: bool,
+    /// Only instances a compensation of which failed at least once.
+    #[arg(long)]
+    pub(crate) failed_compensation: bool,
+    /// Only instances whose id begins with this.
+    #[arg(long, value_name = "PREFIX")]
+    pub(crate) id_prefix: Option<String>,
+    /// One page of at most this many instances, in --order, and the
+    /// cursor of the next page. Without --limit, --after or --order: every
+    /// instance, the most recently updated first.
     #[arg(long)]
     pub(crate) limit: Option<usize>,
+    /// The page after this cursor (printed by the page before).
+    #[arg(long, value_name = "CURSOR")]
+    pub(crate) after: Option<saga_runtime::Cursor>,
+    /// The order of pages: started (start time, then id) or id.
+    #[arg(long, value_enum, value_name = "ORDER")]
+    pub(crate) order: Option<ListOrder>,
     /// Print JSON (schema 1) instead of a table.
     #[arg(long)]
     pub(crate) json: bool,
+}
+
+/// The order of `saga list` pages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum ListOrder {
+    /// By start time, then id.
+    Started,
+    /// By id.
+    Id,
 }
 
 #[derive(Debug, clap::Args)]
@@ -155,6 +201,24 @@ pub(crate) fn parse_status(text: &str) -> Result<Status, String> {
         })
 }
 
+/// `customer=42`.
+fn parse_tag(text: &str) -> Result<(String, String), String> {
+    text.split_once('=')
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .ok_or_else(|| "expected KEY=VALUE, e.g. customer=42".to_owned())
+}
+
+/// An RFC 3339 time: `2030-01-01T00:00:00Z`, `2030-01-01T09:00:00+09:00`.
+fn parse_time(text: &str) -> Result<SystemTime, String> {
+    let at = text
+        .parse::<jiff::Timestamp>()
+        .map_err(|e| format!("not an RFC 3339 time such as 2030-01-01T00:00:00Z: {e}"))?;
+    let seconds = u64::try_from(at.as_second())
+        .map_err(|_| "a time after 1970, such as 2030-01-01T00:00:00Z".to_owned())?;
+    let nanos = u32::try_from(at.subsec_nanosecond()).unwrap_or(0);
+    Ok(SystemTime::UNIX_EPOCH + std::time::Duration::new(seconds, nanos))
+}
+
 fn parse_json(text: &str) -> Result<serde_json::Value, String> {
     serde_json::from_str(text).map_err(|e| format!("not valid JSON: {e}"))
 }
@@ -174,5 +238,20 @@ mod tests {
         }
         assert_eq!(parse_status("RollingBack"), Ok(Status::RollingBack));
         assert!(parse_status("sleepy").unwrap_err().contains("rolling-back"));
+    }
+
+    #[test]
+    fn tags_and_times_parse() {
+        assert_eq!(
+            parse_tag("customer=42=x"),
+            Ok(("customer".into(), "42=x".into()))
+        );
+        assert!(parse_tag("customer").is_err());
+        let at = parse_time("1970-01-01T00:00:01.5Z").unwrap();
+        assert_eq!(
+            at,
+            SystemTime::UNIX_EPOCH + std::time::Duration::from_millis(1500)
+        );
+        assert!(parse_time("yesterday").is_err());
     }
 }

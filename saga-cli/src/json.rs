@@ -67,11 +67,23 @@ pub(crate) fn listed(info: &InstanceInfo, place: Option<(&'static str, String)>)
         "at": at(place),
         "error": info.failure.as_ref().map(|f| f.message()),
         "rollback_error": info.rollback_failure.as_ref().map(|f| f.message()),
+        "tags": info.tags,
+        "parent": info.parent,
+        "failed_compensation": info.failed_compensation,
+        "owner": owner(info),
     })
 }
 
+/// Who drives an unfinished instance: `{"worker", "since"}` or null.
+fn owner(info: &InstanceInfo) -> Value {
+    info.owner.as_ref().map_or(
+        Value::Null,
+        |owner| json!({"worker": owner.worker, "since": rfc3339(owner.since)}),
+    )
+}
+
 /// The document of `show`.
-pub(crate) fn instance(i: &Inspection) -> Value {
+pub(crate) fn instance(i: &Inspection, info: &InstanceInfo) -> Value {
     json!({
         "schema": SCHEMA,
         "instance": {
@@ -94,6 +106,10 @@ pub(crate) fn instance(i: &Inspection) -> Value {
                 "payload": payload(Some(&e.payload)),
                 "sent_at": rfc3339(e.sent_at),
             })).collect::<Vec<_>>(),
+            "tags": info.tags,
+            "parent": info.parent,
+            "failed_compensation": info.failed_compensation,
+            "owner": owner(info),
         }
     })
 }

@@ -66,12 +66,19 @@
 //!
 //! - `list`: `{"schema": 1, "instances": [{"id", "workflow", "status",
 //!   "created_at", "updated_at", "finished_at", "workflow_registered",
-//!   "at", "error", "rollback_error"}]}`; `at` is the step, sleep, wait or
-//!   compensation it is at (`{"kind", "name"}`), or `null`.
+//!   "at", "error", "rollback_error", "tags", "parent",
+//!   "failed_compensation", "owner"}], "unreadable": [{"id", "error"}],
+//!   "next"}`; `at` is the step, sleep, wait or compensation it is at
+//!   (`{"kind", "name"}`), or `null`; `tags` an object of key to value;
+//!   `owner` the worker that drives an unfinished instance and since when
+//!   (`{"worker", "since"}`), or `null`; `next` the cursor of the next page
+//!   (`--after`), or `null`; `unreadable` the instances of a page whose
+//!   index entry does not read.
 //! - `show`: `{"schema": 1, "instance": {"id", "workflow", "status",
 //!   "generation", "created_at", "updated_at", "finished_at", "input",
 //!   "output", "error", "rollback_cause", "rollback_error", "slots",
-//!   "compensations", "pending_events"}}`. Each slot has `"kind"`
+//!   "compensations", "pending_events", "tags", "parent",
+//!   "failed_compensation", "owner"}}`. Each slot has `"kind"`
 //!   (`"step"`, `"sleep"` or `"wait"`), `"name"`, `"occurrence"`,
 //!   `"generation"`, `"started_at"`, `"ended_at"`, `"duration_ms"`; a step
 //!   adds `"key"`, `"state"` (`running`, `completed`, `failed`, `cancelled`),

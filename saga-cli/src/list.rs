@@ -1,16 +1,18 @@
-//! `saga list`: a table of instances, the most recently updated first.
+//! `saga list`: a table of instances, the most recently updated first, or
+//! one page of them (`--limit`, `--after`, `--order`) and the next page's
+//! cursor.
 
 use std::io::Write;
 
 use serde_json::json;
 
 use crate::CliError;
-use crate::args::ListArgs;
+use crate::args::{ListArgs, ListOrder};
 use crate::json;
-use crate::output::{Cell, Paint, Style, Table, short, time};
+use crate::output::{Cell, Paint, Style, Table, escape, short, time};
 use saga_runtime::Engine;
 use saga_runtime::{CompensationOutcome, InspectedSlot, Inspection, StepState, WaitState};
-use saga_runtime::{InstanceInfo, ListFilter};
+use saga_runtime::{InstanceInfo, ListFilter, Page};
 
 pub(crate) async fn run(
     engine: &Engine,
@@ -18,16 +20,23 @@ pub(crate) async fn run(
     out: &mut impl Write,
     style: &Style,
 ) -> Result<(), CliError> {
-    let mut filter = ListFilter::all();
-    if let Some(status) = args.status {
-        filter = filter.status(status);
-    }
-    if let Some(workflow) = &args.workflow {
-        filter = filter.workflow(workflow.clone());
-    }
-    let mut instances = engine.list(&filter).await?;
-    instances.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then(a.id.cmp(&b.id)));
-    instances.truncate(args.limit.unwrap_or(usize::MAX));
+    let filter = filter(args);
+    let paged = args.limit.is_some() || args.after.is_some() || args.order.is_some();
+    let (instances, unreadable, next) = if paged {
+        let mut page = Page::first(args.limit.unwrap_or(100));
+        if args.order == Some(ListOrder::Id) {
+            page = page.by_id();
+        }
+        if let Some(after) = &args.after {
+            page = page.after(after.clone());
+        }
+        let found = engine.list_page(&filter, &page).await?;
+        (found.instances, found.unreadable, found.next)
+    } else {
+        let mut instances = engine.list(&filter).await?;
+        instances.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then(a.id.cmp(&b.id)));
+        (instances, Vec::new(), None)
+    };
     let mut rows = Vec::with_capacity(instances.len());
     for info in instances {
         let place = where_is(engine, &info).await?;
@@ -38,20 +47,90 @@ pub(crate) async fn run(
             .iter()
             .map(|(info, place)| json::listed(info, place.clone()))
             .collect();
-        return json::print(out, &json!({"schema": json::SCHEMA, "instances": listed}));
+        let unreadable: Vec<_> = unreadable
+            .iter()
+            .map(|u| json!({"id": u.id, "error": u.error.to_string()}))
+            .collect();
+        return json::print(
+            out,
+            &json!({
+                "schema": json::SCHEMA,
+                "instances": listed,
+                "unreadable": unreadable,
+                "next": next.map(|c| c.to_string()),
+            }),
+        );
+    }
+    for damaged in &unreadable {
+        writeln!(
+            out,
+            "{}",
+            style.paint(
+                Paint::Red,
+                &format!(
+                    "unreadable {}: {}",
+                    escape(&damaged.id),
+                    escape(&damaged.error.to_string())
+                )
+            )
+        )?;
     }
     if rows.is_empty() {
         writeln!(out, "no instances")?;
-        return Ok(());
+    } else {
+        let mut table = Table::new(vec![
+            "ID", "WORKFLOW", "STATUS", "STARTED", "UPDATED", "AT", "OWNER", "ERROR",
+        ]);
+        for (info, place) in &rows {
+            table.row(row(info, place.as_ref(), style));
+        }
+        write!(out, "{}", table.render(style))?;
     }
-    let mut table = Table::new(vec![
-        "ID", "WORKFLOW", "STATUS", "STARTED", "UPDATED", "AT", "ERROR",
-    ]);
-    for (info, place) in &rows {
-        table.row(row(info, place.as_ref(), style));
+    if let Some(next) = next {
+        writeln!(out, "next page: --after {next}")?;
     }
-    write!(out, "{}", table.render(style))?;
     Ok(())
+}
+
+/// The runtime's filter of the command's flags.
+fn filter(args: &ListArgs) -> ListFilter {
+    let mut filter = ListFilter::all();
+    if let Some(status) = args.status {
+        filter = filter.status(status);
+    }
+    if let Some(workflow) = &args.workflow {
+        filter = filter.workflow(workflow.clone());
+    }
+    for (key, value) in &args.tags {
+        filter = filter.tag(key.clone(), value.clone());
+    }
+    let times = [
+        (
+            args.started_after,
+            ListFilter::started_after as fn(ListFilter, _) -> _,
+        ),
+        (args.started_before, ListFilter::started_before),
+        (args.ended_after, ListFilter::ended_after),
+        (args.ended_before, ListFilter::ended_before),
+    ];
+    for (at, condition) in times {
+        if let Some(at) = at {
+            filter = condition(filter, at);
+        }
+    }
+    if let Some(parent) = &args.parent {
+        filter = filter.parent(parent.clone());
+    }
+    if let Some(prefix) = &args.id_prefix {
+        filter = filter.id_prefix(prefix.clone());
+    }
+    if args.rollback_failed {
+        filter = filter.rollback_failed();
+    }
+    if args.failed_compensation {
+        filter = filter.failed_compensation();
+    }
+    filter
 }
 
 fn row(info: &InstanceInfo, place: Option<&(&'static str, String)>, style: &Style) -> Vec<Cell> {
@@ -74,8 +153,16 @@ fn row(info: &InstanceInfo, place: Option<&(&'static str, String)>, style: &Styl
         Cell::plain(time(info.created_at)),
         Cell::plain(time(info.updated_at)),
         Cell::plain(at),
+        Cell::plain(owner(info)),
         Cell::painted(error, style, Paint::Red),
     ]
+}
+
+/// Who drives an unfinished instance: `worker-a (since 09:00:07)`.
+pub(crate) fn owner(info: &InstanceInfo) -> String {
+    info.owner.as_ref().map_or("-".to_owned(), |owner| {
+        format!("{} (since {})", escape(&owner.worker), time(owner.since))
+    })
 }
 
 /// Where an unfinished instance is: the step, sleep or wait it is in, or

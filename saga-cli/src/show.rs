@@ -13,10 +13,10 @@ use crate::list::place;
 use crate::output::{
     Cell, Paint, Style, Table, bar, between, duration, escape, pad, short, size, time,
 };
-use saga_runtime::Engine;
 use saga_runtime::{
     CompensationOutcome, InspectedSlot, Inspection, PayloadView, StepState, WaitState,
 };
+use saga_runtime::{Engine, InstanceInfo};
 use unicode_width::UnicodeWidthStr;
 
 /// The width of a step's bar, in cells.
@@ -30,16 +30,18 @@ pub(crate) async fn run(
     out: &mut impl Write,
     style: &Style,
 ) -> Result<(), CliError> {
-    let inspection = engine.instance(&args.id).await?.inspect().await?;
+    let instance = engine.instance(&args.id).await?;
+    let inspection = instance.inspect().await?;
+    let info = instance.info().await?;
     if args.json {
-        return json::print(out, &json::instance(&inspection));
+        return json::print(out, &json::instance(&inspection, &info));
     }
-    write!(out, "{}", timeline(&inspection, style))?;
+    write!(out, "{}", timeline(&inspection, &info, style))?;
     Ok(())
 }
 
-fn timeline(i: &Inspection, style: &Style) -> String {
-    let mut text = header(i, style);
+fn timeline(i: &Inspection, info: &InstanceInfo, style: &Style) -> String {
+    let mut text = header(i, info, style);
     if !i.slots.is_empty() {
         text.push_str(&slots(i, style));
     }
@@ -64,7 +66,7 @@ fn timeline(i: &Inspection, style: &Style) -> String {
     text
 }
 
-fn header(i: &Inspection, style: &Style) -> String {
+fn header(i: &Inspection, info: &InstanceInfo, style: &Style) -> String {
     let mut text = format!(
         "{}  {}  {}\n",
         style.paint(Paint::Bold, &escape(&i.id)),
@@ -91,6 +93,20 @@ fn header(i: &Inspection, style: &Style) -> String {
     }
     if let Some((kind, name)) = place(i) {
         line("at", format!("{kind} {}", escape(&name)));
+    }
+    if info.owner.is_some() {
+        line("owner", crate::list::owner(info));
+    }
+    if !info.tags.is_empty() {
+        let tags: Vec<String> = info
+            .tags
+            .iter()
+            .map(|(k, v)| format!("{k}={}", escape(v)))
+            .collect();
+        line("tags", tags.join(" "));
+    }
+    if let Some(parent) = &info.parent {
+        line("parent", escape(parent).into_owned());
     }
     line("input", payload(&i.input));
     if let Some(output) = &i.output {

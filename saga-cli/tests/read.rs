@@ -4,7 +4,9 @@
 
 mod support;
 
-use support::{bank_transfer_store, fails, json, ok, waiting_store};
+use support::{
+    bank_transfer_store, fails, json, ok, rollback_failed_store, tagged_store, waiting_store,
+};
 
 #[test]
 fn list_shows_both_transfers_with_status_and_error() {
@@ -264,4 +266,78 @@ fn colors_follow_the_color_flag_and_no_color() {
     assert!(!colored(&[], &["list", "--json", "--color", "always"]));
     let wrong = support::saga(store.path(), &["list", "--color", "sometimes"]);
     assert_eq!(wrong.code, 2, "{}", wrong.stderr);
+}
+
+fn ids(list: &serde_json::Value) -> Vec<String> {
+    list["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn list_filters_by_tag_parent_and_prefix_and_pages_with_a_cursor() {
+    let store = tagged_store();
+    let mut by_tag = ids(&json(store.path(), &["list", "--tag", "customer=42"]));
+    by_tag.sort();
+    assert_eq!(by_tag, ["tagged-1", "tagged-2"]);
+    let list = json(store.path(), &["list", "--tag", "customer=7"]);
+    assert_eq!(list["instances"][0]["tags"]["customer"], "7");
+    assert_eq!(list["next"], serde_json::Value::Null);
+    assert_eq!(
+        ids(&json(store.path(), &["list", "--parent", "tagged-1"])),
+        ["tagged-2"]
+    );
+    assert_eq!(
+        ids(&json(store.path(), &["list", "--id-prefix", "tagged-3"])),
+        ["tagged-3"]
+    );
+    let later = json(
+        store.path(),
+        &["list", "--started-after", "2999-01-01T00:00:00Z"],
+    );
+    assert!(ids(&later).is_empty());
+
+    let first = json(store.path(), &["list", "--limit", "2", "--order", "id"]);
+    assert_eq!(ids(&first), ["tagged-1", "tagged-2"]);
+    let cursor = first["next"].as_str().expect("a next page").to_owned();
+    let rest = json(
+        store.path(),
+        &["list", "--limit", "2", "--order", "id", "--after", &cursor],
+    );
+    assert_eq!(ids(&rest), ["tagged-3"]);
+    assert_eq!(rest["next"], serde_json::Value::Null);
+    let table = ok(store.path(), &["list", "--limit", "1"]);
+    assert!(table.contains("next page: --after "), "{table}");
+
+    let shown = json(store.path(), &["show", "tagged-2"]);
+    assert_eq!(shown["instance"]["tags"]["customer"], "42");
+    assert_eq!(shown["instance"]["parent"], "tagged-1");
+    assert!(ok(store.path(), &["show", "tagged-2"]).contains("customer=42"));
+    assert!(fails(store.path(), &["list", "--tag", "customer"]).code == 2);
+    assert!(fails(store.path(), &["list", "--after", "nonsense"]).code == 2);
+}
+
+#[test]
+fn list_finds_failed_rollbacks_and_names_the_owner_of_a_waiting_instance() {
+    let store = rollback_failed_store();
+    assert_eq!(
+        ids(&json(store.path(), &["list", "--rollback-failed"])),
+        ["order-9"]
+    );
+    let failed = json(store.path(), &["list", "--failed-compensation"]);
+    assert_eq!(failed["instances"][0]["failed_compensation"], true);
+    let waiting = waiting_store();
+    let list = json(waiting.path(), &["list"]);
+    let owner = &list["instances"][0]["owner"];
+    assert!(
+        owner["worker"]
+            .as_str()
+            .unwrap()
+            .starts_with("this process"),
+        "{owner}"
+    );
+    assert!(owner["since"].as_str().unwrap().ends_with('Z'));
 }

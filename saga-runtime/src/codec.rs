@@ -29,7 +29,7 @@ pub(crate) const FORMAT_VERSION: u8 = 2;
 /// How many kinds of journal record this release reads (the variants of
 /// `journal::Change`): a store shared by workers leaves instances that
 /// need more to a worker of a newer release.
-pub(crate) const RECORD_KINDS: u32 = 27;
+pub(crate) const RECORD_KINDS: u32 = 28;
 
 /// No decode may claim more memory than this, whatever its length prefixes
 /// say, so corrupt bytes cannot exhaust memory.
@@ -187,6 +187,21 @@ fn read_varint(bytes: &[u8]) -> Option<(u64, &[u8])> {
         252 => wide(4),
         253 => wide(8),
         _ => None,
+    }
+}
+
+/// Decodes a record of this build that later releases may extend with
+/// fields appended at its end (the index facts): the fields it knows are
+/// read, and bytes after them left to the release that wrote them.
+pub(crate) fn decode_record_prefix<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
+    match bytes.split_first() {
+        Some((&FORMAT_VERSION, body)) => bincode::serde::decode_from_slice::<T, _>(body, config())
+            .map(|(value, _)| value)
+            .map_err(|e| e.to_string()),
+        Some((version, _)) => Err(format!(
+            "record format version {version}, expected version {FORMAT_VERSION}"
+        )),
+        None => Err("empty record".into()),
     }
 }
 

@@ -76,6 +76,8 @@ mod store;
 mod time;
 mod workflow;
 
+pub use crate::engine::listing::{InstancePage, UnreadableInstance};
+pub use crate::engine::start::StartOptions;
 pub use crate::engine::subscription::{RecvError, Subscription};
 pub use crate::engine::{
     DEFAULT_MAX_JOURNAL_RECORDS, DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_MAX_PENDING_EVENTS,
@@ -85,15 +87,20 @@ pub use crate::error::failure::{
     Failure, FailureKind, Permanent, StepError, StepFailed, WaitError, WorkflowError,
 };
 pub use crate::error::{Error, Result};
+pub use crate::instance::filter::{Cursor, ListFilter, MAX_PAGE, Page};
 pub use crate::instance::inspect::{
     CompensationOutcome, InspectedCompensation, InspectedSleep, InspectedSlot, InspectedStep,
     InspectedWait, Inspection, PayloadView, PendingEvent, StepState, WaitState,
 };
 pub use crate::instance::send::{EventSender, Sent};
-pub use crate::instance::{Instance, InstanceInfo, ListFilter, Run};
+pub use crate::instance::{Instance, InstanceInfo, Owner, Run};
+pub use crate::journal::tags::{MAX_TAG_VALUE_BYTES, MAX_TAGS};
 pub use crate::model::history::{Event, EventKind};
 pub use crate::model::status::Status;
 pub use crate::names::id::InstanceId;
+pub use crate::store::PageOrder;
+#[doc(hidden)]
+pub use crate::store::{Accept, IndexEntry, IndexFacts, IndexPage, IndexQuery, PagePosition};
 pub use crate::store::{
     IndexRow, SledStore, Store, StoreFuture, TailPosition, TailRecords, Told, answered,
     run_conformance_suite,
@@ -120,7 +127,7 @@ pub use saga_macros::{rollback, step, workflow};
 /// Everything a workflow file needs: `use saga_runtime::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        Backoff, Engine, Error, Failure, FailureKind, IdempotencyKey, Instance, ListFilter,
+        Backoff, Engine, Error, Failure, FailureKind, IdempotencyKey, Instance, ListFilter, Page,
         Permanent, RollbackContext, RollbackInput, RollbackRegistration, Sent, Service, Status,
         StepConfig, StepContext, StepError, StepFailed, WaitError, Workflow, WorkflowContext,
         WorkflowError, WorkflowFuture, workflow_fn,

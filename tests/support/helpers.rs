@@ -105,3 +105,49 @@ pub(crate) async fn when_released<T>(
     }
     open()
 }
+
+/// A store a test closes and opens again: a sled directory, or a schema
+/// of its own on the test database when the suite runs on PostgreSQL.
+pub(crate) struct Reopenable {
+    dir: std::path::PathBuf,
+    #[cfg(feature = "postgres")]
+    schema: Option<String>,
+}
+
+impl Reopenable {
+    /// A new, empty store named after `tag`.
+    pub(crate) async fn new(tag: &str) -> Reopenable {
+        let dir = std::env::temp_dir().join(format!("saga-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        Reopenable {
+            dir,
+            #[cfg(feature = "postgres")]
+            schema: if on_postgres() {
+                Some(postgres::fresh_schema(tag).await)
+            } else {
+                None
+            },
+        }
+    }
+
+    /// Opens it with the options `builder` makes.
+    pub(crate) async fn open(&self, builder: impl Fn() -> saga_runtime::EngineBuilder) -> Engine {
+        #[cfg(feature = "postgres")]
+        if let Some(schema) = &self.schema {
+            return builder()
+                .postgres_schema(schema)
+                .connect(&postgres::database_url())
+                .await
+                .unwrap_or_else(|e| postgres::missing(e));
+        }
+        when_released(|| builder().open(&self.dir))
+            .await
+            .expect("the store opens")
+    }
+}
+
+impl Drop for Reopenable {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

@@ -215,6 +215,37 @@ pub fn rollback_failed_store() -> TempDir {
     dir
 }
 
+/// A store of three finished instances of workflow `echo`, tagged:
+/// `tagged-1` and `tagged-2` with `customer=42`, `tagged-3` with
+/// `customer=7` (and `tagged-2` started by `tagged-1`).
+pub fn tagged_store() -> TempDir {
+    let dir = TempDir::new("tagged");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let echo = workflow_fn("echo", |_ctx: WorkflowContext, n: u64| async move {
+            Ok::<_, WorkflowError>(n)
+        });
+        let engine = Engine::open(dir.path()).unwrap();
+        for (id, customer, parent) in [
+            ("tagged-1", "42", None),
+            ("tagged-2", "42", Some("tagged-1")),
+            ("tagged-3", "7", None),
+        ] {
+            let mut options = saga_runtime::StartOptions::new().tag("customer", customer);
+            if let Some(parent) = parent {
+                options = options.parent(parent);
+            }
+            let run = engine.start_with(echo, id, 1, options).await.unwrap();
+            tokio::time::timeout(Duration::from_secs(30), run.result())
+                .await
+                .unwrap()
+                .unwrap();
+        }
+        engine.close().await;
+    });
+    dir
+}
+
 /// What one run of the binary did.
 pub struct Saga {
     pub code: i32,

@@ -4,7 +4,9 @@
 //! Also here: the lifecycle event stream (`subscription`) and retention
 //! (`retention`).
 
+pub(crate) mod listing;
 pub(crate) mod retention;
+pub(crate) mod start;
 pub(crate) mod subscription;
 
 use std::path::{Path, PathBuf};
@@ -17,7 +19,7 @@ use tokio::runtime::Handle;
 use crate::engine::subscription::Subscription;
 use crate::error::{Error, Result};
 use crate::instance::send::EventSender;
-use crate::instance::{Instance, InstanceInfo, ListFilter, Run};
+use crate::instance::{Instance, Run};
 use crate::journal::{InstanceCaps, Journal};
 use crate::run::runner::Runner;
 use crate::store::{SledStore, Store};
@@ -268,6 +270,17 @@ impl EngineBuilder {
         };
         let store: Arc<dyn Store> = Arc::new(crate::store::PgStore::connect(options).await?);
         let journal = Journal::new(store, self.clock.clone(), self.store_timeout)?;
+        if !read_only {
+            // Rows of a release before migration 6 get their facts (and a
+            // start time) from their journals, a batch at a time.
+            let backfilled = journal.backfill_index().await?;
+            if backfilled > 0 {
+                tracing::info!(
+                    instances = backfilled,
+                    "backfilled the tags and facts of index entries"
+                );
+            }
+        }
         self.build(journal, runtime, None)
     }
 
@@ -329,6 +342,17 @@ impl EngineBuilder {
         };
         if repaired > 0 {
             tracing::info!(instances = repaired, "rebuilt index entries from journals");
+        }
+        // Entries of a release before facts get them (a PostgreSQL worker
+        // backfills on connect, and a reader cannot).
+        if !journal.read_only() && !journal.shared() {
+            let backfilled = answered_now(journal.backfill_index())?;
+            if backfilled > 0 {
+                tracing::info!(
+                    instances = backfilled,
+                    "backfilled the tags and facts of index entries"
+                );
+            }
         }
         let core = Arc::new(Core::new(
             journal,
@@ -447,41 +471,6 @@ impl Engine {
         crate::names::validate_any_id(id)?;
         self.runner().core.journal.read(id, |_| ()).await?;
         Ok(Instance::new(self.runner().clone(), id))
-    }
-
-    /// The instances that match `filter`, in id order. An instance whose
-    /// index entry is corrupt is left out (with a warning in the log)
-    /// rather than hiding the others; `engine.instance(id)` answers
-    /// [`Error::Corrupt`] for it.
-    ///
-    /// # Cancel safety
-    ///
-    /// A read; dropping the future changes nothing.
-    pub async fn list(&self, filter: &ListFilter) -> Result<Vec<InstanceInfo>> {
-        let runner = self.runner();
-        let mut out = Vec::new();
-        let summaries = runner
-            .core
-            .journal
-            .summaries_where(filter.status, filter.workflow.as_deref())
-            .await?;
-        for (id, summary) in summaries {
-            let summary = match summary {
-                Ok(summary) => summary,
-                Err(e) => {
-                    tracing::warn!(instance = %id, error = %e, "skipping a corrupt instance");
-                    continue;
-                }
-            };
-            let info = InstanceInfo::from_summary(runner, &id, summary);
-            if filter.matches(&info) {
-                out.push(info);
-            }
-        }
-        // Only durable state: a change a crash could still take back is not
-        // shown.
-        runner.core.journal.durable_so_far().await?;
-        Ok(out)
     }
 
     /// A stream of lifecycle events of every instance. An event is sent

@@ -469,4 +469,28 @@ pub enum Error {
         /// The host connected to, as the URL names it.
         host: String,
     },
+
+    /// A tag's key is not 1-64 characters of `[a-z0-9-]` (the step-name
+    /// grammar), or its value is over 256 bytes or holds a control
+    /// character. Nothing was stored. Choose another key or a shorter value.
+    #[error("invalid tag {key:?}: {reason}")]
+    InvalidTag {
+        /// The key as given.
+        key: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+
+    /// An instance may hold at most `limit` tags. Nothing was stored. Tag
+    /// with fewer keys (a value may be a list), or keep the rest in the
+    /// input.
+    #[error(
+        "instance {id:?} would hold more than {limit} tags, its limit: the tag was not stored; use fewer keys"
+    )]
+    TooManyTags {
+        /// The instance.
+        id: String,
+        /// The limit.
+        limit: usize,
+    },
 }

@@ -5,11 +5,13 @@
 //! (`post`, `inbox`), and its inspection (`inspect`). Every call goes
 //! through [`Instance::command`], with the one `Command` type.
 
+pub(crate) mod filter;
 pub(crate) mod inbox;
 pub(crate) mod inspect;
 pub(crate) mod post;
 pub(crate) mod send;
 
+use std::collections::BTreeMap;
 use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -21,7 +23,7 @@ use crate::error::{Error, Result};
 use crate::instance::post::{Answer, post_and_wait};
 use crate::instance::send::{EventSender, Sent};
 use crate::journal::command::{Admit, Command, admits, restart_slot};
-use crate::journal::{Change, End, InstanceState, Summary};
+use crate::journal::{Change, End, Facts, InstanceState, Summary};
 use crate::model::history::Event;
 use crate::model::status::Status;
 use crate::names::id::InstanceId;
@@ -59,11 +61,49 @@ pub struct InstanceInfo {
     /// Whether its workflow is registered in this process. An unfinished
     /// instance whose workflow is not stays untouched until it is.
     pub workflow_registered: bool,
+    /// Its tags, given at start or by `ctx.tag`.
+    pub tags: BTreeMap<String, String>,
+    /// The instance that started it (child workflows).
+    pub parent: Option<String>,
+    /// Whether a compensation of it failed at least once.
+    pub failed_compensation: bool,
+    /// Who drives it while it is not finished: on PostgreSQL the worker
+    /// that owns it, on sled this process.
+    pub owner: Option<Owner>,
+}
+
+/// The worker that drives an unfinished instance, and since when.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Owner {
+    /// The worker's name (on PostgreSQL, as `workers.name`; on sled,
+    /// `this process (pid N)`).
+    pub worker: String,
+    /// Since when it owns the instance (on sled: since this process
+    /// opened its first engine).
+    pub since: SystemTime,
 }
 
 impl InstanceInfo {
-    pub(crate) fn from_summary(runner: &Runner, id: &str, summary: Summary) -> Self {
+    pub(crate) fn from_summary(
+        runner: &Runner,
+        id: &str,
+        summary: Summary,
+        facts: Facts,
+        owner: Option<(String, SystemTime)>,
+    ) -> Self {
+        let owner = if summary.status.is_terminal() {
+            None
+        } else {
+            owner
+                .or_else(|| runner.core.journal.local_owner())
+                .map(|(worker, since)| Owner { worker, since })
+        };
         InstanceInfo {
+            tags: facts.tags.into_iter().collect(),
+            parent: facts.parent,
+            failed_compensation: facts.failed_compensation,
+            owner,
             id: id.to_owned(),
             workflow_registered: runner.is_registered(&summary.workflow),
             workflow: summary.workflow,
@@ -74,45 +114,6 @@ impl InstanceInfo {
             failure: summary.failure,
             rollback_failure: summary.rollback_failure,
         }
-    }
-}
-
-/// Which instances `Engine::list` returns.
-#[derive(Clone, Debug, Default)]
-pub struct ListFilter {
-    pub(crate) status: Option<Status>,
-    pub(crate) workflow: Option<String>,
-    unregistered: bool,
-}
-
-impl ListFilter {
-    /// Every instance.
-    pub fn all() -> Self {
-        ListFilter::default()
-    }
-
-    /// Only instances in `status`.
-    pub fn status(mut self, status: Status) -> Self {
-        self.status = Some(status);
-        self
-    }
-
-    /// Only instances of the workflow named `name`.
-    pub fn workflow(mut self, name: impl Into<String>) -> Self {
-        self.workflow = Some(name.into());
-        self
-    }
-
-    /// Only instances whose workflow is not registered in this process.
-    pub fn unregistered(mut self) -> Self {
-        self.unregistered = true;
-        self
-    }
-
-    pub(crate) fn matches(&self, info: &InstanceInfo) -> bool {
-        self.status.is_none_or(|s| s == info.status)
-            && self.workflow.as_ref().is_none_or(|w| *w == info.workflow)
-            && (!self.unregistered || !info.workflow_registered)
     }
 }
 
@@ -147,11 +148,18 @@ impl Instance {
     ///
     /// A read; dropping the future changes nothing.
     pub async fn info(&self) -> Result<InstanceInfo> {
-        let summary = self
+        let (summary, facts) = self
             .journal()
-            .read_durable(&self.id, |s| Summary::of(s, 0))
+            .read_durable(&self.id, |s| (Summary::of(s, 0), Facts::of(s)))
             .await?;
-        Ok(InstanceInfo::from_summary(&self.runner, &self.id, summary))
+        let owner = self.journal().owner_of(&self.id).await?;
+        Ok(InstanceInfo::from_summary(
+            &self.runner,
+            &self.id,
+            summary,
+            facts,
+            owner,
+        ))
     }
 
     /// Every event of the instance, in order.

@@ -44,6 +44,15 @@ impl Change {
     /// How many kinds of record this release knows: the variants below.
     /// Append a variant, and this grows with it.
     pub(crate) const KINDS: u32 = crate::codec::RECORD_KINDS;
+
+    /// Whether the record changes what `list()` filters on though the
+    /// status stays: its index entry is written with it.
+    pub(crate) fn reindexes(&self) -> bool {
+        matches!(
+            self,
+            Change::Described { .. } | Change::CompensationFailed { .. }
+        )
+    }
 }
 
 /// What changed. Slots are the durable calls of the workflow code, by call
@@ -176,6 +185,14 @@ pub(crate) enum Change {
         payload: Payload,
         event_id: String,
     },
+    /// What the instance is about, beside its input: tags given at start
+    /// or by `ctx.tag` (each replaces the value of its key), and the
+    /// instance that started it. It takes no slot, so a workflow that
+    /// tags where it did not before still replays.
+    Described {
+        parent: Option<String>,
+        tags: Vec<(String, String)>,
+    },
 }
 
 /// How an instance ended.
@@ -213,10 +230,9 @@ mod tests {
     /// variant appended without counting it fails here.
     #[test]
     fn the_last_kind_of_record_is_counted() {
-        let last = bytes(Change::EventReceivedWithId {
-            event_type: "go".into(),
-            payload: Payload::Json(b"1".to_vec()),
-            event_id: "e".into(),
+        let last = bytes(Change::Described {
+            parent: None,
+            tags: vec![("k".into(), "v".into())],
         });
         // The version, `at` (1000 as a varint: 251, 232, 3), then the kind.
         assert_eq!(u32::from(last[4]), Change::KINDS - 1);
@@ -247,6 +263,13 @@ mod tests {
         assert_eq!(
             bytes(Change::Ended(Box::new(end))),
             [2, 251, 232, 3, 21, 6, 0, 1, 0, 2, b'n', b'o', 1, 0]
+        );
+        assert_eq!(
+            bytes(Change::Described {
+                parent: Some("p".into()),
+                tags: vec![("k".into(), "v".into())],
+            }),
+            [2, 251, 232, 3, 27, 1, 1, b'p', 1, 1, b'k', 1, b'v']
         );
     }
 }

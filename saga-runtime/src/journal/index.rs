@@ -4,10 +4,12 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::facts::Facts;
 use super::state::InstanceState;
+use crate::codec::encode_record;
 use crate::error::failure::Failure;
 use crate::model::status::Status;
-use crate::store::IndexRow;
+use crate::store::{IndexFacts, IndexRow};
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) struct Summary {
@@ -35,14 +37,48 @@ impl Summary {
             last_seq,
         }
     }
+}
 
-    /// The store's index entry of this summary, `encoded`.
-    pub(crate) fn row<'a>(&'a self, encoded: &'a [u8]) -> IndexRow<'a> {
+/// An instance's whole index entry, encoded: its summary and its facts.
+pub(crate) struct Indexed {
+    summary: Summary,
+    encoded: Vec<u8>,
+    facts: Facts,
+    facts_encoded: Vec<u8>,
+}
+
+impl Indexed {
+    /// The entry of `state`, folded from its records up to `last_seq`.
+    pub(crate) fn of(state: &InstanceState, last_seq: u64) -> Indexed {
+        Indexed::new(Summary::of(state, last_seq), Facts::of(state))
+    }
+
+    pub(crate) fn new(summary: Summary, facts: Facts) -> Indexed {
+        Indexed {
+            encoded: encode_record(&summary),
+            facts_encoded: encode_record(&facts),
+            summary,
+            facts,
+        }
+    }
+
+    /// The store's index entry.
+    pub(crate) fn row(&self) -> IndexRow<'_> {
+        let summary = &self.summary;
         IndexRow {
-            summary: encoded,
-            workflow: &self.workflow,
-            status: self.status.label(),
-            active: self.status.resumes_on_open(),
+            summary: &self.encoded,
+            workflow: &summary.workflow,
+            status: summary.status.label(),
+            active: summary.status.resumes_on_open(),
+            facts: Some(IndexFacts {
+                encoded: &self.facts_encoded,
+                created_at: summary.created_at,
+                finished_at: summary.finished_at,
+                parent: self.facts.parent.as_deref(),
+                tags: &self.facts.tags,
+                rollback_failed: summary.rollback_failure.is_some(),
+                failed_compensation: self.facts.failed_compensation,
+            }),
         }
     }
 }

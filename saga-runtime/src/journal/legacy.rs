@@ -187,6 +187,9 @@ pub(crate) fn import(legacy: &LegacyInstance) -> Result<Imported, String> {
         events: history.len() as u64,
         failure_value: None,
         event_ids: BTreeMap::new(),
+        tags: BTreeMap::new(),
+        parent: None,
+        failed_compensation: false,
     };
     Ok(Imported { state, history })
 }

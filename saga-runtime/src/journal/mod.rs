@@ -11,12 +11,16 @@
 //! ([`Journal::flush`], group-committed by the flusher); lifecycle events
 //! reach subscribers only then.
 
+mod backfill;
 mod change;
 pub(crate) mod command;
+mod facts;
 mod fold;
 mod index;
 pub(crate) mod legacy;
+mod page;
 mod state;
+pub(crate) mod tags;
 mod tail;
 
 use std::collections::{HashMap, VecDeque};
@@ -26,7 +30,8 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::{broadcast, watch};
 
 pub(crate) use change::{Change, End};
-pub(crate) use index::Summary;
+pub(crate) use facts::Facts;
+pub(crate) use index::{Indexed, Summary};
 pub(crate) use state::{CompensationState, InstanceState, SlotKind, SlotRecord, SlotState};
 pub(crate) use tail::Tail;
 
@@ -163,6 +168,7 @@ impl Journal {
         clock: Arc<dyn Clock>,
         store_timeout: std::time::Duration,
     ) -> Result<Journal> {
+        page::note_opened();
         let (events, _) = broadcast::channel(4096);
         let flusher = Flusher::start(store.clone(), events.clone(), store_timeout)?;
         Ok(Journal {
@@ -347,14 +353,10 @@ impl Journal {
         let Some(state) = state else {
             return Err(corrupt(id, 0, "the first record made no instance".into()));
         };
-        let summary = Summary::of(&state, 0);
+        let indexed = Indexed::of(&state, 0);
         let created = self
             .store
-            .create(
-                id,
-                &summary.row(&encode_record(&summary)),
-                &encode_record(&record),
-            )
+            .create(id, &indexed.row(), &encode_record(&record))
             .await?;
         let held = if created {
             let mut cached = held.cached();
@@ -459,14 +461,13 @@ impl Journal {
         };
         let bytes = encode_record(&record);
         let state = &loaded.state;
-        let written = if state.status == status_before {
+        let written = if state.status == status_before && !record.change.reindexes() {
             self.store.append(id, seq, &bytes)
         } else {
             // The index says which instances must run: it changes with the
             // record (on a shared store, in the same statement).
-            let summary = Summary::of(state, seq);
-            self.store
-                .append_indexed(id, seq, &bytes, &summary.row(&encode_record(&summary)))
+            let indexed = Indexed::of(state, seq);
+            self.store.append_indexed(id, seq, &bytes, &indexed.row())
         };
         if let Err(e) = written {
             cached.invalidate();
@@ -738,9 +739,8 @@ impl Journal {
     /// Writes the index entry of `id` from `state`, folded from its
     /// records before `next_seq`.
     fn put_summary(&self, id: &str, state: &InstanceState, next_seq: u64) -> Result<()> {
-        let summary = Summary::of(state, next_seq.saturating_sub(1));
-        self.store
-            .put_index(id, &summary.row(&encode_record(&summary)))
+        let indexed = Indexed::of(state, next_seq.saturating_sub(1));
+        self.store.put_index(id, &indexed.row())
     }
 
     /// The summaries of every instance, in id order; the state of an
@@ -871,13 +871,9 @@ impl Journal {
             let mut state = None;
             state::apply(&mut state, 0, &entry).map_err(|e| corrupt(&legacy.id, 0, e))?;
             let Some(state) = state else { continue };
-            let summary = Summary::of(&state, 0);
+            let indexed = Indexed::of(&state, 0);
             self.store
-                .create(
-                    &legacy.id,
-                    &summary.row(&encode_record(&summary)),
-                    &encode_record(&entry),
-                )
+                .create(&legacy.id, &indexed.row(), &encode_record(&entry))
                 .await?;
             imported += 1;
         }

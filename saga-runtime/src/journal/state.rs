@@ -44,6 +44,17 @@ pub(crate) struct InstanceState {
     /// instance (restarts included). Never encoded, as `failure_value`.
     #[serde(skip)]
     pub(crate) event_ids: BTreeMap<String, SentEvent>,
+    /// Its tags, by key (`Described` records). Never encoded, as
+    /// `failure_value`.
+    #[serde(skip)]
+    pub(crate) tags: BTreeMap<String, String>,
+    /// The instance that started it. Never encoded.
+    #[serde(skip)]
+    pub(crate) parent: Option<String>,
+    /// Whether a compensation of it ever failed (a retried rollback does
+    /// not take that back). Never encoded.
+    #[serde(skip)]
+    pub(crate) failed_compensation: bool,
 }
 
 /// An event sent with an id: what a second send with the id must match.
@@ -252,6 +263,9 @@ pub(crate) fn apply(
                     events: 1,
                     failure_value: None,
                     event_ids: BTreeMap::new(),
+                    tags: BTreeMap::new(),
+                    parent: None,
+                    failed_compensation: false,
                 });
                 Ok(vec![EventKind::InstanceCreated {
                     workflow: workflow.clone(),
@@ -571,6 +585,7 @@ fn apply_to(
             EventKind::RollbackStepCompleted { step, occurrence }
         }
         Change::CompensationFailed { slot, error } => {
+            s.failed_compensation = true;
             let failed = CompensationState::Failed {
                 error: error.clone(),
             };
@@ -604,6 +619,13 @@ fn apply_to(
         }
         Change::FailureValue { value } => {
             s.failure_value = Some(value.clone());
+            return Ok(Vec::new());
+        }
+        Change::Described { parent, tags } => {
+            if s.parent.is_none() {
+                s.parent.clone_from(parent);
+            }
+            s.tags.extend(tags.iter().cloned());
             return Ok(Vec::new());
         }
         Change::Restarted {

@@ -23,6 +23,7 @@ pub(crate) mod failpoint;
 mod flusher;
 #[cfg(feature = "postgres")]
 mod postgres;
+mod query;
 mod sled_store;
 
 #[doc(hidden)]
@@ -32,6 +33,7 @@ pub(crate) use flusher::Flusher;
 pub(crate) use postgres::{DEFAULT_LEASE, DEFAULT_SCHEMA};
 #[cfg(feature = "postgres")]
 pub use postgres::{PgOptions, PgStore};
+pub use query::{Accept, IndexEntry, IndexFacts, IndexPage, IndexQuery, PageOrder, PagePosition};
 pub use sled_store::SledStore;
 pub(crate) use sled_store::{LegacyInstance, wait_until_released};
 
@@ -96,6 +98,9 @@ pub struct IndexRow<'a> {
     /// Whether a worker must drive it (it is not finished, paused or parked
     /// for good).
     pub active: bool,
+    /// What `list()` filters on beyond status and workflow (`None`: an
+    /// entry of a store test, which has none).
+    pub facts: Option<IndexFacts<'a>>,
 }
 
 impl<'a> IndexRow<'a> {
@@ -106,6 +111,7 @@ impl<'a> IndexRow<'a> {
             workflow: "",
             status: "",
             active: true,
+            facts: None,
         }
     }
 }
@@ -201,6 +207,48 @@ pub trait Store: Send + Sync + 'static {
         _workflow: Option<&'a str>,
     ) -> StoreFuture<'a, Vec<(String, Vec<u8>)>> {
         self.index_entries()
+    }
+    /// One page of the entries that match `query`, each one `accept`ed,
+    /// in its order after its position (see `query`). The default reads
+    /// the whole index, in id order: for stores of the test suites.
+    fn index_page<'a>(
+        &'a self,
+        query: &'a IndexQuery<'a>,
+        accept: Accept<'a>,
+    ) -> StoreFuture<'a, IndexPage> {
+        Box::pin(async move {
+            let entries = self.index_entries().await?;
+            query::page_of_all(entries, query, accept).await
+        })
+    }
+    /// The plan the store's own query of `query`'s page runs with
+    /// (PostgreSQL's `EXPLAIN`), for operators and tests; `None` for a
+    /// store that plans nothing.
+    fn explain_page<'a>(&'a self, _query: &'a IndexQuery<'a>) -> StoreFuture<'a, Option<String>> {
+        answered(Ok(None))
+    }
+    /// Up to `limit` ids whose index entry has no facts yet (written by a
+    /// release before them), to backfill with [`Store::backfill_index`].
+    fn unindexed(&self, _limit: usize) -> StoreFuture<'_, Vec<String>> {
+        answered(Ok(Vec::new()))
+    }
+    /// Writes the facts of an entry that has none, whoever owns it
+    /// (derived data, and only missing data is written).
+    fn backfill_index<'a>(&'a self, id: &'a str, index: &'a IndexRow<'_>) -> StoreFuture<'a, ()> {
+        answered(self.put_index(id, index))
+    }
+    /// Whether start times in pages and their ranges are the store's own
+    /// clock (PostgreSQL's), not the engine's: the store alone judges them.
+    fn server_clock(&self) -> bool {
+        false
+    }
+    /// The worker that owns `id`, and since when, on a store shared by
+    /// workers.
+    fn owner_of<'a>(
+        &'a self,
+        _id: &'a str,
+    ) -> StoreFuture<'a, Option<(String, std::time::SystemTime)>> {
+        answered(Ok(None))
     }
     /// Removes an instance: its journal first, then its index entry (so a
     /// crash in between leaves an index entry without a journal, which the

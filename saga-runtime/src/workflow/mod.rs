@@ -19,6 +19,7 @@ pub(crate) mod retry;
 pub(crate) mod service;
 pub(crate) mod step;
 pub(crate) mod step_table;
+pub(crate) mod tagging;
 pub(crate) mod wait;
 
 use std::future::Future;

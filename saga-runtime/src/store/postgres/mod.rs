@@ -59,6 +59,7 @@
 mod fault;
 mod lease;
 mod listen;
+mod page;
 mod schema;
 mod server;
 mod ssl_options;
@@ -75,7 +76,9 @@ use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::oneshot;
 
 use self::server::{Job, Op, Read, ReadAnswer, Row, Unordered};
-use super::{IndexRow, Store, StoreFuture, TailPosition, TailRecords, Told};
+use super::{
+    Accept, IndexPage, IndexQuery, IndexRow, Store, StoreFuture, TailPosition, TailRecords, Told,
+};
 use crate::error::{Error, Result};
 use crate::lock::lock;
 
@@ -121,6 +124,8 @@ pub struct PgStore {
     /// Reads that need no write queued before them (see the module).
     unordered: UnboundedSender<Unordered>,
     read_only: bool,
+    /// The schema of its tables.
+    schema: String,
     /// The instances this worker owns; kept by the store's thread.
     owned: Arc<Mutex<HashSet<String>>>,
     /// How many notifications of each kind this engine heard (see
@@ -147,6 +152,7 @@ impl PgStore {
         let (ready, started) = tokio::sync::oneshot::channel();
         let patience = options.timeout + options.lease + Duration::from_secs(5);
         let read_only = options.read_only;
+        let schema = options.schema.clone();
         let owned = Arc::new(Mutex::new(HashSet::new()));
         let kept = owned.clone();
         let (told, heard) = listen::channels();
@@ -158,6 +164,7 @@ impl PgStore {
         // ends the lease it just took; nothing here waits for the thread.
         match started.await {
             Ok(Ok(())) => Ok(PgStore {
+                schema,
                 jobs,
                 unordered,
                 read_only,
@@ -352,6 +359,74 @@ impl Store for PgStore {
         Box::pin(async move {
             match self.read(read).await? {
                 ReadAnswer::Entries(entries) => Ok(entries),
+                other => Err(other.unexpected()),
+            }
+        })
+    }
+
+    fn index_page<'a>(
+        &'a self,
+        query: &'a IndexQuery<'a>,
+        accept: Accept<'a>,
+    ) -> StoreFuture<'a, IndexPage> {
+        let read = Read::Page(page::PageSql::of(&self.schema, query));
+        Box::pin(async move {
+            let ReadAnswer::Page(rows, full) = self.read(read).await? else {
+                return Err(Error::Store(
+                    "the PostgreSQL thread answered another question".into(),
+                ));
+            };
+            // The next page begins after the last row read, accepted or not.
+            let next = full
+                .then(|| rows.last().map(|e| e.position.clone()))
+                .flatten();
+            let entries = rows.into_iter().filter(|e| accept(e)).collect();
+            Ok(IndexPage { entries, next })
+        })
+    }
+
+    fn explain_page<'a>(&'a self, query: &'a IndexQuery<'a>) -> StoreFuture<'a, Option<String>> {
+        let read = Read::Explain(page::PageSql::of(&self.schema, query));
+        Box::pin(async move {
+            match self.read(read).await? {
+                ReadAnswer::Ids(lines) => Ok(Some(lines.join("\n"))),
+                other => Err(other.unexpected()),
+            }
+        })
+    }
+
+    fn unindexed(&self, limit: usize) -> StoreFuture<'_, Vec<String>> {
+        let read = Read::Unindexed(i64::try_from(limit).unwrap_or(i64::MAX));
+        Box::pin(async move {
+            match self.read(read).await? {
+                ReadAnswer::Ids(ids) => Ok(ids),
+                other => Err(other.unexpected()),
+            }
+        })
+    }
+
+    fn backfill_index<'a>(&'a self, id: &'a str, index: &'a IndexRow<'_>) -> StoreFuture<'a, ()> {
+        let read = Read::Backfill(id.to_owned(), Row::of(index));
+        Box::pin(async move {
+            match self.read(read).await? {
+                ReadAnswer::Done => Ok(()),
+                other => Err(other.unexpected()),
+            }
+        })
+    }
+
+    fn server_clock(&self) -> bool {
+        true
+    }
+
+    fn owner_of<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> StoreFuture<'a, Option<(String, std::time::SystemTime)>> {
+        let read = Read::OwnerOf(id.to_owned());
+        Box::pin(async move {
+            match self.read(read).await? {
+                ReadAnswer::Owner(owner) => Ok(owner),
                 other => Err(other.unexpected()),
             }
         })

@@ -99,6 +99,33 @@ const MIGRATIONS: &[&str] = &[
     // And the answer of the worker that acted on a post, for its poster.
     "ALTER TABLE {s}.instances ADD COLUMN needs integer NOT NULL DEFAULT 0;
      ALTER TABLE {s}.inbox ADD COLUMN answer bytea, ADD COLUMN answered_at timestamptz;",
+    // 6: what `list()` filters and pages on, each on an index: the start
+    // time by the database's clock (then id, for keyset pages), the end,
+    // tags (jsonb, `@>` on a GIN index), the parent, rollback failures;
+    // and since when the owner owns the instance. Rows from before have
+    // NULLs here (their `facts` NULL marks them): workers backfill them
+    // from their journals (`journal::backfill`), a batch at a time.
+    "ALTER TABLE {s}.instances
+         ADD COLUMN facts bytea,
+         ADD COLUMN started_at timestamptz,
+         ADD COLUMN ended_at timestamptz,
+         ADD COLUMN parent text,
+         ADD COLUMN tags jsonb,
+         ADD COLUMN rollback_failed boolean,
+         ADD COLUMN failed_compensation boolean,
+         ADD COLUMN owned_since timestamptz;
+     ALTER TABLE {s}.instances
+         ALTER COLUMN started_at SET DEFAULT now(),
+         ALTER COLUMN owned_since SET DEFAULT now();
+     CREATE INDEX instances_started ON {s}.instances (started_at, id COLLATE \"C\");
+     CREATE INDEX instances_id ON {s}.instances (id COLLATE \"C\");
+     CREATE INDEX instances_ended ON {s}.instances (ended_at);
+     CREATE INDEX instances_parent ON {s}.instances (parent) WHERE parent IS NOT NULL;
+     CREATE INDEX instances_tags ON {s}.instances USING gin (tags jsonb_path_ops);
+     CREATE INDEX instances_rollback_failed ON {s}.instances (started_at) WHERE rollback_failed;
+     CREATE INDEX instances_failed_compensation ON {s}.instances (started_at)
+         WHERE failed_compensation;
+     CREATE INDEX instances_unindexed ON {s}.instances (id) WHERE facts IS NULL;",
 ];
 
 /// The newest schema version this release knows.

@@ -10,7 +10,7 @@
 use std::collections::HashSet;
 use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::oneshot;
@@ -22,9 +22,11 @@ use super::{PgOptions, lease, schema, tls};
 
 /// The most jobs taken from the queue at once.
 const MAX_BATCH: usize = 1024;
+use super::page::{fact_sets, fact_values};
 use crate::error::{Error, Result};
 use crate::lock::lock;
 use crate::store::{TailPosition, TailRecords};
+use crate::time::clock::from_millis;
 
 /// A write, kept until a flush made it durable (to apply again on a new
 /// connection).
@@ -62,15 +64,32 @@ pub(super) struct Row {
     pub(super) workflow: String,
     pub(super) status: String,
     pub(super) active: bool,
+    /// The columns of `facts` (all NULL for an entry without).
+    pub(super) facts: Option<Vec<u8>>,
+    pub(super) started_at: Option<SystemTime>,
+    pub(super) ended_at: Option<SystemTime>,
+    pub(super) parent: Option<String>,
+    /// A JSON object, key to value.
+    pub(super) tags: Option<String>,
+    pub(super) rollback_failed: Option<bool>,
+    pub(super) failed_compensation: Option<bool>,
 }
 
 impl Row {
     pub(super) fn of(index: &crate::store::IndexRow<'_>) -> Row {
+        let facts = index.facts.as_ref();
         Row {
             summary: index.summary.to_vec(),
             workflow: index.workflow.to_owned(),
             status: index.status.to_owned(),
             active: index.active,
+            facts: facts.map(|f| f.encoded.to_vec()),
+            started_at: facts.map(|f| from_millis(f.created_at)),
+            ended_at: facts.and_then(|f| f.finished_at.map(from_millis)),
+            parent: facts.and_then(|f| f.parent.map(str::to_owned)),
+            tags: facts.map(|f| super::page::tags_json(f.tags)),
+            rollback_failed: facts.map(|f| f.rollback_failed),
+            failed_compensation: facts.map(|f| f.failed_compensation),
         }
     }
 }
@@ -113,6 +132,16 @@ pub(super) enum Read {
     ForgetPost(String),
     /// Whether the owner of this instance holds a live lease.
     OwnerLive(String),
+    /// A page of the index (see `page`).
+    Page(super::page::PageSql),
+    /// The plan of a page's query.
+    Explain(super::page::PageSql),
+    /// Ids whose entry has no facts yet.
+    Unindexed(i64),
+    /// Fills the facts of an entry that has none.
+    Backfill(String, Row),
+    /// The owner of an instance, and since when.
+    OwnerOf(String),
 }
 
 pub(super) enum ReadAnswer {
@@ -125,6 +154,10 @@ pub(super) enum ReadAnswer {
     Tail(TailRecords, TailPosition),
     Answer(Option<Option<Vec<u8>>>),
     OwnerLive(Option<bool>),
+    /// A page's rows, and whether it was full.
+    Page(Vec<crate::store::IndexEntry>, bool),
+    Ids(Vec<String>),
+    Owner(Option<(String, SystemTime)>),
     Done,
 }
 
@@ -245,6 +278,9 @@ struct Conn {
     forget_post: Statement,
     owner_live: Statement,
     claim: Statement,
+    unindexed: Statement,
+    backfill: Statement,
+    owner_of: Statement,
 }
 
 /// What every connection is made from.
@@ -304,11 +340,15 @@ impl Target {
         };
         let create = client
             .prepare(&format!(
-                "WITH i AS (INSERT INTO {s}.instances (id, summary, workflow, status, active, owner)
-                            VALUES ($1, $2, $4, $5, $6, $7) ON CONFLICT (id) DO NOTHING RETURNING id),
+                "WITH i AS (INSERT INTO {s}.instances (id, summary, workflow, status, active, owner,
+                                                       {})
+                            VALUES ($1, $2, $4, $5, $6, $7, {})
+                            ON CONFLICT (id) DO NOTHING RETURNING id),
                  j AS (INSERT INTO {s}.journal (id, seq, record)
                        SELECT id, 0, $3 FROM i ON CONFLICT DO NOTHING RETURNING 1)
-                 SELECT (SELECT count(*) FROM i), (SELECT count(*) FROM j)"
+                 SELECT (SELECT count(*) FROM i), (SELECT count(*) FROM j)",
+                super::page::FACT_COLUMNS,
+                fact_values(8)
             ))
             .await?;
         let append = client
@@ -326,13 +366,15 @@ impl Target {
         // driver (ended, paused) is told on the schema's channel.
         let append_indexed = client
             .prepare(&format!(
-                "WITH u AS (UPDATE {s}.instances SET summary = $5, workflow = $6, status = $7, active = $8
+                "WITH u AS (UPDATE {s}.instances SET summary = $5, workflow = $6, status = $7, active = $8,
+                                   {}
                             WHERE id = $1 AND owner = $4 RETURNING 1),
                  j AS (INSERT INTO {s}.journal (id, seq, record)
                        SELECT $1, $2, $3 FROM u ON CONFLICT DO NOTHING RETURNING 1)
                  SELECT (SELECT count(*) FROM u), (SELECT count(*) FROM j),
                         (SELECT record = $3 FROM {s}.journal WHERE id = $1 AND seq = $2),
-                        (SELECT count(pg_notify('{channel}', 'stopped')) FROM u WHERE NOT $8)"
+                        (SELECT count(pg_notify('{channel}', 'stopped')) FROM u WHERE NOT $8)",
+                fact_sets(9)
             ))
             .await?;
         // Many appends in one statement; the fence has a row per instance.
@@ -360,8 +402,9 @@ impl Target {
         // Derived data: written only while owned, and otherwise dropped.
         let put_index = client
             .prepare(&format!(
-                "UPDATE {s}.instances SET summary = $2, workflow = $3, status = $4, active = $5
-                 WHERE id = $1 AND owner = $6"
+                "UPDATE {s}.instances SET summary = $2, workflow = $3, status = $4, active = $5, {}
+                 WHERE id = $1 AND owner = $6",
+                fact_sets(7)
             ))
             .await?;
         // An instance of this worker's, or of no live worker's (a finished
@@ -471,12 +514,37 @@ impl Target {
                               AND {}
                             LIMIT $3
                             FOR UPDATE OF i SKIP LOCKED)
-                 UPDATE {s}.instances i SET owner = $1 FROM c WHERE i.id = c.id RETURNING i.id",
+                 UPDATE {s}.instances i SET owner = $1, owned_since = now()
+                 FROM c WHERE i.id = c.id RETURNING i.id",
                 crate::codec::RECORD_KINDS,
                 lease::orphan(s)
             ))
             .await?;
+        let unindexed = client
+            .prepare(&format!(
+                "SELECT id FROM {s}.instances WHERE facts IS NULL ORDER BY id LIMIT $1"
+            ))
+            .await?;
+        // Derived data, written whoever owns the row, and only where it
+        // is missing: a worker that wrote facts since is not undone.
+        let backfill = client
+            .prepare(&format!(
+                "UPDATE {s}.instances SET {}, started_at = coalesce(started_at, $8)
+                 WHERE id = $1 AND facts IS NULL",
+                fact_sets(2)
+            ))
+            .await?;
+        let owner_of = client
+            .prepare(&format!(
+                "SELECT owner, coalesce(owned_since, w.started_at, now())
+                 FROM {s}.instances i LEFT JOIN {s}.workers w ON w.name = i.owner
+                 WHERE i.id = $1 AND i.owner IS NOT NULL"
+            ))
+            .await?;
         Ok(Conn {
+            unindexed,
+            backfill,
+            owner_of,
             client,
             append_indexed,
             claim,
@@ -982,6 +1050,12 @@ async fn apply(conn: Arc<Conn>, worker: Arc<str>, op: Op) -> std::result::Result
                         &index.status,
                         &index.active,
                         &worker,
+                        &index.facts,
+                        &index.ended_at,
+                        &index.parent,
+                        &index.tags,
+                        &index.rollback_failed,
+                        &index.failed_compensation,
                     ],
                 )
                 .await?;
@@ -1011,6 +1085,12 @@ async fn apply(conn: Arc<Conn>, worker: Arc<str>, op: Op) -> std::result::Result
                         &index.workflow,
                         &index.status,
                         &index.active,
+                        &index.facts,
+                        &index.ended_at,
+                        &index.parent,
+                        &index.tags,
+                        &index.rollback_failed,
+                        &index.failed_compensation,
                     ],
                 )
                 .await?;
@@ -1026,6 +1106,12 @@ async fn apply(conn: Arc<Conn>, worker: Arc<str>, op: Op) -> std::result::Result
                     &index.status,
                     &index.active,
                     &worker,
+                    &index.facts,
+                    &index.ended_at,
+                    &index.parent,
+                    &index.tags,
+                    &index.rollback_failed,
+                    &index.failed_compensation,
                 ],
             )
             .await?;
@@ -1280,6 +1366,42 @@ async fn query(
         Read::OwnerLive(id) => {
             let row = conn.client.query_opt(&conn.owner_live, &[id]).await?;
             ReadAnswer::OwnerLive(row.map(|row| row.get(0)))
+        }
+        Read::Page(page) => {
+            let rows = conn.client.query(&page.sql, &page.params()).await?;
+            let full = rows.len() as i64 == page.limit;
+            ReadAnswer::Page(rows.iter().map(super::page::entry).collect(), full)
+        }
+        Read::Explain(page) => {
+            let sql = format!("EXPLAIN {}", page.sql);
+            let rows = conn.client.query(&sql, &page.params()).await?;
+            ReadAnswer::Ids(rows.iter().map(|row| row.get(0)).collect())
+        }
+        Read::Unindexed(limit) => {
+            let rows = conn.client.query(&conn.unindexed, &[limit]).await?;
+            ReadAnswer::Ids(rows.iter().map(|row| row.get(0)).collect())
+        }
+        Read::Backfill(id, index) => {
+            conn.client
+                .execute(
+                    &conn.backfill,
+                    &[
+                        id,
+                        &index.facts,
+                        &index.ended_at,
+                        &index.parent,
+                        &index.tags,
+                        &index.rollback_failed,
+                        &index.failed_compensation,
+                        &index.started_at,
+                    ],
+                )
+                .await?;
+            ReadAnswer::Done
+        }
+        Read::OwnerOf(id) => {
+            let row = conn.client.query_opt(&conn.owner_of, &[id]).await?;
+            ReadAnswer::Owner(row.map(|row| (row.get(0), row.get(1))))
         }
     })
 }
