@@ -745,41 +745,22 @@ fn still_engine(builder: saga_runtime::EngineBuilder) -> Engine {
     builder.clock(TestClock::new()).temporary().unwrap()
 }
 
+/// 2,000 events it does not wait for pile up in a waiting instance, and
+/// the one it waits for still gets through. What each costs as they pile
+/// up (the same the 2,000th time as the first) is a speed, so the bench
+/// measures it: `cargo bench -p saga-runtime --bench waiting_memory`.
 #[tokio::test]
-async fn an_event_costs_the_same_the_two_thousandth_time_as_the_first() {
-    const BATCH: usize = 200;
-    const BATCHES: usize = 10;
+async fn two_thousand_events_pile_up_and_the_awaited_one_still_gets_through() {
     let engine = still_engine(Engine::builder());
     let run = engine.start(await_approval, "busy", ()).await.unwrap();
     until_status(&run, Status::Waiting).await;
     let noise = "x".repeat(100);
-    let mut batches = Vec::new();
-    for _ in 0..BATCHES {
-        let started = std::time::Instant::now();
-        for _ in 0..BATCH {
-            engine.send_event("busy", "noise", &noise).await.unwrap();
-        }
-        batches.push(started.elapsed());
+    for _ in 0..2_000 {
+        engine.send_event("busy", "noise", &noise).await.unwrap();
     }
-    // The quickest of three batches at each end: one slowed by a
-    // neighbour's build does not decide.
-    let first = batches[..3].iter().min().unwrap();
-    let last = batches[BATCHES - 3..].iter().min().unwrap();
-    eprintln!(
-        "per event: {:?} over events 1-{}, {:?} over events {}-{}",
-        *first / BATCH as u32,
-        3 * BATCH,
-        *last / BATCH as u32,
-        (BATCHES - 3) * BATCH + 1,
-        BATCHES * BATCH
-    );
-    assert!(
-        *last <= *first * 2,
-        "the last batches of {BATCH} events took {last:?}, the first {first:?}: {batches:?}"
-    );
-    // The 2,000 wait, and the awaited one still gets through.
     engine.send_event("busy", "approval", "yes").await.unwrap();
     assert_eq!(within("the result", run.result()).await.unwrap(), "yes");
+    assert_eq!(run.status().await.unwrap(), Status::Complete);
 }
 
 #[tokio::test]

@@ -152,4 +152,69 @@ fn main() {
         .expect("a Tokio runtime");
     header("sleeping instances: resident memory, measured in a process of its own");
     runtime.block_on(measure());
+    runtime.block_on(event_cost());
+}
+
+#[workflow(name = "await-approval")]
+async fn await_approval(ctx: WorkflowContext, (): ()) -> Result<String, WorkflowError> {
+    let approval: String = ctx
+        .wait_for_event("wait-approval", "approval", "7 days")
+        .await?;
+    Ok(approval)
+}
+
+/// What an event to a waiting instance costs as its events pile up: 10
+/// batches of 200 events it does not wait for, the quickest of the first
+/// three batches against the quickest of the last three (one slowed by a
+/// neighbour's build does not decide). Its state stays cached, so the
+/// 2,000th costs what the first did.
+async fn event_cost() {
+    const BATCH: usize = 200;
+    const BATCHES: usize = 10;
+    let engine = Engine::builder()
+        .clock(TestClock::new())
+        .temporary()
+        .expect("a temporary store");
+    let run = engine
+        .start(await_approval, "busy", ())
+        .await
+        .expect("start");
+    while run.status().await.expect("status") != Status::Waiting {
+        tokio::task::yield_now().await;
+    }
+    let noise = "x".repeat(100);
+    let mut batches = Vec::new();
+    for _ in 0..BATCHES {
+        let started = Instant::now();
+        for _ in 0..BATCH {
+            engine
+                .send_event("busy", "noise", &noise)
+                .await
+                .expect("send");
+        }
+        batches.push(started.elapsed());
+    }
+    let first = *batches[..3].iter().min().expect("batches");
+    let last = *batches[BATCHES - 3..].iter().min().expect("batches");
+    let per_event = |batch: Duration| format!("{:.1} us", batch.as_secs_f64() * 1e6 / BATCH as f64);
+    let workload = "2,000 events to a waiting instance";
+    row(
+        workload,
+        "per event, events 1-600",
+        &per_event(first),
+        NO_RAW,
+    );
+    let ratio = last.as_secs_f64() / first.as_secs_f64();
+    row(
+        workload,
+        "per event, events 1,401-2,000",
+        &per_event(last),
+        &format!("({ratio:.2}x the first; target <= 2.00x)"),
+    );
+    engine
+        .send_event("busy", "approval", "yes")
+        .await
+        .expect("send");
+    assert_eq!(run.result().await.expect("result"), "yes");
+    engine.close().await;
 }

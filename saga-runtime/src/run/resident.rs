@@ -25,7 +25,7 @@ pub(crate) struct Resident {
     /// driver, so a finished driver's task is freed at once.
     pub(crate) task: Option<tokio::task::JoinHandle<()>>,
     /// While it hibernates here: the timer that wakes it.
-    pub(crate) timer: Option<tokio::task::AbortHandle>,
+    pub(crate) timer: Option<tokio::task::JoinHandle<()>>,
     /// Serializes the control calls that stop its driver and write what
     /// replaces it (restart, terminate), so two never interleave; held by
     /// the calls under way.
@@ -101,13 +101,16 @@ impl Residents {
         self.read(id, |r| r.timer.is_some()).unwrap_or(false)
     }
 
-    /// Shutdown: stops every driver and timer, and answers the drivers'
-    /// tasks to wait for.
+    /// Shutdown: stops every driver and timer, and answers their tasks to
+    /// wait for.
     pub(crate) fn stop_all(&self) -> Vec<tokio::task::JoinHandle<()>> {
         let mut entries = lock(&self.entries);
         let mut tasks = Vec::new();
         for resident in entries.values_mut() {
-            resident.stop_timer();
+            if let Some(timer) = resident.timer.take() {
+                timer.abort();
+                tasks.push(timer);
+            }
             if let Some(task) = resident.task.take() {
                 task.abort();
                 tasks.push(task);

@@ -259,7 +259,7 @@ impl Runner {
     }
 
     /// Shutdown: stops every driver and hibernation timer here; answers
-    /// the drivers' tasks to wait for.
+    /// their tasks to wait for.
     pub(crate) fn stop_residents(&self) -> Vec<tokio::task::JoinHandle<()>> {
         self.residents.stop_all()
     }
@@ -345,7 +345,7 @@ impl Runner {
             if self.core.is_closed() {
                 task.abort();
             }
-            resident.timer = Some(task.abort_handle());
+            resident.timer = Some(task);
         });
         false
     }
