@@ -177,15 +177,21 @@ impl SledStore {
         let mut value = started.to_vec();
         value.extend_from_slice(facts.encoded);
         let before = self.facts.get(id.as_bytes()).map_err(sled_error)?;
-        if let Some(before) = before
-            .as_ref()
-            .filter(|b| b.len() >= 8 && b[..8] != started)
-        {
-            self.by_start
-                .remove(start_key(&before[..8], id))
-                .map_err(sled_error)?;
+        // Most status changes change no fact: nothing more to write.
+        if before.as_deref() == Some(&value[..]) {
+            return Ok(());
         }
-        Self::insert(&self.by_start, &start_key(&started, id), &[])?;
+        match before.as_ref().filter(|b| b.len() >= 8) {
+            // Its place in start order stands.
+            Some(before) if before[..8] == started => {}
+            Some(before) => {
+                self.by_start
+                    .remove(start_key(&before[..8], id))
+                    .map_err(sled_error)?;
+                Self::insert(&self.by_start, &start_key(&started, id), &[])?;
+            }
+            None => Self::insert(&self.by_start, &start_key(&started, id), &[])?,
+        }
         Self::insert(&self.facts, id.as_bytes(), &value)
     }
 
