@@ -14,6 +14,12 @@
 //!   payloads without the user's types. A [`Payload`] carries its encoding,
 //!   so stores written by the first release, whose payloads are bincode,
 //!   still read.
+//! - A user value the engine's codec (`EngineBuilder::codec`) sealed is a
+//!   [`Payload::Sealed`]: the codec's bytes of the pinned bincode of the
+//!   plain payload, with the codec's key id. A record that holds one (or
+//!   a [`Payload::Redacted`]) is written with [`SEALED_FORMAT_VERSION`],
+//!   so the release before this one, which knows neither, takes it for a
+//!   newer release's record ([`from_newer_release`]), never for damage.
 
 use bincode::config::{Configuration, Limit, LittleEndian, Varint};
 use serde::de::DeserializeOwned;
@@ -23,8 +29,24 @@ use serde::{Deserialize, Serialize};
 /// instance, slot, history, rollback and event records).
 pub(crate) const LEGACY_FORMAT_VERSION: u8 = 1;
 
-/// The first byte of every journal entry and index record this build writes.
+/// The first byte of every journal entry and index record this build
+/// writes, but for those of [`SEALED_FORMAT_VERSION`].
 pub(crate) const FORMAT_VERSION: u8 = 2;
+
+/// The first byte of a record that holds a payload the release before
+/// this one does not know ([`Payload::Sealed`], [`Payload::Redacted`]):
+/// one version past [`FORMAT_VERSION`], which that release takes for a
+/// newer release's record and leaves alone. The bytes after it are laid
+/// out as in [`FORMAT_VERSION`].
+pub(crate) const SEALED_FORMAT_VERSION: u8 = FORMAT_VERSION + 1;
+
+/// On PostgreSQL, the bit of an instance's `needs` column that says it
+/// holds records of [`SEALED_FORMAT_VERSION`]: set by the statement that
+/// writes one (from the record's first byte), so that a worker of the
+/// release before, which claims only instances whose `needs` is at most
+/// its count of record kinds, never claims it. The low 16 bits keep
+/// counting record kinds; a later release adds bits of its own.
+pub(crate) const NEEDS_SEALED: i32 = 1 << 16;
 
 /// How many kinds of journal record this release reads (the variants of
 /// `journal::Change`): a store shared by workers leaves instances that
@@ -44,13 +66,23 @@ const fn config() -> Pinned {
         .with_limit::<DECODE_LIMIT>()
 }
 
-/// A stored user value with its encoding.
+/// A stored user value with its encoding. Append only: bincode stores a
+/// variant by its index.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) enum Payload {
     /// Written by the first release.
     Bincode(Vec<u8>),
     /// Written by this one.
     Json(Vec<u8>),
+    /// Sealed by the engine's codec (`crate::seal`): `bytes` are what the
+    /// codec made of the pinned bincode of the plain payload, with the key
+    /// id `key` it used. Only in records of [`SEALED_FORMAT_VERSION`].
+    Sealed { key: String, bytes: Vec<u8> },
+    /// A step's inputs as JSON (the array of them), of which those at the
+    /// positions `hidden` (from 0) are shown as `<redacted>` by the
+    /// inspection read model and `saga show`. Stored whole: a rollback gets
+    /// them. Only in records of [`SEALED_FORMAT_VERSION`].
+    Redacted { json: Vec<u8>, hidden: Vec<u32> },
 }
 
 impl Payload {
@@ -78,28 +110,65 @@ impl Payload {
             if i > 0 {
                 out.push(b',');
             }
-            match element {
-                Payload::Json(bytes) | Payload::Bincode(bytes) => out.extend_from_slice(bytes),
-            }
+            out.extend_from_slice(element.plain_bytes());
         }
         out.push(b']');
         Payload::Json(out)
     }
 
-    /// Decodes a user value; every byte must be used.
-    pub(crate) fn decode<T: DeserializeOwned>(&self) -> Result<T, String> {
+    /// The bytes of the value as encoded before any codec: those of a
+    /// sealed one are the codec's.
+    fn plain_bytes(&self) -> &[u8] {
         match self {
-            Payload::Json(bytes) => serde_json::from_slice(bytes).map_err(|e| e.to_string()),
-            Payload::Bincode(bytes) => decode_bincode(bytes),
+            Payload::Json(bytes) | Payload::Bincode(bytes) => bytes,
+            Payload::Redacted { json, .. } => json,
+            Payload::Sealed { bytes, .. } => bytes,
         }
     }
 
-    /// The encoded size, for the payload limit.
-    pub(crate) fn len(&self) -> usize {
+    /// Decodes a user value; every byte must be used. A value still sealed
+    /// (its key was not in the engine's codec when its record was read)
+    /// does not decode: the message names the key.
+    pub(crate) fn decode<T: DeserializeOwned>(&self) -> Result<T, String> {
         match self {
-            Payload::Json(bytes) | Payload::Bincode(bytes) => bytes.len(),
+            Payload::Json(bytes) | Payload::Redacted { json: bytes, .. } => {
+                serde_json::from_slice(bytes).map_err(|e| e.to_string())
+            }
+            Payload::Bincode(bytes) => decode_bincode(bytes),
+            Payload::Sealed { key, .. } => Err(crate::seal::missing_key_detail(key)),
         }
     }
+
+    /// The key of a value still sealed, `None` for a readable one.
+    pub(crate) fn sealed_key(&self) -> Option<&str> {
+        match self {
+            Payload::Sealed { key, .. } => Some(key),
+            _ => None,
+        }
+    }
+
+    /// Whether the release before this one cannot read a record that
+    /// holds this payload (see [`SEALED_FORMAT_VERSION`]).
+    pub(crate) fn needs_sealed_format(&self) -> bool {
+        matches!(self, Payload::Sealed { .. } | Payload::Redacted { .. })
+    }
+
+    /// The size of the value before any codec, for the payload limit.
+    pub(crate) fn len(&self) -> usize {
+        self.plain_bytes().len()
+    }
+}
+
+/// Encodes a payload (not a record: no version byte) with the pinned
+/// encoding, for a codec to seal.
+pub(crate) fn encode_payload(payload: &Payload) -> Vec<u8> {
+    // Plain data: encoding into a Vec cannot fail.
+    bincode::serde::encode_to_vec(payload, config()).unwrap_or_default()
+}
+
+/// Decodes what [`encode_payload`] made; every byte must be used.
+pub(crate) fn decode_payload(bytes: &[u8]) -> Result<Payload, String> {
+    decode_bincode(bytes)
 }
 
 fn decode_bincode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
@@ -116,7 +185,13 @@ fn decode_bincode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
 
 /// Encodes one of the engine's records: the format version, then the record.
 pub(crate) fn encode_record<T: Serialize>(record: &T) -> Vec<u8> {
-    let mut out = vec![FORMAT_VERSION];
+    encode_record_as(record, FORMAT_VERSION)
+}
+
+/// Encodes a record behind `version` ([`FORMAT_VERSION`] or
+/// [`SEALED_FORMAT_VERSION`]: the same layout).
+pub(crate) fn encode_record_as<T: Serialize>(record: &T, version: u8) -> Vec<u8> {
+    let mut out = vec![version];
     // Records are plain data (strings, integers, byte vectors): encoding
     // them into a Vec cannot fail.
     if let Ok(body) = bincode::serde::encode_to_vec(record, config()) {
@@ -125,9 +200,13 @@ pub(crate) fn encode_record<T: Serialize>(record: &T) -> Vec<u8> {
     out
 }
 
-/// Decodes one of the engine's records written by this build.
+/// Decodes one of the engine's records written by this build (of either
+/// of its versions).
 pub(crate) fn decode_record<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
-    decode_versioned(bytes, FORMAT_VERSION)
+    match bytes.first() {
+        Some(&SEALED_FORMAT_VERSION) => decode_versioned(bytes, SEALED_FORMAT_VERSION),
+        _ => decode_versioned(bytes, FORMAT_VERSION),
+    }
 }
 
 /// Decodes a record of the first release, for the upgrade on open.
@@ -148,8 +227,8 @@ pub(crate) fn from_newer_release(bytes: &[u8], leading: usize, known: u32) -> bo
     let Some((&version, mut body)) = bytes.split_first() else {
         return false;
     };
-    if version > FORMAT_VERSION {
-        return u32::from(version - FORMAT_VERSION) <= NEWER_VERSIONS;
+    if version > SEALED_FORMAT_VERSION {
+        return u32::from(version - SEALED_FORMAT_VERSION) <= NEWER_VERSIONS;
     }
     if version < FORMAT_VERSION {
         return false;
@@ -303,8 +382,12 @@ mod tests {
             1
         ));
         let mut later_format = old.clone();
-        later_format[0] = FORMAT_VERSION + 1;
+        later_format[0] = SEALED_FORMAT_VERSION + 1;
         assert!(from_newer_release(&later_format, 1, 1));
+        // A record of this build's sealed format is read, or is damage.
+        let mut sealed_format = old.clone();
+        sealed_format[0] = SEALED_FORMAT_VERSION;
+        assert!(!from_newer_release(&sealed_format, 1, 1));
         assert!(!from_newer_release(&[], 1, 1));
         assert!(!from_newer_release(&[FORMAT_VERSION, 255], 1, 1));
         // Far past what a few releases add: damage, not a newer kind.

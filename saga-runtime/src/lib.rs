@@ -72,6 +72,7 @@ mod model;
 mod names;
 mod panic;
 mod run;
+mod seal;
 mod store;
 mod time;
 mod workflow;
@@ -90,7 +91,7 @@ pub use crate::error::{Error, Result};
 pub use crate::instance::filter::{Cursor, ListFilter, MAX_PAGE, Page};
 pub use crate::instance::inspect::{
     CompensationOutcome, InspectedCompensation, InspectedSleep, InspectedSlot, InspectedStep,
-    InspectedWait, Inspection, PayloadView, PendingEvent, StepState, WaitState,
+    InspectedWait, Inspection, PayloadView, PendingEvent, REDACTED, StepState, WaitState,
 };
 pub use crate::instance::send::{EventSender, Sent};
 pub use crate::instance::{Instance, InstanceInfo, Owner, Run};
@@ -98,6 +99,7 @@ pub use crate::journal::tags::{MAX_TAG_VALUE_BYTES, MAX_TAGS};
 pub use crate::model::history::{Event, EventKind};
 pub use crate::model::status::Status;
 pub use crate::names::id::InstanceId;
+pub use crate::seal::{Codec, CodecError, Sealed};
 pub use crate::store::PageOrder;
 #[doc(hidden)]
 pub use crate::store::{Accept, IndexEntry, IndexFacts, IndexPage, IndexQuery, PagePosition};

@@ -22,6 +22,7 @@ use crate::instance::send::EventSender;
 use crate::instance::{Instance, Run};
 use crate::journal::{InstanceCaps, Journal};
 use crate::run::runner::Runner;
+use crate::seal::{Codec, Sealer};
 use crate::store::{SledStore, Store};
 use crate::time::clock::{Clock, SystemClock};
 use crate::workflow::engine_core::Core;
@@ -113,6 +114,7 @@ pub struct EngineBuilder {
     #[cfg(feature = "postgres")]
     lease: Duration,
     poll: Duration,
+    sealer: Sealer,
 }
 
 impl EngineBuilder {
@@ -126,6 +128,26 @@ impl EngineBuilder {
     /// (default 1 MiB). Larger ones are refused before anything is stored.
     pub fn max_payload_bytes(mut self, bytes: usize) -> Self {
         self.max_payload = bytes.min(crate::codec::DECODE_LIMIT / 2);
+        self
+    }
+
+    /// The codec that encodes every user value the engine stores (workflow
+    /// inputs and outputs, step inputs and outputs, event payloads, typed
+    /// failures, events posted to another worker), e.g. a `Keyring` that
+    /// encrypts them (feature `encryption`). The engine's own records are
+    /// not encoded. Values stored before still read; a value sealed with a
+    /// key the codec does not hold is an [`Error::MissingKey`] at its first
+    /// use, and parks an instance that replays it `Blocked` until an engine
+    /// with the key opens the store. The payload limit applies to values
+    /// before they are encoded.
+    pub fn codec(mut self, codec: impl Codec) -> Self {
+        self.sealer = Sealer::new(Arc::new(codec));
+        self
+    }
+
+    /// [`EngineBuilder::codec`] with a codec shared with other engines.
+    pub fn codec_arc(mut self, codec: Arc<dyn Codec>) -> Self {
+        self.sealer = Sealer::new(codec);
         self
     }
 
@@ -332,7 +354,7 @@ impl EngineBuilder {
     }
 
     fn build(self, journal: Journal, runtime: Handle, path: Option<PathBuf>) -> Result<Engine> {
-        let journal = journal.with_caps(self.caps);
+        let journal = journal.with_caps(self.caps).with_sealer(self.sealer);
         // On a store shared by workers, an index entry is repaired by the
         // worker that claims its instance (and a reader repairs nothing).
         let repaired = if journal.read_only() || journal.shared() {
@@ -417,6 +439,7 @@ impl Engine {
             #[cfg(feature = "postgres")]
             lease: crate::store::DEFAULT_LEASE,
             poll: DEFAULT_POLL,
+            sealer: Sealer::default(),
         }
     }
 

@@ -224,13 +224,13 @@ pub enum Error {
     /// configured size limit. Store a reference (a key, a URL) instead, or
     /// raise the limit with `EngineBuilder::max_payload_bytes`.
     #[error(
-        "{what} is {size} bytes, {} bytes over the limit of {limit} bytes; store a reference instead or raise EngineBuilder::max_payload_bytes",
+        "{what} is {size} bytes (as JSON, before the engine's codec encodes it), {} bytes over the limit of {limit} bytes; store a reference instead or raise EngineBuilder::max_payload_bytes",
         size.saturating_sub(*limit)
     )]
     PayloadTooLarge {
         /// What was too large.
         what: String,
-        /// Its encoded size.
+        /// Its size as JSON, before the engine's codec (if any) encodes it.
         size: usize,
         /// The limit in force.
         limit: usize,
@@ -492,5 +492,28 @@ pub enum Error {
         id: String,
         /// The limit.
         limit: usize,
+    },
+
+    /// A stored value is sealed with a key the engine's codec does not hold
+    /// (or the engine has no codec): nothing was changed, and the value is
+    /// still stored. Open the engine with a codec that holds the key
+    /// (`EngineBuilder::codec`; after a rotation, keep the old key in the
+    /// keyring): an instance that was parked `Blocked` for it resumes.
+    #[error(
+        "stored {what} is encrypted with key {key:?}, which the engine's codec does not hold; open the engine with a codec that holds it (EngineBuilder::codec)"
+    )]
+    MissingKey {
+        /// What was to be decoded.
+        what: String,
+        /// The id of the key it is sealed with.
+        key: String,
+    },
+
+    /// The engine's codec refused to seal a value: the record that holds it
+    /// was not stored. Check the codec (its keys, its randomness source).
+    #[error("the engine's codec could not encode a value: {detail}")]
+    Codec {
+        /// What the codec said.
+        detail: String,
     },
 }

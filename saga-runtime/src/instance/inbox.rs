@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use crate::codec::{decode_record, encode_record, from_newer_release};
+use crate::codec::{encode_record, from_newer_release};
 use crate::error::{Error, Result};
 use crate::instance::Instance;
 use crate::instance::post::{Answer, Refusal};
@@ -69,7 +69,7 @@ async fn claim(runner: &Arc<Runner>) -> Result<()> {
 async fn take(runner: &Arc<Runner>) -> Result<()> {
     let journal = &runner.core.journal;
     for (n, id, bytes) in journal.posts(BATCH).await? {
-        let command: Command = match decode_record(&bytes) {
+        let command: Command = match journal.sealer().decode_record(&bytes) {
             Ok(command) => command,
             // Posted by a newer release, for one of its workers: left in
             // the inbox, not dropped as damage.

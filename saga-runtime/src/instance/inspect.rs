@@ -282,7 +282,19 @@ pub enum PayloadView {
         /// Why it cannot be shown.
         reason: String,
     },
+    /// A payload sealed by a codec with a key the reading engine's codec
+    /// does not hold (or read by an engine without one).
+    Encrypted {
+        /// The id of the key it is sealed with.
+        key: String,
+        /// Its sealed size.
+        bytes: usize,
+    },
 }
+
+/// What the inspection shows instead of a step input marked
+/// `#[step(redact = [..])]`.
+pub const REDACTED: &str = "<redacted>";
 
 impl PayloadView {
     fn of(payload: &Payload) -> Self {
@@ -301,22 +313,58 @@ impl PayloadView {
                 bytes: bytes.len(),
                 reason: "written by the first release (bincode); only its own type reads it".into(),
             },
+            Payload::Sealed { key, bytes } => PayloadView::Encrypted {
+                key: key.clone(),
+                bytes: bytes.len(),
+            },
+            Payload::Redacted { json, hidden } => {
+                match PayloadView::of(&Payload::Json(json.clone())) {
+                    PayloadView::Json { mut value, bytes } => {
+                        redact(&mut value, hidden);
+                        PayloadView::Json { value, bytes }
+                    }
+                    // Not an array of inputs: nothing of it is shown.
+                    other => PayloadView::Unavailable {
+                        bytes: other.bytes(),
+                        reason: "redacted inputs that are not valid JSON".into(),
+                    },
+                }
+            }
         }
     }
 
-    /// The value, when it is JSON.
+    /// The value, when it is JSON (with its redacted inputs replaced by
+    /// [`REDACTED`]).
     pub fn json(&self) -> Option<&serde_json::Value> {
         match self {
             PayloadView::Json { value, .. } => Some(value),
-            PayloadView::Unavailable { .. } => None,
+            PayloadView::Unavailable { .. } | PayloadView::Encrypted { .. } => None,
         }
     }
 
     /// The encoded size.
     pub fn bytes(&self) -> usize {
         match self {
-            PayloadView::Json { bytes, .. } | PayloadView::Unavailable { bytes, .. } => *bytes,
+            PayloadView::Json { bytes, .. }
+            | PayloadView::Unavailable { bytes, .. }
+            | PayloadView::Encrypted { bytes, .. } => *bytes,
         }
+    }
+}
+
+/// Replaces the inputs at `hidden` of a step's inputs (the array of them)
+/// by [`REDACTED`]; a lone input is the array's only element.
+fn redact(inputs: &mut serde_json::Value, hidden: &[u32]) {
+    match inputs {
+        serde_json::Value::Array(elements) => {
+            for &position in hidden {
+                if let Some(element) = elements.get_mut(position as usize) {
+                    *element = serde_json::Value::String(REDACTED.to_owned());
+                }
+            }
+        }
+        // Not the array `Payload::tuple` writes: hide all of it.
+        other => *other = serde_json::Value::String(REDACTED.to_owned()),
     }
 }
 

@@ -238,12 +238,16 @@ impl Instance {
         };
         match state.status {
             Status::Complete => {
+                let what = || format!("output of instance {:?}", self.id);
+                if let Some(key) = state.output.as_ref().and_then(|o| o.sealed_key()) {
+                    return Some(Err(crate::seal::missing_key(what(), key)));
+                }
                 let decoded = match &state.output {
                     Some(output) => output.decode::<O>(),
                     None => Err("no output was stored".to_owned()),
                 };
                 Some(decoded.map_err(|detail| Error::Decode {
-                    what: format!("output of instance {:?}", self.id),
+                    what: what(),
                     type_name: std::any::type_name::<O>(),
                     detail,
                 }))

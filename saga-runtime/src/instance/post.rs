@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use std::time::Duration;
 
-use crate::codec::{decode_record, encode_record};
+use crate::codec::decode_record;
 use crate::error::{Error, Result};
 use crate::journal::Journal;
 use crate::journal::command::Command;
@@ -129,7 +129,9 @@ pub(crate) async fn post_and_wait(
     command: &Command,
     patience: Duration,
 ) -> Result<Answer> {
-    let token = journal.post(id, &encode_record(command)).await?;
+    let token = journal
+        .post(id, &journal.sealer().encode_record(command)?)
+        .await?;
     let deadline = tokio::time::Instant::now() + patience;
     let mut told = journal.changes(crate::store::Told::Stops);
     let mut every = Duration::from_millis(2);
@@ -184,6 +186,7 @@ pub(crate) async fn post_and_wait(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::codec::encode_record;
 
     /// The last variant is the last kind [`Answer::KINDS`] counts.
     #[test]

@@ -31,6 +31,7 @@ use super::state::SlotKind;
 use crate::codec::Payload;
 use crate::error::failure::{Failure, StepError};
 use crate::model::status::Status;
+use crate::seal::CarriesPayloads;
 
 /// One journal record: when, and what changed.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -52,6 +53,48 @@ impl Change {
             self,
             Change::Described { .. } | Change::CompensationFailed { .. }
         )
+    }
+}
+
+/// The user values of a record, for the engine's codec (`crate::seal`).
+/// Every variant is named, so a new one decides whether it holds any.
+impl CarriesPayloads for Entry {
+    fn payloads_mut(&mut self) -> Vec<&mut Payload> {
+        match &mut self.change {
+            Change::Created { input, .. } => vec![input],
+            Change::StepStarted { input, .. } => input.iter_mut().collect(),
+            Change::StepCompleted { output, .. } => vec![output],
+            Change::EventReceived { payload, .. } | Change::EventReceivedWithId { payload, .. } => {
+                vec![payload]
+            }
+            Change::FailureValue { value } => vec![value],
+            Change::Ended(end) => end.output.iter_mut().collect(),
+            // The first release's records, imported as they were: in the
+            // clear already, and never written again.
+            Change::Imported(_)
+            | Change::DriverStarted
+            | Change::StepRetrying { .. }
+            | Change::StepFailed { .. }
+            | Change::SleepStarted { .. }
+            | Change::SleepCompleted { .. }
+            | Change::WaitStarted { .. }
+            | Change::EventTaken { .. }
+            | Change::WaitTimedOut { .. }
+            | Change::ValueRecorded { .. }
+            | Change::Paused
+            | Change::Unpaused
+            | Change::RollbackStarted { .. }
+            | Change::CompensationStarted { .. }
+            | Change::CompensationRetrying { .. }
+            | Change::CompensationCompleted { .. }
+            | Change::CompensationFailed { .. }
+            | Change::Restarted { .. }
+            | Change::Blocked { .. }
+            | Change::RollbackRetried => Vec::new(),
+            // Tags are what `list()` filters on, in the index: searchable,
+            // so not sealed (the README says to keep secrets out of them).
+            Change::Described { .. } => Vec::new(),
+        }
     }
 }
 

@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::model::status::Status;
 
 /// One command to an instance.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) enum Command {
     /// An event for its waits (with the sender's id, deduplicated).
     Event {
@@ -39,6 +39,21 @@ pub(crate) enum Command {
     },
     /// Run again the compensations whose rollback gave up.
     RetryRollback,
+}
+
+/// A posted event's payload is sealed by the engine's codec, as in the
+/// journal (`crate::seal`).
+impl crate::seal::CarriesPayloads for Command {
+    fn payloads_mut(&mut self) -> Vec<&mut Payload> {
+        match self {
+            Command::Event { payload, .. } => vec![payload],
+            Command::Pause
+            | Command::Resume
+            | Command::Terminate { .. }
+            | Command::Restart { .. }
+            | Command::RetryRollback => Vec::new(),
+        }
+    }
 }
 
 impl Command {

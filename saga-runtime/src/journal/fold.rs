@@ -12,15 +12,17 @@
 
 use super::change::{Change, Entry};
 use super::state::{self, InstanceState};
-use crate::codec::{decode_record, from_newer_release};
+use crate::codec::from_newer_release;
 use crate::error::failure::{Failure, FailureKind};
 use crate::error::{Error, Result};
 use crate::model::history::EventKind;
 use crate::model::status::Status;
+use crate::seal::Sealer;
 
-#[derive(Default)]
 pub(super) struct Fold {
     pub(super) state: Option<InstanceState>,
+    /// Opens the sealed values of each record.
+    sealer: Sealer,
     /// The failure of the first damaged record, once one was met.
     damaged: Option<Failure>,
     /// The time of the last record read, for the synthetic block.
@@ -28,6 +30,15 @@ pub(super) struct Fold {
 }
 
 impl Fold {
+    pub(super) fn new(sealer: &Sealer) -> Fold {
+        Fold {
+            state: None,
+            sealer: sealer.clone(),
+            damaged: None,
+            last_at: 0,
+        }
+    }
+
     /// Folds record `seq` of instance `id`; the entry it stood for (a
     /// synthetic `Blocked` for a damaged one) and the events it made.
     pub(super) fn record(
@@ -36,7 +47,7 @@ impl Fold {
         seq: u64,
         bytes: &[u8],
     ) -> Result<(Entry, Vec<EventKind>)> {
-        let decoded: std::result::Result<Entry, String> = decode_record(bytes);
+        let decoded: std::result::Result<Entry, String> = self.sealer.decode_record(bytes);
         let attempt = decoded.and_then(|entry| {
             // Applied to a copy: a record that does not fit leaves the state
             // as it was before it.

@@ -42,6 +42,7 @@ use crate::lock::lock;
 use crate::model::history::Event;
 use crate::model::status::Status;
 use crate::names::id::InstanceId;
+use crate::seal::Sealer;
 use crate::store::{Flusher, Store, Told};
 use crate::time::clock::{Clock, from_millis, to_millis};
 
@@ -66,6 +67,8 @@ pub(crate) struct Journal {
     /// How long a call waits for the store (or for another worker's
     /// answer to a post) before it gives up.
     patience: std::time::Duration,
+    /// Seals the user values of every record written, opens them on read.
+    sealer: Sealer,
 }
 
 #[derive(Default)]
@@ -185,7 +188,19 @@ impl Journal {
             ended: watch::Sender::new(0),
             outcome_written: AtomicBool::new(false),
             patience: store_timeout,
+            sealer: Sealer::default(),
         })
+    }
+
+    /// Seals user values with the engine's codec (`crate::seal`).
+    pub(crate) fn with_sealer(mut self, sealer: Sealer) -> Journal {
+        self.sealer = sealer;
+        self
+    }
+
+    /// The engine's codec, for the records that carry user values.
+    pub(crate) fn sealer(&self) -> &Sealer {
+        &self.sealer
     }
 
     /// Refuses events to an instance that holds as much as `caps` allows.
@@ -356,7 +371,7 @@ impl Journal {
         let indexed = Indexed::of(&state, 0);
         let created = self
             .store
-            .create(id, &indexed.row(), &encode_record(&record))
+            .create(id, &indexed.row(), &self.sealer.encode_record(&record)?)
             .await?;
         let held = if created {
             let mut cached = held.cached();
@@ -459,7 +474,13 @@ impl Journal {
                 return Err(corrupt(id, seq, e));
             }
         };
-        let bytes = encode_record(&record);
+        let bytes = match self.sealer.encode_record(&record) {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                cached.invalidate();
+                return Err(e);
+            }
+        };
         let state = &loaded.state;
         let written = if state.status == status_before && !record.change.reindexes() {
             self.store.append(id, seq, &bytes)
@@ -684,7 +705,7 @@ impl Journal {
     }
 
     fn fold_history(&self, id: &str, records: Vec<(u64, Vec<u8>)>) -> Result<Vec<Event>> {
-        let mut fold = fold::Fold::default();
+        let mut fold = fold::Fold::new(&self.sealer);
         let mut out = Vec::new();
         for (seq, bytes) in records {
             let (record, kinds) = fold.record(id, seq, &bytes)?;
@@ -710,7 +731,7 @@ impl Journal {
     /// first record is no instance: a removal (which deletes from record 0
     /// on) cut short.
     async fn load(&self, id: &str) -> Result<Option<Loaded>> {
-        let mut fold = fold::Fold::default();
+        let mut fold = fold::Fold::new(&self.sealer);
         let mut next_seq = 0;
         let journal = self.store.journal(id).await?;
         if journal.first().is_none_or(|(seq, _)| *seq != 0) {

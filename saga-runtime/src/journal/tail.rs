@@ -118,7 +118,7 @@ impl Journal {
     /// The fold of `id`'s records before `seq`, with the count of events
     /// they made; `None` when the instance is gone.
     async fn followed_until(&self, id: &str, seq: u64) -> Result<Option<Followed>> {
-        let mut fold = Fold::default();
+        let mut fold = Fold::new(self.sealer());
         let mut events = 0;
         let mut next_seq = 0;
         for (s, bytes) in self.store.journal(id).await? {

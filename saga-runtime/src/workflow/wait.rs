@@ -86,12 +86,24 @@ impl WorkflowContext {
                 event_type = %event_type,
             );
             let wait = EventWait {
-                scope: shared,
+                scope: shared.clone(),
                 slot,
                 name,
                 event_type,
             };
             let payload = wait.run(timeout).instrument(span).await?;
+            // Sealed with a key this engine lacks: not the workflow's error
+            // to handle, but the instance's to wait out, parked.
+            if let Some(key) = payload.sealed_key() {
+                shared.fail(crate::error::failure::Failure::new(
+                    crate::error::failure::FailureKind::Decode,
+                    format!(
+                        "the event taken by wait {name:?} does not decode: {}",
+                        crate::seal::missing_key_detail(key)
+                    ),
+                ));
+                return pending().await;
+            }
             payload.decode::<T>().map_err(|detail| WaitError::Decode {
                 name: name.to_owned(),
                 type_name: std::any::type_name::<T>(),

@@ -23,6 +23,7 @@ use super::{PgOptions, lease, schema, tls};
 /// The most jobs taken from the queue at once.
 const MAX_BATCH: usize = 1024;
 use super::page::{fact_sets, fact_values};
+use crate::codec::{NEEDS_SEALED, SEALED_FORMAT_VERSION};
 use crate::error::{Error, Result};
 use crate::lock::lock;
 use crate::store::{TailPosition, TailRecords};
@@ -333,6 +334,10 @@ impl Target {
         // The instance's row, share-locked, while it names this worker
         // (parameter `$n`): a claim waits for the write, or the write sees
         // the new owner and does nothing.
+        // A record of the sealed format (`codec::NEEDS_SEALED`) marks its
+        // instance's `needs`, so workers of the release before never claim it.
+        let sealed_record = format!("get_byte($3, 0) = {SEALED_FORMAT_VERSION}");
+        let sealed_needs = format!("CASE WHEN {sealed_record} THEN {NEEDS_SEALED} ELSE 0 END");
         let fence = |n: u8| {
             format!(
                 "fence AS (SELECT id FROM {s}.instances WHERE id = $1 AND owner = ${n} FOR SHARE)"
@@ -341,8 +346,8 @@ impl Target {
         let create = client
             .prepare(&format!(
                 "WITH i AS (INSERT INTO {s}.instances (id, summary, workflow, status, active, owner,
-                                                       {})
-                            VALUES ($1, $2, $4, $5, $6, $7, {})
+                                                       needs, {})
+                            VALUES ($1, $2, $4, $5, $6, $7, {sealed_needs}, {})
                             ON CONFLICT (id) DO NOTHING RETURNING id),
                  j AS (INSERT INTO {s}.journal (id, seq, record)
                        SELECT id, 0, $3 FROM i ON CONFLICT DO NOTHING RETURNING 1)
@@ -355,7 +360,9 @@ impl Target {
             .prepare(&format!(
                 "WITH {},
                  j AS (INSERT INTO {s}.journal (id, seq, record)
-                       SELECT $1, $2, $3 FROM fence ON CONFLICT DO NOTHING RETURNING 1)
+                       SELECT $1, $2, $3 FROM fence ON CONFLICT DO NOTHING RETURNING 1),
+                 n AS (UPDATE {s}.instances SET needs = needs | {NEEDS_SEALED}
+                       WHERE id = $1 AND owner = $4 AND {sealed_record} AND needs & {NEEDS_SEALED} = 0)
                  SELECT (SELECT count(*) FROM fence), (SELECT count(*) FROM j),
                         (SELECT record = $3 FROM {s}.journal WHERE id = $1 AND seq = $2)",
                 fence(4)
@@ -367,6 +374,7 @@ impl Target {
         let append_indexed = client
             .prepare(&format!(
                 "WITH u AS (UPDATE {s}.instances SET summary = $5, workflow = $6, status = $7, active = $8,
+                                   needs = CASE WHEN {sealed_record} THEN needs | {NEEDS_SEALED} ELSE needs END,
                                    {}
                             WHERE id = $1 AND owner = $4 RETURNING 1),
                  j AS (INSERT INTO {s}.journal (id, seq, record)
@@ -385,7 +393,11 @@ impl Target {
                        SELECT r.id, r.seq, r.record
                        FROM unnest($1::text[], $2::bigint[], $3::bytea[]) AS r(id, seq, record)
                        WHERE r.id IN (SELECT id FROM fence)
-                       ON CONFLICT DO NOTHING RETURNING 1)
+                       ON CONFLICT DO NOTHING RETURNING 1),
+                 n AS (UPDATE {s}.instances SET needs = needs | {NEEDS_SEALED}
+                       WHERE owner = $4 AND needs & {NEEDS_SEALED} = 0 AND id IN
+                             (SELECT r.id FROM unnest($1::text[], $3::bytea[]) AS r(id, record)
+                              WHERE get_byte(r.record, 0) = {SEALED_FORMAT_VERSION}))
                  SELECT (SELECT count(*) FROM fence), (SELECT count(*) FROM j)"
             ))
             .await?;
@@ -510,7 +522,7 @@ impl Target {
                             WHERE i.id IN (SELECT id FROM {s}.instances WHERE active
                                            UNION SELECT id FROM {s}.inbox WHERE answer IS NULL)
                               AND (i.workflow IS NULL OR i.workflow = ANY($2))
-                              AND i.needs <= {}
+                              AND i.needs & ~{NEEDS_SEALED} <= {}
                               AND {}
                             LIMIT $3
                             FOR UPDATE OF i SKIP LOCKED)
