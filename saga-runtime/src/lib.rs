@@ -67,6 +67,8 @@ mod error;
 mod finite;
 mod instance;
 mod journal;
+#[cfg(feature = "encryption")]
+mod keyring;
 mod lock;
 mod model;
 mod names;
@@ -96,6 +98,8 @@ pub use crate::instance::inspect::{
 pub use crate::instance::send::{EventSender, Sent};
 pub use crate::instance::{Instance, InstanceInfo, Owner, Run};
 pub use crate::journal::tags::{MAX_TAG_VALUE_BYTES, MAX_TAGS};
+#[cfg(feature = "encryption")]
+pub use crate::keyring::{KEY_BYTES, Keyring};
 pub use crate::model::history::{Event, EventKind};
 pub use crate::model::status::Status;
 pub use crate::names::id::InstanceId;
