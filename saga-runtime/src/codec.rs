@@ -46,6 +46,7 @@ pub(crate) const SEALED_FORMAT_VERSION: u8 = FORMAT_VERSION + 1;
 /// release before, which claims only instances whose `needs` is at most
 /// its count of record kinds, never claims it. The low 16 bits keep
 /// counting record kinds; a later release adds bits of its own.
+#[cfg(feature = "postgres")]
 pub(crate) const NEEDS_SEALED: i32 = 1 << 16;
 
 /// How many kinds of journal record this release reads (the variants of
@@ -135,7 +136,7 @@ impl Payload {
                 serde_json::from_slice(bytes).map_err(|e| e.to_string())
             }
             Payload::Bincode(bytes) => decode_bincode(bytes),
-            Payload::Sealed { key, .. } => Err(crate::seal::missing_key_detail(key)),
+            Payload::Sealed { key, .. } => Err(missing_key_detail(key)),
         }
     }
 
@@ -157,6 +158,14 @@ impl Payload {
     pub(crate) fn len(&self) -> usize {
         self.plain_bytes().len()
     }
+}
+
+/// What [`Payload::decode`] says of a value still sealed.
+pub(crate) fn missing_key_detail(key: &str) -> String {
+    format!(
+        "it is encrypted with key {key:?}, which the engine's codec does not hold; \
+         open the engine with a codec that holds it (EngineBuilder::codec), and a Blocked instance resumes"
+    )
 }
 
 /// Encodes a payload (not a record: no version byte) with the pinned

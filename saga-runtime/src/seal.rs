@@ -120,14 +120,6 @@ pub enum CodecError {
     Invalid(String),
 }
 
-/// What `Payload::decode` says of a value still sealed.
-pub(crate) fn missing_key_detail(key: &str) -> String {
-    format!(
-        "it is encrypted with key {key:?}, which the engine's codec does not hold; \
-         open the engine with a codec that holds it (EngineBuilder::codec), and a Blocked instance resumes"
-    )
-}
-
 /// The typed error for the first use of a value still sealed with `key`.
 pub(crate) fn missing_key(what: String, key: &str) -> Error {
     Error::MissingKey {

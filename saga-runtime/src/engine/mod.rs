@@ -125,7 +125,8 @@ impl EngineBuilder {
     }
 
     /// The largest encoded workflow input, step output or event payload
-    /// (default 1 MiB). Larger ones are refused before anything is stored.
+    /// (default 1 MiB), measured as JSON, before the engine's codec (if
+    /// any) encodes it. Larger ones are refused before anything is stored.
     pub fn max_payload_bytes(mut self, bytes: usize) -> Self {
         self.max_payload = bytes.min(crate::codec::DECODE_LIMIT / 2);
         self

@@ -204,6 +204,19 @@ impl<W: Workflow> ErasedWorkflow for W {
         ctx: WorkflowContext,
         input: &Payload,
     ) -> Pin<Box<dyn Future<Output = Result<Payload, Failure>> + Send + 'static>> {
+        // Sealed with a key this engine lacks: parked, not failed (a
+        // failure would compensate an instance that is only unreadable
+        // here); an engine with the key resumes it.
+        if let Some(key) = input.sealed_key() {
+            ctx.run.scope.fail(Failure::new(
+                FailureKind::Decode,
+                format!(
+                    "the stored workflow input does not decode: {}",
+                    crate::codec::missing_key_detail(key)
+                ),
+            ));
+            return Box::pin(std::future::pending());
+        }
         let input = match input.decode::<W::Input>() {
             Ok(input) => input,
             Err(detail) => {

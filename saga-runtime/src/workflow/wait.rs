@@ -99,7 +99,7 @@ impl WorkflowContext {
                     crate::error::failure::FailureKind::Decode,
                     format!(
                         "the event taken by wait {name:?} does not decode: {}",
-                        crate::seal::missing_key_detail(key)
+                        crate::codec::missing_key_detail(key)
                     ),
                 ));
                 return pending().await;
