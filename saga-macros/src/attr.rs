@@ -22,6 +22,7 @@ const BACKOFF: &str = "backoff";
 const TIMEOUT: &str = "timeout";
 const READ_ONLY: &str = "read_only";
 const HANDLER: &str = "handler";
+const REDACT: &str = "redact";
 
 const STEP_KEYS: &[&str] = &[
     NAME,
@@ -32,6 +33,7 @@ const STEP_KEYS: &[&str] = &[
     BACKOFF,
     TIMEOUT,
     READ_ONLY,
+    REDACT,
 ];
 const ROLLBACK_KEYS: &[&str] = &[RETRIES, DELAY, BACKOFF, TIMEOUT];
 /// `rollback(handler = .., ..)` on a step: the handler and settings that
@@ -49,6 +51,7 @@ const EXAMPLES: &[(&str, &str)] = &[
     (DELAY, "\"10 seconds\""),
     (BACKOFF, "\"exponential\""),
     (TIMEOUT, "\"10 minutes\""),
+    (REDACT, "[\"card\"]"),
 ];
 
 /// The most retries a step or rollback handler may have (the runtime's
@@ -92,6 +95,9 @@ pub(crate) struct StepArgs {
     pub(crate) rollback_config: RetryConfig,
     pub(crate) read_only: bool,
     pub(crate) config: RetryConfig,
+    /// The inputs `saga show` hides, by parameter name (checked against
+    /// the signature in `check`).
+    pub(crate) redact: Vec<LitStr>,
 }
 
 /// `#[rollback(..)]`.
@@ -132,6 +138,8 @@ impl StepArgs {
                 }
                 // read_only
                 READ_ONLY => parsed.read_only = flag(meta, errors)?,
+                // redact = ["card", "cvv"]
+                REDACT => parsed.redact = redact_value(&expr_value(meta)?, errors),
                 _ => parsed.config.parse_key(key, meta, errors)?,
             }
             Ok(())
@@ -356,6 +364,27 @@ fn handler_path(value: Expr, errors: &mut Errors) -> Option<Path> {
             None
         }
     }
+}
+
+/// `["card", "cvv"]`: string literals of parameter names.
+fn redact_value(value: &Expr, errors: &mut Errors) -> Vec<LitStr> {
+    let message = "`redact` takes an array of the names of the step's inputs, \
+                   e.g. `redact = [\"card\"]`";
+    let Expr::Array(array) = value else {
+        errors.spanned(value, message);
+        return Vec::new();
+    };
+    let mut names = Vec::new();
+    for element in &array.elems {
+        match element {
+            Expr::Lit(syn::ExprLit {
+                lit: Lit::Str(name),
+                ..
+            }) => names.push(name.clone()),
+            other => errors.spanned(other, message),
+        }
+    }
+    names
 }
 
 /// A flag without value: `read_only`. Set even when a value is given by

@@ -12,8 +12,55 @@ use crate::calls::CallSites;
 use crate::errors::Errors;
 use crate::usage;
 
-/// A step with side effects takes an idempotency key and uses it.
+/// The rules of a step's signature against its attribute.
 pub(crate) fn step(args: &StepArgs, step: &StepFn, errors: &mut Errors) {
+    redacted_inputs(args, step, errors);
+    idempotency_key(args, step, errors);
+}
+
+/// `redact = [..]` names inputs of the step, each once.
+fn redacted_inputs(args: &StepArgs, step: &StepFn, errors: &mut Errors) {
+    let inputs: Vec<String> = step
+        .inputs()
+        .filter_map(|param| param.binding.as_ref().map(ToString::to_string))
+        .collect();
+    let mut seen: Vec<String> = Vec::new();
+    for name in &args.redact {
+        let value = name.value();
+        if seen.contains(&value) {
+            errors.spanned(
+                name,
+                format!("`redact` names {value:?} twice: remove one of the two"),
+            );
+            continue;
+        }
+        seen.push(value.clone());
+        if inputs.contains(&value) {
+            continue;
+        }
+        let known = match inputs.as_slice() {
+            [] => "this step takes no inputs".to_owned(),
+            names => format!(
+                "its inputs are {}",
+                names
+                    .iter()
+                    .map(|n| format!("`{n}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        };
+        errors.spanned(
+            name,
+            format!(
+                "`redact` names {value:?}, which is not an input of this step ({known}); \
+                 name the parameters whose values `saga show` must hide"
+            ),
+        );
+    }
+}
+
+/// A step with side effects takes an idempotency key and uses it.
+fn idempotency_key(args: &StepArgs, step: &StepFn, errors: &mut Errors) {
     // How the body uses a parameter (nothing, if it binds no variable).
     let usage = |param: &Param| {
         let block = &step.item.block;

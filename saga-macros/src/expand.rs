@@ -131,14 +131,25 @@ fn step_tokens(args: &StepArgs, step: &StepFn, checked: bool) -> TokenStream {
         .map(|(var, ty)| quote_spanned!(ty.span()=> ::saga_runtime::__private::clone_input(&#var)))
         .collect();
     // Spanned on the type too: a type that is not `Serialize` gets one error
-    // there. Positions count from 1, for the message of one that fails.
+    // there. Positions count from 1, for the message of one that fails. An
+    // input `redact = [..]` names is stored whole and shown `<redacted>`.
     let encodes: Vec<TokenStream> = input_vars
         .iter()
-        .zip(&input_types)
+        .zip(&inputs)
         .enumerate()
-        .map(|(index, (var, ty))| {
+        .map(|(index, (var, param))| {
             let position = index + 1;
-            quote_spanned!(ty.span()=> ::saga_runtime::__private::encode_input(#position, &#var))
+            let redacted = param
+                .binding
+                .as_ref()
+                .is_some_and(|b| args.redact.iter().any(|name| b == &name.value()));
+            // Spanned too: the bound's "required by this call" points at the input.
+            let encode = if redacted {
+                format_ident!("encode_input_redacted", span = param.ty.span())
+            } else {
+                format_ident!("encode_input", span = param.ty.span())
+            };
+            quote_spanned!(param.ty.span()=> ::saga_runtime::__private::#encode(#position, &#var))
         })
         .collect();
     let service_types: Vec<&syn::Type> = step.services().map(|param| &param.ty).collect();

@@ -102,7 +102,11 @@ pub fn workflow(args: TokenStream, item: TokenStream) -> TokenStream {
 /// integer milliseconds), `backoff` (`"constant"`, `"linear"` or
 /// `"exponential"`), `read_only`, `renamed_from` (the name earlier
 /// releases gave the step: replay finds results stored under it, and
-/// `saga.lock` accepts its old line).
+/// `saga.lock` accepts its old line), `redact` (`redact = ["card"]`: the
+/// inputs, by parameter name, that `Instance::inspect` and `saga show`
+/// print as `<redacted>`; they are still stored, for the rollback, so
+/// give the engine an encrypting codec too if they must not be stored in
+/// the clear).
 ///
 /// The engine supplies an `IdempotencyKey` parameter, a `StepContext`
 /// parameter (attempt number, instance id, ...) and `Service<T>`

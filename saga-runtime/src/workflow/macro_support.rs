@@ -228,6 +228,12 @@ pub fn encode_input<T: SerializeInput>(position: usize, input: &T) -> EncodedInp
     EncodedInput::encode(position, input)
 }
 
+/// [`encode_input`] of an input that `#[step(redact = [..])]` names: stored
+/// whole, shown as `<redacted>` by `Instance::inspect` and `saga show`.
+pub fn encode_input_redacted<T: SerializeInput>(position: usize, input: &T) -> EncodedInput {
+    EncodedInput::encode(position, input).redacted()
+}
+
 /// A step's inputs, from [`encode_input`] of each in order.
 pub fn step_inputs<const N: usize>(inputs: [EncodedInput; N]) -> StepInputs {
     StepInputs::encoded(inputs)

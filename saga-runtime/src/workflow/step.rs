@@ -174,11 +174,27 @@ impl StepInputs {
         StepInputs(None)
     }
 
-    /// The inputs, each encoded on its own, as the tuple of them.
+    /// The inputs, each encoded on its own, as the tuple of them; marked
+    /// with the positions of those `#[step(redact = [..])]` names.
     pub(crate) fn encoded(inputs: impl IntoIterator<Item = EncodedInput>) -> Self {
-        let inputs: Result<Vec<Payload>, String> =
-            inputs.into_iter().map(|input| input.0).collect();
-        StepInputs(Some(inputs.map(|inputs| Payload::tuple(&inputs))))
+        let mut hidden = Vec::new();
+        let inputs: Result<Vec<Payload>, String> = inputs
+            .into_iter()
+            .enumerate()
+            .map(|(position, input)| {
+                if input.redacted {
+                    hidden.push(position as u32);
+                }
+                input.encoded
+            })
+            .collect();
+        StepInputs(Some(inputs.map(|inputs| {
+            let tuple = Payload::tuple(&inputs);
+            match tuple {
+                Payload::Json(json) if !hidden.is_empty() => Payload::Redacted { json, hidden },
+                other => other,
+            }
+        })))
     }
 
     /// What the start record of step `name` stores, or why the step
@@ -191,7 +207,8 @@ impl StepInputs {
                 "could not record the inputs of step {name:?}: {detail}"
             ))),
             Some(Ok(payload)) if payload.len() > limit => Err(StepError::fatal(format!(
-                "the inputs of step {name:?} are {} bytes as JSON (stored as one array of them), \
+                "the inputs of step {name:?} are {} bytes as JSON (stored as one array of them; \
+                 the limit applies before the engine's codec encodes them), \
                  {} bytes over the limit of {limit} bytes; \
                  pass a reference (a key, a URL) instead, or raise EngineBuilder::max_payload_bytes",
                 payload.len(),
@@ -202,8 +219,12 @@ impl StepInputs {
     }
 }
 
-/// One input of a step, encoded as JSON, or why it did not encode.
-pub struct EncodedInput(Result<Payload, String>);
+/// One input of a step, encoded as JSON, or why it did not encode; and
+/// whether `saga show` hides it (`#[step(redact = [..])]`).
+pub struct EncodedInput {
+    encoded: Result<Payload, String>,
+    redacted: bool,
+}
 
 impl EncodedInput {
     /// Encodes the caller's input number `position` (from 1). A panic in
@@ -212,9 +233,19 @@ impl EncodedInput {
         let type_name = std::any::type_name::<T>();
         let encoded = crate::panic::catch(|| Payload::encode(input))
             .unwrap_or_else(|panic| Err(format!("its Serialize panicked: {panic}")));
-        EncodedInput(encoded.map_err(|detail| {
-            format!("input {position} (`{type_name}`) does not encode as JSON: {detail}")
-        }))
+        EncodedInput {
+            encoded: encoded.map_err(|detail| {
+                format!("input {position} (`{type_name}`) does not encode as JSON: {detail}")
+            }),
+            redacted: false,
+        }
+    }
+
+    /// The input, stored whole (a rollback gets it), but shown as
+    /// `<redacted>` by the inspection read model and `saga show`.
+    pub(crate) fn redacted(mut self) -> Self {
+        self.redacted = true;
+        self
     }
 }
 
