@@ -10,6 +10,9 @@
 
 #[path = "control.rs"]
 mod control;
+#[cfg(feature = "encryption")]
+#[path = "encryption.rs"]
+mod encryption;
 #[path = "events.rs"]
 mod events;
 #[path = "limits.rs"]

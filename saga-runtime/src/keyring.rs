@@ -38,6 +38,7 @@ const NONCE_BYTES: usize = 24;
 /// # Ok(())
 /// # }
 /// ```
+#[derive(Clone)]
 pub struct Keyring {
     current: String,
     keys: Vec<(String, XChaCha20Poly1305)>,

@@ -18,6 +18,7 @@ use crate::instance::Instance;
 use crate::journal::{CompensationState, InstanceState, SlotKind, SlotRecord, SlotState};
 use crate::model::history::{Event, EventKind};
 use crate::model::status::Status;
+use crate::seal::{Codec, CodecError, Sealed};
 use crate::time::clock::from_millis;
 use crate::workflow::key::IdempotencyKey;
 
@@ -283,12 +284,12 @@ pub enum PayloadView {
         reason: String,
     },
     /// A payload sealed by a codec with a key the reading engine's codec
-    /// does not hold (or read by an engine without one).
+    /// does not hold (or read by an engine without one): shown as
+    /// `<encrypted: key K>`, or opened with [`PayloadView::open`] by a
+    /// codec that holds the key (`saga show --key-file`).
     Encrypted {
-        /// The id of the key it is sealed with.
-        key: String,
-        /// Its sealed size.
-        bytes: usize,
+        /// The key's id and the sealed bytes.
+        sealed: Sealed,
     },
 }
 
@@ -314,8 +315,10 @@ impl PayloadView {
                 reason: "written by the first release (bincode); only its own type reads it".into(),
             },
             Payload::Sealed { key, bytes } => PayloadView::Encrypted {
-                key: key.clone(),
-                bytes: bytes.len(),
+                sealed: Sealed {
+                    key: key.clone(),
+                    bytes: bytes.clone(),
+                },
             },
             Payload::Redacted { json, hidden } => {
                 match PayloadView::of(&Payload::Json(json.clone())) {
@@ -342,12 +345,72 @@ impl PayloadView {
         }
     }
 
-    /// The encoded size.
+    /// The encoded size (of an encrypted payload: its sealed size).
     pub fn bytes(&self) -> usize {
         match self {
-            PayloadView::Json { bytes, .. }
-            | PayloadView::Unavailable { bytes, .. }
-            | PayloadView::Encrypted { bytes, .. } => *bytes,
+            PayloadView::Json { bytes, .. } | PayloadView::Unavailable { bytes, .. } => *bytes,
+            PayloadView::Encrypted { sealed } => sealed.bytes.len(),
+        }
+    }
+
+    /// The key id of an encrypted payload.
+    pub fn encrypted_with(&self) -> Option<&str> {
+        match self {
+            PayloadView::Encrypted { sealed } => Some(&sealed.key),
+            _ => None,
+        }
+    }
+
+    /// An encrypted payload opened with `codec`, shown as any other (its
+    /// redacted inputs still redacted); any other payload as it is.
+    ///
+    /// # Errors
+    ///
+    /// What the codec says: [`CodecError::MissingKey`] when it does not
+    /// hold the key either, [`CodecError::Invalid`] for bytes that do not
+    /// open.
+    pub fn open(&self, codec: &dyn Codec) -> Result<PayloadView, CodecError> {
+        let PayloadView::Encrypted { sealed } = self else {
+            return Ok(self.clone());
+        };
+        let plain = codec.decode(sealed)?;
+        match crate::codec::decode_payload(&plain) {
+            Ok(Payload::Sealed { .. }) | Err(_) => Err(CodecError::Invalid(format!(
+                "the value sealed with key {:?} opens to bytes that are no payload",
+                sealed.key
+            ))),
+            Ok(payload) => Ok(PayloadView::of(&payload)),
+        }
+    }
+}
+
+impl Inspection {
+    /// Opens every payload sealed with a key that `codec` holds (a reader's
+    /// key file, where the engine that read the store holds none); the
+    /// others stay [`PayloadView::Encrypted`].
+    pub fn open_with(&mut self, codec: &dyn Codec) {
+        let open = |view: &mut PayloadView| {
+            if let Ok(opened) = view.open(codec) {
+                *view = opened;
+            }
+        };
+        open(&mut self.input);
+        self.output.iter_mut().for_each(open);
+        for slot in &mut self.slots {
+            match slot {
+                InspectedSlot::Step(step) => {
+                    step.input.iter_mut().for_each(open);
+                    step.output.iter_mut().for_each(open);
+                }
+                InspectedSlot::Wait(InspectedWait {
+                    state: WaitState::Received { payload },
+                    ..
+                }) => open(payload),
+                InspectedSlot::Wait(_) | InspectedSlot::Sleep(_) => {}
+            }
+        }
+        for event in &mut self.pending_events {
+            open(&mut event.payload);
         }
     }
 }
