@@ -117,6 +117,11 @@ pub(crate) enum ListOrder {
 pub(crate) struct ShowArgs {
     /// The instance id.
     pub(crate) id: String,
+    /// Open encrypted values with these keys: `<key id> <64 hex digits>`
+    /// lines, as `Keyring::from_file` reads them. Without it, a value the
+    /// engine cannot open is shown as `<encrypted: key K>`.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) key_file: Option<PathBuf>,
     /// Print JSON (schema 1) instead of a timeline.
     #[arg(long)]
     pub(crate) json: bool,

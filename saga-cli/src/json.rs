@@ -35,6 +35,11 @@ fn time(at: Option<SystemTime>) -> Value {
     at.map_or(Value::Null, |at| Value::String(rfc3339(at)))
 }
 
+/// How a value sealed with a key nobody here holds is shown.
+pub(crate) fn encrypted(key: &str) -> String {
+    format!("<encrypted: key {}>", crate::output::escape(key))
+}
+
 fn payload(view: Option<&PayloadView>) -> Value {
     match view {
         None => Value::Null,
@@ -42,6 +47,11 @@ fn payload(view: Option<&PayloadView>) -> Value {
         Some(PayloadView::Unavailable { bytes, reason }) => {
             json!({"bytes": bytes, "unavailable": reason})
         }
+        Some(PayloadView::Encrypted { sealed }) => json!({
+            "bytes": sealed.bytes.len(),
+            "unavailable": encrypted(&sealed.key),
+            "encrypted_with": sealed.key,
+        }),
         Some(_) => json!({"bytes": null, "unavailable": NEWER}),
     }
 }

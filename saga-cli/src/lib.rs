@@ -30,7 +30,7 @@
 //! | command | what it does |
 //! |---|---|
 //! | `list [--status S] [--workflow W] [--limit N] [--json]` | a table of instances |
-//! | `show ID [--json]` | one instance as a timeline, with its rollback |
+//! | `show ID [--json] [--key-file F]` | one instance as a timeline, with its rollback |
 //! | `send-event ID TYPE --json PAYLOAD` | sends an event |
 //! | `pause ID`, `resume ID` | pauses at the next step boundary, resumes |
 //! | `terminate [--rollback] ID` | ends it, with or without compensation |
@@ -62,7 +62,12 @@
 //! fields may be added within a schema. Times are RFC 3339 strings in UTC
 //! (`"2030-01-01T00:00:07.250Z"`), durations are milliseconds, payloads are
 //! `{"bytes": N, "value": ...}`, or `{"bytes": N, "unavailable": "why"}`
-//! for a payload that is not JSON (written by the first release).
+//! for a payload that is not JSON (written by the first release), or
+//! `{"bytes": N, "unavailable": "<encrypted: key K>", "encrypted_with": "K"}`
+//! for one sealed with a key neither the engine's codec nor `--key-file`
+//! (nor the codec given to [`run_with_codec`]) holds. A step input marked
+//! `#[step(redact = [..])]` is the string `"<redacted>"` in its step's
+//! `"input"` array, in both outputs; its value is never printed.
 //!
 //! - `list`: `{"schema": 1, "instances": [{"id", "workflow", "status",
 //!   "created_at", "updated_at", "finished_at", "workflow_registered",
@@ -120,7 +125,7 @@ use clap::Parser;
 pub use self::args::Args;
 use self::args::Command;
 pub use self::output::Colors;
-use saga_runtime::Engine;
+use saga_runtime::{Codec, Engine};
 
 /// Parses `args` (the first one is the program name, as in
 /// `std::env::args_os()`) and runs the command on `engine`, writing to
@@ -131,11 +136,40 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
+    parse_and_dispatch(engine, None, args, out).await
+}
+
+/// [`run`], opening encrypted values with `codec` too (`saga show`): for
+/// an application whose engine reads the store without the keys, or a
+/// tool that holds other keys than the engine.
+pub async fn run_with_codec<I, T>(
+    engine: &Engine,
+    codec: &dyn Codec,
+    args: I,
+    out: &mut impl Write,
+) -> Result<(), CliError>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    parse_and_dispatch(engine, Some(codec), args, out).await
+}
+
+async fn parse_and_dispatch<I, T>(
+    engine: &Engine,
+    codec: Option<&dyn Codec>,
+    args: I,
+    out: &mut impl Write,
+) -> Result<(), CliError>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
     let parsed = match Embedded::try_parse_from(args) {
         Ok(parsed) => parsed,
         Err(error) => return parse_failure(error, out),
     };
-    execute(engine, &parsed.args, out, Colors::Off).await
+    dispatch(engine, &parsed.args, out, Colors::Off, codec).await
 }
 
 /// Runs a parsed command on `engine`, for an application that puts
@@ -149,10 +183,32 @@ pub async fn execute(
     out: &mut impl Write,
     colors: Colors,
 ) -> Result<(), CliError> {
+    dispatch(engine, args, out, colors, None).await
+}
+
+/// [`execute`], opening encrypted values with `codec` too, as
+/// [`run_with_codec`] does.
+pub async fn execute_with_codec(
+    engine: &Engine,
+    codec: &dyn Codec,
+    args: &Args,
+    out: &mut impl Write,
+    colors: Colors,
+) -> Result<(), CliError> {
+    dispatch(engine, args, out, colors, Some(codec)).await
+}
+
+async fn dispatch(
+    engine: &Engine,
+    args: &Args,
+    out: &mut impl Write,
+    colors: Colors,
+    codec: Option<&dyn Codec>,
+) -> Result<(), CliError> {
     let style = output::Style::new(args.color.colors(colors));
     match &args.command {
         Command::List(a) => list::run(engine, a, out, &style).await,
-        Command::Show(a) => show::run(engine, a, out, &style).await,
+        Command::Show(a) => show::run(engine, a, codec, out, &style).await,
         Command::SendEvent(a) => control::send_event(engine, a, out).await,
         Command::Pause(a) => control::pause(engine, a, out).await,
         Command::Resume(a) => control::resume(engine, a, out).await,

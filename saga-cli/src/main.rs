@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! saga list [--status S] [--workflow W] [--limit N] [--json]
-//! saga show ID [--json]
+//! saga show ID [--json] [--key-file FILE]
 //! saga send-event ID TYPE --json '{"approved": true}'
 //! saga pause|resume ID
 //! saga terminate [--rollback] ID

@@ -13,6 +13,7 @@ use crate::list::place;
 use crate::output::{
     Cell, Paint, Style, Table, bar, between, duration, escape, pad, short, size, time,
 };
+use saga_runtime::{Codec, Keyring};
 use saga_runtime::{
     CompensationOutcome, InspectedSlot, Inspection, PayloadView, StepState, WaitState,
 };
@@ -27,12 +28,20 @@ const PAYLOAD: usize = 160;
 pub(crate) async fn run(
     engine: &Engine,
     args: &ShowArgs,
+    codec: Option<&dyn Codec>,
     out: &mut impl Write,
     style: &Style,
 ) -> Result<(), CliError> {
     let instance = engine.instance(&args.id).await?;
-    let inspection = instance.inspect().await?;
+    let mut inspection = instance.inspect().await?;
     let info = instance.info().await?;
+    if let Some(codec) = codec {
+        inspection.open_with(codec);
+    }
+    if let Some(path) = &args.key_file {
+        inspection
+            .open_with(&Keyring::from_file(path).map_err(|e| CliError::usage(e.to_string()))?);
+    }
     if args.json {
         return json::print(out, &json::instance(&inspection, &info));
     }
@@ -377,6 +386,13 @@ fn payload(view: &PayloadView) -> String {
         }
         PayloadView::Unavailable { bytes, reason } => {
             format!("<unavailable: {}>  ({})", escape(reason), size(*bytes))
+        }
+        PayloadView::Encrypted { sealed } => {
+            format!(
+                "{}  ({})",
+                json::encrypted(&sealed.key),
+                size(sealed.bytes.len())
+            )
         }
         _ => format!("<unavailable: {NEWER}>"),
     }
