@@ -671,7 +671,7 @@ async fn payload_limit_errors_say_which_limit_and_by_how_much() {
     );
     assert!(
         message.contains(&format!(
-            "{} bytes as JSON (stored as one array of them), 2 bytes over the limit of {LIMIT} bytes",
+            "{} bytes as JSON (stored as one array of them; the limit applies before the engine's codec encodes them), 2 bytes over the limit of {LIMIT} bytes",
             LIMIT + 2
         )),
         "{message}"
@@ -683,7 +683,7 @@ async fn payload_limit_errors_say_which_limit_and_by_how_much() {
         .unwrap_err();
     assert!(
         error.to_string().contains(&format!(
-            "input of instance \"over\" is {} bytes, 2 bytes over the limit of {LIMIT} bytes",
+            "input of instance \"over\" is {} bytes (as JSON, before the engine's codec encodes it), 2 bytes over the limit of {LIMIT} bytes",
             LIMIT + 2
         )),
         "{error}"
