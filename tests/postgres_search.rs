@@ -227,3 +227,53 @@ async fn an_unreadable_index_entry_is_reported_not_skipped() {
         other => panic!("expected the damage named, got {other:?}"),
     }
 }
+
+#[workflow(name = "pg-search-tagging")]
+async fn tagging(ctx: WorkflowContext, customer: String) -> Result<String, WorkflowError> {
+    ctx.tag("customer", &customer)?;
+    let approval: String = ctx
+        .wait_for_event("wait-approval", "approval", "7 days")
+        .await?;
+    Ok(approval)
+}
+
+// Rule: a record of a kind the release before does not know (a tag added
+// while running) keeps that release's workers from claiming its instance:
+// the row's `needs` counts the kinds the instance holds, and a worker of
+// the release before claims only rows that need at most its 27.
+#[tokio::test]
+async fn a_tag_added_while_running_keeps_older_workers_from_claiming_it() {
+    let schema = postgres::fresh_schema("search_needs").await;
+    let engine = worker(&schema).await;
+    let plain = engine.start(echo, "plain", 1).await.unwrap();
+    within("plain", plain.result()).await.unwrap();
+    let tagged = engine
+        .start(tagging, "tagged", "42".to_owned())
+        .await
+        .unwrap();
+    helpers::until_status(&tagged, Status::Waiting).await;
+    let admin = postgres::admin().await;
+    let needs = |id: &'static str| {
+        let (admin, schema) = (&admin, &schema);
+        async move {
+            let row = admin
+                .query_one(
+                    &format!("SELECT needs FROM {schema}.instances WHERE id = $1"),
+                    &[&id],
+                )
+                .await
+                .unwrap();
+            row.get::<_, i32>(0)
+        }
+    };
+    let (plain_needs, tagged_needs) = (needs("plain").await, needs("tagged").await);
+    assert!(plain_needs <= 27, "plain needs {plain_needs}");
+    assert_eq!(tagged_needs, 28, "a Described record is kind 27");
+    // This release still drives it.
+    engine
+        .send_event("tagged", "approval", "yes")
+        .await
+        .unwrap();
+    assert_eq!(within("tagged", tagged.result()).await.unwrap(), "yes");
+    engine.close().await;
+}

@@ -49,6 +49,44 @@ pub(crate) const SEALED_FORMAT_VERSION: u8 = FORMAT_VERSION + 1;
 #[cfg(feature = "postgres")]
 pub(crate) const NEEDS_SEALED: i32 = 1 << 16;
 
+/// How many record kinds a release must know to read the journal record
+/// `bytes`: its kind's index plus one (0 for bytes that are not a journal
+/// record of this layout). Read from the header alone (format version,
+/// the entry's time, the kind), so a store can keep an instance's
+/// `needs` without decoding the record.
+#[cfg(feature = "postgres")]
+pub(crate) fn kinds_needed(bytes: &[u8]) -> u32 {
+    /// One bincode varint at the start of `bytes`, and its length.
+    fn varint(bytes: &[u8]) -> Option<(u64, usize)> {
+        let (&first, rest) = bytes.split_first()?;
+        let wide = |n: usize| -> Option<(u64, usize)> {
+            let mut value = [0u8; 8];
+            value[..n].copy_from_slice(rest.get(..n)?);
+            Some((u64::from_le_bytes(value), 1 + n))
+        };
+        match first {
+            0..=250 => Some((u64::from(first), 1)),
+            251 => wide(2),
+            252 => wide(4),
+            253 => wide(8),
+            _ => None,
+        }
+    }
+    let Some((&version, rest)) = bytes.split_first() else {
+        return 0;
+    };
+    if version != FORMAT_VERSION && version != SEALED_FORMAT_VERSION {
+        return 0;
+    }
+    let Some((_, at)) = varint(rest) else {
+        return 0;
+    };
+    match rest.get(at..).and_then(varint) {
+        Some((kind, _)) => u32::try_from(kind).map_or(u32::MAX, |k| k.saturating_add(1)),
+        None => 0,
+    }
+}
+
 /// How many kinds of journal record this release reads (the variants of
 /// `journal::Change`): a store shared by workers leaves instances that
 /// need more to a worker of a newer release.

@@ -285,6 +285,32 @@ mod tests {
         assert!(crate::codec::from_newer_release(&newer, 1, Change::KINDS));
     }
 
+    /// A store shared by workers reads from a record's header alone how
+    /// many kinds a release must know to read it (its instance's `needs`),
+    /// whatever the size of the entry's time.
+    #[cfg(feature = "postgres")]
+    #[test]
+    fn a_records_header_says_which_kinds_it_needs() {
+        use crate::codec::{encode_record, kinds_needed};
+        for at in [0, 1000, 70_000, 1_796_113_299_473, u64::MAX] {
+            let described = encode_record(&Entry {
+                at,
+                change: Change::Described {
+                    parent: None,
+                    tags: Vec::new(),
+                },
+            });
+            assert_eq!(kinds_needed(&described), Change::KINDS, "at {at}");
+            let started = encode_record(&Entry {
+                at,
+                change: Change::DriverStarted,
+            });
+            assert_eq!(kinds_needed(&started), 3, "at {at}");
+        }
+        assert_eq!(kinds_needed(&[]), 0);
+        assert_eq!(kinds_needed(&[crate::codec::FORMAT_VERSION, 253, 1]), 0);
+    }
+
     /// If this fails, journals written by earlier builds no longer read:
     /// bump the format version and read both, instead of changing bytes.
     #[test]

@@ -374,7 +374,9 @@ impl Target {
         let append_indexed = client
             .prepare(&format!(
                 "WITH u AS (UPDATE {s}.instances SET summary = $5, workflow = $6, status = $7, active = $8,
-                                   needs = CASE WHEN {sealed_record} THEN needs | {NEEDS_SEALED} ELSE needs END,
+                                   needs = GREATEST(needs & ~{NEEDS_SEALED}, $15::integer)
+                                           | (needs & {NEEDS_SEALED})
+                                           | (CASE WHEN {sealed_record} THEN {NEEDS_SEALED} ELSE 0 END),
                                    {}
                             WHERE id = $1 AND owner = $4 RETURNING 1),
                  j AS (INSERT INTO {s}.journal (id, seq, record)
@@ -1085,6 +1087,11 @@ async fn apply(conn: Arc<Conn>, worker: Arc<str>, op: Op) -> std::result::Result
             record,
             index,
         } => {
+            // The record kinds its instance needs from now on (a record of
+            // a kind the release before does not know keeps its workers
+            // from claiming it). A new kind of record always changes the
+            // index, so it comes this way.
+            let needs = crate::codec::kinds_needed(&record).min(0xFFFF) as i32;
             let row = c
                 .query_one(
                     &conn.append_indexed,
@@ -1103,6 +1110,7 @@ async fn apply(conn: Arc<Conn>, worker: Arc<str>, op: Op) -> std::result::Result
                         &index.tags,
                         &index.rollback_failed,
                         &index.failed_compensation,
+                        &needs,
                     ],
                 )
                 .await?;
