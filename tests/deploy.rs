@@ -427,8 +427,8 @@ async fn an_instance_a_newer_release_wrote_to_is_left_alone_not_parked() {
     // A newer release ran it on and recorded a kind of record this one
     // does not know (its journal, as it wrote it).
     let newer = {
-        use saga_runtime::Store;
-        let store = helpers::when_released(|| saga_runtime::SledStore::open(&dir))
+        use saga_runtime::store::Store;
+        let store = helpers::when_released(|| saga_runtime::store::SledStore::open(&dir))
             .await
             .unwrap();
         let last = store.last_seq("from-the-future").await.unwrap().unwrap();
@@ -463,8 +463,8 @@ async fn an_instance_a_newer_release_wrote_to_is_left_alone_not_parked() {
     assert_eq!(listed[0].status, Status::Waiting);
     engine.close().await;
     {
-        use saga_runtime::Store;
-        let store = helpers::when_released(|| saga_runtime::SledStore::open(&dir))
+        use saga_runtime::store::Store;
+        let store = helpers::when_released(|| saga_runtime::store::SledStore::open(&dir))
             .await
             .unwrap();
         assert_eq!(

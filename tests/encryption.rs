@@ -14,10 +14,9 @@ mod helpers;
 use std::path::PathBuf;
 use std::sync::Mutex;
 
+use saga_runtime::inspect::{InspectedSlot, Inspection, PayloadView, REDACTED};
 use saga_runtime::prelude::*;
-use saga_runtime::{
-    EngineBuilder, Error, InspectedSlot, Inspection, Keyring, PayloadView, REDACTED, Status,
-};
+use saga_runtime::{EngineBuilder, Error, Keyring, Status};
 use serde_json::json;
 
 use helpers::{until_status, when_released, within};

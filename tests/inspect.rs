@@ -8,10 +8,9 @@ mod helpers;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use saga_runtime::TestClock;
+use saga_runtime::inspect::{CompensationOutcome, InspectedSlot, Inspection, StepState, WaitState};
 use saga_runtime::prelude::*;
-use saga_runtime::{
-    CompensationOutcome, InspectedSlot, Inspection, StepState, TestClock, WaitState,
-};
 use serde_json::json;
 
 use helpers::{wait_until, within};
@@ -75,7 +74,7 @@ fn engine(clock: TestClock) -> Engine {
         .expect("temporary engine")
 }
 
-fn step(inspection: &Inspection, i: usize) -> &saga_runtime::InspectedStep {
+fn step(inspection: &Inspection, i: usize) -> &saga_runtime::inspect::InspectedStep {
     match &inspection.slots[i] {
         InspectedSlot::Step(step) => step,
         other => panic!("slot {i} is not a step: {other:?}"),

@@ -12,8 +12,9 @@ use std::time::Duration;
 #[path = "support/helpers.rs"]
 mod helpers;
 
+use saga_runtime::inspect::InspectedSlot;
 use saga_runtime::prelude::*;
-use saga_runtime::{Error, EventKind, FailureKind, InspectedSlot, Instance, ListFilter, TestClock};
+use saga_runtime::{Error, EventKind, FailureKind, Instance, ListFilter, TestClock};
 
 use helpers::{settle, until_status, within};
 

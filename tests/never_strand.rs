@@ -14,7 +14,8 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use saga_runtime::prelude::*;
-use saga_runtime::{Error, IndexRow, StoreFuture, TestClock};
+use saga_runtime::store::{IndexRow, StoreFuture};
+use saga_runtime::{Error, TestClock};
 
 use helpers::{engine_on, until_status, wait_until, within};
 
@@ -320,7 +321,7 @@ async fn bad_names_and_event_types_are_typed_errors() {
 
 /// A sled store whose flushes wait while the test holds its gate shut.
 struct GatedStore {
-    inner: saga_runtime::SledStore,
+    inner: saga_runtime::store::SledStore,
     open: Mutex<bool>,
     opened: std::sync::Condvar,
     /// How many flushes the gate holds now.
@@ -334,7 +335,7 @@ impl GatedStore {
     }
 }
 
-impl saga_runtime::Store for GatedStore {
+impl saga_runtime::store::Store for GatedStore {
     fn create<'a>(
         &'a self,
         id: &'a str,
@@ -381,7 +382,7 @@ impl saga_runtime::Store for GatedStore {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_show_only_durable_state() {
     let store = Arc::new(GatedStore {
-        inner: saga_runtime::SledStore::temporary().unwrap(),
+        inner: saga_runtime::store::SledStore::temporary().unwrap(),
         open: Mutex::new(true),
         opened: std::sync::Condvar::new(),
         held: AtomicUsize::new(0),

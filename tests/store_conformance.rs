@@ -1,7 +1,7 @@
 //! The store conformance suite, against the embedded sled store and (with
 //! the `postgres` feature) the PostgreSQL store.
 
-use saga_runtime::{SledStore, run_conformance_suite};
+use saga_runtime::store::{SledStore, run_conformance_suite};
 
 #[tokio::test]
 async fn sled_passes_the_store_conformance_suite() {
@@ -23,7 +23,7 @@ mod postgres;
 #[cfg(feature = "postgres")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_passes_the_store_conformance_suite() {
-    use saga_runtime::{PgOptions, PgStore};
+    use saga_runtime::store::{PgOptions, PgStore};
 
     let schemas = std::sync::Mutex::new(Vec::new());
     let result = run_conformance_suite(|| async {

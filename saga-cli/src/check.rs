@@ -16,7 +16,7 @@ use crate::json;
 use crate::output::{Paint, Style, escape};
 use saga_runtime::Engine;
 use saga_runtime::ListFilter;
-use saga_runtime::{InspectedSlot, Inspection};
+use saga_runtime::inspect::{InspectedSlot, Inspection};
 
 /// The names a `saga.lock` keeps (its format is documented in
 /// `saga-macros/src/lock.rs`).
@@ -121,7 +121,8 @@ pub(crate) async fn run(
     let lock = Lock::read(&args.lock)?;
     let mut in_flight = 0;
     let mut stale = Vec::new();
-    for info in engine.list(&ListFilter::all()).await? {
+    let (instances, unreadable) = crate::list::every_page(engine, &ListFilter::all()).await?;
+    for info in instances {
         if info.status.is_terminal() {
             continue;
         }
@@ -147,7 +148,15 @@ pub(crate) async fn run(
             .collect();
         json::print(
             out,
-            &json!({"schema": json::SCHEMA, "lock": lock_name, "stale": stale}),
+            &json!({
+                "schema": json::SCHEMA,
+                "lock": lock_name,
+                "stale": stale,
+                "unreadable": unreadable
+                    .iter()
+                    .map(|u| json!({"id": u.id, "error": u.error.to_string()}))
+                    .collect::<Vec<_>>(),
+            }),
         )?;
     } else if stale.is_empty() {
         writeln!(
@@ -173,6 +182,19 @@ pub(crate) async fn run(
                 escape(&i.workflow),
                 style.status(i.status),
                 style.paint(Paint::Red, &names.join(", "))
+            )?;
+        }
+    }
+    if !args.json {
+        // Not checked: a damaged entry says nothing of the steps its
+        // instance ran (`saga show` tells what can be read of it).
+        for damaged in &unreadable {
+            writeln!(
+                out,
+                "{} {} was not checked: its index entry does not read ({})",
+                style.paint(Paint::Red, "unreadable:"),
+                escape(&damaged.id),
+                escape(&damaged.error.to_string())
             )?;
         }
     }

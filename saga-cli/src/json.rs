@@ -11,7 +11,7 @@ use crate::CliError;
 use crate::output::{between, rfc3339};
 use saga_runtime::Event;
 use saga_runtime::InstanceInfo;
-use saga_runtime::{
+use saga_runtime::inspect::{
     CompensationOutcome, InspectedCompensation, InspectedSlot, Inspection, PayloadView, StepState,
     WaitState,
 };

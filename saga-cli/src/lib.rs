@@ -97,8 +97,9 @@
 //!   "text"}`: `event` is the [`EventKind`](saga_runtime::EventKind) variant's name
 //!   (`"StepCompleted"`), `text` the sentence it reads as.
 //! - `check`: `{"schema": 1, "lock", "stale": [{"id", "workflow", "status",
-//!   "missing": [{"kind", "name"}]}]}`; `kind` is `workflow`, `step`,
-//!   `sleep` or `wait`.
+//!   "missing": [{"kind", "name"}]}], "unreadable": [{"id", "error"}]}`;
+//!   `kind` is `workflow`, `step`, `sleep` or `wait`; an unreadable index
+//!   entry is not checked.
 //!
 //! # Exit codes
 //!

@@ -13,10 +13,10 @@ use crate::list::place;
 use crate::output::{
     Cell, Paint, Style, Table, bar, between, duration, escape, pad, short, size, time,
 };
-use saga_runtime::{Codec, Keyring};
-use saga_runtime::{
+use saga_runtime::inspect::{
     CompensationOutcome, InspectedSlot, Inspection, PayloadView, StepState, WaitState,
 };
+use saga_runtime::{Codec, Keyring};
 use saga_runtime::{Engine, InstanceInfo};
 use unicode_width::UnicodeWidthStr;
 

@@ -212,3 +212,48 @@ async fn the_schema_flag_names_the_schema() {
     worker.close().await;
     postgres::drop_schema(&schema).await;
 }
+
+// On PostgreSQL an index entry is never repaired on open (sled repairs
+// its own): one that does not read is named by `list` (and `check`,
+// which gathers the instances the same way), and
+// hides none of the others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_index_entry_is_named_and_hides_no_other() {
+    let url = postgres::database_url();
+    let schema = postgres::fresh_schema("cli_unreadable").await;
+    let worker = worker_on(&url, &schema).await;
+    for id in ["order-1", "order-2"] {
+        worker
+            .start(fulfil(), id, support::Order { item: "cup".into() })
+            .await
+            .unwrap();
+    }
+    worker.close().await;
+    postgres::admin()
+        .await
+        .execute(
+            &format!(
+                "UPDATE {schema}.instances SET summary = '\\x00ff'::bytea WHERE id = 'order-2'"
+            ),
+            &[],
+        )
+        .await
+        .unwrap();
+    let run = |args: &'static [&'static str]| {
+        let (url, schema) = (url.clone(), schema.clone());
+        tokio::task::spawn_blocking(move || saga_pg(&url, &schema, args))
+    };
+    let table = run(&["list"]).await.unwrap();
+    assert_eq!(table.code, 0, "{}{}", table.stdout, table.stderr);
+    assert!(table.stdout.contains("order-1"), "{}", table.stdout);
+    assert!(
+        table.stdout.contains("unreadable order-2"),
+        "{}",
+        table.stdout
+    );
+    let listed = run(&["list", "--json"]).await.unwrap();
+    let listed: serde_json::Value = serde_json::from_str(&listed.stdout).unwrap();
+    assert_eq!(listed["instances"].as_array().unwrap().len(), 1);
+    assert_eq!(listed["unreadable"][0]["id"], "order-2");
+    postgres::drop_schema(&schema).await;
+}

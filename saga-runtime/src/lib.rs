@@ -75,7 +75,8 @@ mod names;
 mod panic;
 mod run;
 mod seal;
-mod store;
+#[doc(hidden)]
+pub mod store;
 mod time;
 mod workflow;
 
@@ -91,10 +92,6 @@ pub use crate::error::failure::{
 };
 pub use crate::error::{Error, Result};
 pub use crate::instance::filter::{Cursor, ListFilter, MAX_PAGE, Page};
-pub use crate::instance::inspect::{
-    CompensationOutcome, InspectedCompensation, InspectedSleep, InspectedSlot, InspectedStep,
-    InspectedWait, Inspection, PayloadView, PendingEvent, REDACTED, StepState, WaitState,
-};
 pub use crate::instance::send::{EventSender, Sent};
 pub use crate::instance::{Instance, InstanceInfo, Owner, Run};
 pub use crate::journal::tags::{MAX_TAG_VALUE_BYTES, MAX_TAGS};
@@ -105,16 +102,6 @@ pub use crate::model::status::Status;
 pub use crate::names::id::InstanceId;
 pub use crate::seal::{Codec, CodecError, Sealed};
 pub use crate::store::PageOrder;
-#[doc(hidden)]
-pub use crate::store::{Accept, IndexEntry, IndexFacts, IndexPage, IndexQuery, PagePosition};
-pub use crate::store::{
-    IndexRow, SledStore, Store, StoreFuture, TailPosition, TailRecords, Told, answered,
-    run_conformance_suite,
-};
-#[doc(hidden)]
-#[cfg(feature = "postgres")]
-#[doc(hidden)]
-pub use crate::store::{PgOptions, PgStore};
 pub use crate::time::clock::{Clock, Sleep, SystemClock, TestClock};
 pub use crate::time::duration::IntoDuration;
 pub use crate::workflow::compensation::{
@@ -129,6 +116,16 @@ pub use crate::workflow::{FnWorkflow, Workflow, WorkflowFuture, workflow_fn};
 
 #[cfg(feature = "macros")]
 pub use saga_macros::{rollback, step, workflow};
+
+/// What [`Instance::inspect`] reads of an instance, for tools (`saga
+/// show`, a dashboard): its steps, sleeps, waits and compensations with
+/// their inputs and outputs, and its pending events.
+pub mod inspect {
+    pub use crate::instance::inspect::{
+        CompensationOutcome, InspectedCompensation, InspectedSleep, InspectedSlot, InspectedStep,
+        InspectedWait, Inspection, PayloadView, PendingEvent, REDACTED, StepState, WaitState,
+    };
+}
 
 /// Everything a workflow file needs: `use saga_runtime::prelude::*;`.
 pub mod prelude {

@@ -440,7 +440,7 @@ impl Instance {
     ///
     /// ```
     /// use saga_runtime::prelude::*;
-    /// use saga_runtime::{InspectedSlot, StepState};
+    /// use saga_runtime::inspect::{InspectedSlot, StepState};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), saga_runtime::Error> {
