@@ -181,6 +181,50 @@ async fn a_stored_output_that_no_longer_decodes_names_the_step_and_type() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+#[workflow(name = "greet")]
+async fn greet_v1(ctx: WorkflowContext, times: u64) -> Result<u64, WorkflowError> {
+    price_v1(&ctx).await?;
+    pending::<()>().await;
+    Ok(times)
+}
+
+/// The input type changed from `u64` to `String`.
+#[workflow(name = "greet")]
+async fn greet_v2(_ctx: WorkflowContext, name: String) -> Result<u64, WorkflowError> {
+    Ok(name.len() as u64)
+}
+
+#[tokio::test]
+async fn a_stored_input_that_no_longer_decodes_parks_the_instance() {
+    let dir = temp_dir("input");
+    let engine = Engine::open(&dir).unwrap();
+    let run = engine.start(greet_v1, "greet-1", 7).await.unwrap();
+    wait_until("the first run to complete its step", || async {
+        completed("price")(&run.history().await.unwrap())
+    })
+    .await;
+    drop(run);
+    engine.close().await;
+
+    let engine = Engine::open(&dir).unwrap();
+    engine.register(greet_v2).unwrap();
+    let instance = engine.instance("greet-1").await.unwrap();
+    match within("the replay", instance.result::<u64>()).await {
+        Err(Error::Blocked { failure, .. }) => {
+            assert_eq!(failure.kind(), &FailureKind::Decode, "{failure}");
+            assert!(failure.message().contains("String"), "{failure}");
+        }
+        other => panic!("expected the instance parked, got {other:?}"),
+    }
+    assert_eq!(
+        instance.info().await.unwrap().status,
+        Status::Blocked,
+        "parked, not failed: nothing was compensated"
+    );
+    engine.close().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[step(name = "one", read_only)]
 async fn one(probe: Service<Probe>) -> Result<u64, StepError> {
     probe.runs[0].fetch_add(1, Ordering::SeqCst);

@@ -217,17 +217,21 @@ impl<W: Workflow> ErasedWorkflow for W {
             ));
             return Box::pin(std::future::pending());
         }
+        // A stored input that no longer decodes (the input type changed
+        // under running instances) parks the instance as any other stored
+        // value that no longer decodes: a release whose type reads it
+        // again resumes it.
         let input = match input.decode::<W::Input>() {
             Ok(input) => input,
             Err(detail) => {
-                let failure = Failure::new(
+                ctx.run.scope.fail(Failure::new(
                     FailureKind::Decode,
                     format!(
                         "stored input does not decode as `{}`: {detail}",
                         std::any::type_name::<W::Input>()
                     ),
-                );
-                return Box::pin(std::future::ready(Err(failure)));
+                ));
+                return Box::pin(std::future::pending());
             }
         };
         let max = ctx.run.scope.core.max_payload;
