@@ -102,6 +102,10 @@ const MIGRATIONS: &[&str] = &[
     // 6: what `list()` filters and pages on, each on an index: the start
     // time by the database's clock (then id, for keyset pages), the end,
     // tags (jsonb, `@>` on a GIN index), the parent, rollback failures;
+    // the indexes leave out the rows without (no tags, not ended): every
+    // running instance's row is rewritten at each status change, and rows
+    // that all share one key (an empty `tags`, a NULL `ended_at`) would all
+    // write to one place in the index;
     // and since when the owner owns the instance. Rows from before have
     // NULLs here (their `facts` NULL marks them): workers backfill them
     // from their journals (`journal::backfill`), a batch at a time.
@@ -119,9 +123,10 @@ const MIGRATIONS: &[&str] = &[
          ALTER COLUMN owned_since SET DEFAULT now();
      CREATE INDEX instances_started ON {s}.instances (started_at, id COLLATE \"C\");
      CREATE INDEX instances_id ON {s}.instances (id COLLATE \"C\");
-     CREATE INDEX instances_ended ON {s}.instances (ended_at);
+     CREATE INDEX instances_ended ON {s}.instances (ended_at) WHERE ended_at IS NOT NULL;
      CREATE INDEX instances_parent ON {s}.instances (parent) WHERE parent IS NOT NULL;
-     CREATE INDEX instances_tags ON {s}.instances USING gin (tags jsonb_path_ops);
+     CREATE INDEX instances_tags ON {s}.instances USING gin (tags jsonb_path_ops)
+         WHERE tags IS NOT NULL;
      CREATE INDEX instances_rollback_failed ON {s}.instances (started_at) WHERE rollback_failed;
      CREATE INDEX instances_failed_compensation ON {s}.instances (started_at)
          WHERE failed_compensation;

@@ -88,7 +88,10 @@ impl Row {
             started_at: facts.map(|f| from_millis(f.created_at)),
             ended_at: facts.and_then(|f| f.finished_at.map(from_millis)),
             parent: facts.and_then(|f| f.parent.map(str::to_owned)),
-            tags: facts.map(|f| super::page::tags_json(f.tags)),
+            // NULL without tags: such rows stay out of the GIN index.
+            tags: facts
+                .filter(|f| !f.tags.is_empty())
+                .map(|f| super::page::tags_json(f.tags)),
             rollback_failed: facts.map(|f| f.rollback_failed),
             failed_compensation: facts.map(|f| f.failed_compensation),
         }
@@ -260,8 +263,10 @@ struct Conn {
     client: Client,
     create: Statement,
     append: Statement,
+    append_sealed: Statement,
     append_indexed: Statement,
     append_many: Statement,
+    append_many_sealed: Statement,
     same_rows: Statement,
     put_index: Statement,
     remove: Statement,
@@ -356,17 +361,26 @@ impl Target {
                 fact_values(8)
             ))
             .await?;
-        let append = client
-            .prepare(&format!(
+        // A record of the sealed format also marks its instance's `needs`
+        // (`append_sealed`, `append_many_sealed`); the others, nearly all,
+        // touch no row of `instances`.
+        let append_sql = |needs: &str| {
+            format!(
                 "WITH {},
                  j AS (INSERT INTO {s}.journal (id, seq, record)
-                       SELECT $1, $2, $3 FROM fence ON CONFLICT DO NOTHING RETURNING 1),
-                 n AS (UPDATE {s}.instances SET needs = needs | {NEEDS_SEALED}
-                       WHERE id = $1 AND owner = $4 AND {sealed_record} AND needs & {NEEDS_SEALED} = 0)
+                       SELECT $1, $2, $3 FROM fence ON CONFLICT DO NOTHING RETURNING 1){needs}
                  SELECT (SELECT count(*) FROM fence), (SELECT count(*) FROM j),
                         (SELECT record = $3 FROM {s}.journal WHERE id = $1 AND seq = $2)",
                 fence(4)
-            ))
+            )
+        };
+        let append = client.prepare(&append_sql("")).await?;
+        let append_sealed = client
+            .prepare(&append_sql(&format!(
+                ",
+                 n AS (UPDATE {s}.instances SET needs = needs | {NEEDS_SEALED}
+                       WHERE id = $1 AND owner = $4 AND needs & {NEEDS_SEALED} = 0)"
+            )))
             .await?;
         // A record that changes the index: both in one statement, the
         // row update being the fence. An instance that stops needing a
@@ -388,20 +402,28 @@ impl Target {
             ))
             .await?;
         // Many appends in one statement; the fence has a row per instance.
-        let append_many = client
-            .prepare(&format!(
+        let append_many_sql = |needs: &str| {
+            format!(
                 "WITH fence AS (SELECT id FROM {s}.instances WHERE id = ANY($1) AND owner = $4 FOR SHARE),
                  j AS (INSERT INTO {s}.journal (id, seq, record)
                        SELECT r.id, r.seq, r.record
                        FROM unnest($1::text[], $2::bigint[], $3::bytea[]) AS r(id, seq, record)
                        WHERE r.id IN (SELECT id FROM fence)
-                       ON CONFLICT DO NOTHING RETURNING 1),
-                 n AS (UPDATE {s}.instances SET needs = needs | {NEEDS_SEALED}
-                       WHERE owner = $4 AND needs & {NEEDS_SEALED} = 0 AND id IN
-                             (SELECT r.id FROM unnest($1::text[], $3::bytea[]) AS r(id, record)
-                              WHERE get_byte(r.record, 0) = {SEALED_FORMAT_VERSION}))
+                       ON CONFLICT DO NOTHING RETURNING 1){needs}
                  SELECT (SELECT count(*) FROM fence), (SELECT count(*) FROM j)"
-            ))
+            )
+        };
+        let append_many = client.prepare(&append_many_sql("")).await?;
+        // By the rows of the batch's ids (`id = ANY`, the primary key), not
+        // by a scan of the worker's rows.
+        let append_many_sealed = client
+            .prepare(&append_many_sql(&format!(
+                ",
+                 n AS (UPDATE {s}.instances SET needs = needs | {NEEDS_SEALED}
+                       WHERE id = ANY(ARRAY(SELECT r.id FROM unnest($1::text[], $3::bytea[]) AS r(id, record)
+                                            WHERE get_byte(r.record, 0) = {SEALED_FORMAT_VERSION}))
+                         AND owner = $4 AND needs & {NEEDS_SEALED} = 0)"
+            )))
             .await?;
         // After a batch that was not all new: how many of its rows are
         // there with the same bytes (a write applied again counts as
@@ -570,7 +592,9 @@ impl Target {
             owner_live,
             create,
             append,
+            append_sealed,
             append_many,
+            append_many_sealed,
             same_rows,
             put_index,
             remove,
@@ -1077,7 +1101,14 @@ async fn apply(conn: Arc<Conn>, worker: Arc<str>, op: Op) -> std::result::Result
         }
         Op::Append { id, seq, record } => {
             let row = c
-                .query_one(&conn.append, &[&id, &seq, &record, &worker])
+                .query_one(
+                    if sealed(&record) {
+                        &conn.append_sealed
+                    } else {
+                        &conn.append
+                    },
+                    &[&id, &seq, &record, &worker],
+                )
                 .await?;
             appended(&row, &id, seq)
         }
@@ -1161,6 +1192,12 @@ fn appended(row: &tokio_postgres::Row, id: &str, seq: i64) -> std::result::Resul
     }
 }
 
+/// Whether `record` is of the sealed format, which marks its instance's
+/// `needs` (see `codec::NEEDS_SEALED`).
+fn sealed(record: &[u8]) -> bool {
+    record.first() == Some(&SEALED_FORMAT_VERSION)
+}
+
 /// Appends, in one statement with one fencing check.
 async fn apply_many(
     conn: Arc<Conn>,
@@ -1179,7 +1216,14 @@ async fn apply_many(
     }
     let row = conn
         .client
-        .query_one(&conn.append_many, &[&ids, &seqs, &records, &&*worker])
+        .query_one(
+            if records.iter().any(|r| sealed(r)) {
+                &conn.append_many_sealed
+            } else {
+                &conn.append_many
+            },
+            &[&ids, &seqs, &records, &&*worker],
+        )
         .await?;
     let owned: i64 = row.get(0);
     let instances = ids.iter().collect::<HashSet<_>>().len();
