@@ -226,6 +226,13 @@ async fn an_unreadable_index_entry_is_reported_not_skipped() {
         Err(Error::Corrupt { what, .. }) => assert!(what.contains("broken-1"), "{what}"),
         other => panic!("expected the damage named, got {other:?}"),
     }
+    // Gathered whole, the damaged entry is apart and hides none of the
+    // others.
+    let all = read.list_all(&ListFilter::all()).await.unwrap();
+    assert_eq!(all.instances.len(), page.instances.len());
+    assert_eq!(all.unreadable.len(), 1);
+    assert_eq!(all.unreadable[0].id, "broken-1");
+    assert!(all.next.is_none());
 }
 
 #[workflow(name = "pg-search-tagging")]

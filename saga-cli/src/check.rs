@@ -121,8 +121,9 @@ pub(crate) async fn run(
     let lock = Lock::read(&args.lock)?;
     let mut in_flight = 0;
     let mut stale = Vec::new();
-    let (instances, unreadable) = crate::list::every_page(engine, &ListFilter::all()).await?;
-    for info in instances {
+    let all = engine.list_all(&ListFilter::all()).await?;
+    let unreadable = all.unreadable;
+    for info in all.instances {
         if info.status.is_terminal() {
             continue;
         }

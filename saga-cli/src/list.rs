@@ -12,7 +12,7 @@ use crate::json;
 use crate::output::{Cell, Paint, Style, Table, escape, short, time};
 use saga_runtime::Engine;
 use saga_runtime::inspect::{CompensationOutcome, InspectedSlot, Inspection, StepState, WaitState};
-use saga_runtime::{InstanceInfo, ListFilter, Page, UnreadableInstance};
+use saga_runtime::{InstanceInfo, ListFilter, Page};
 
 pub(crate) async fn run(
     engine: &Engine,
@@ -33,9 +33,11 @@ pub(crate) async fn run(
         let found = engine.list_page(&filter, &page).await?;
         (found.instances, found.unreadable, found.next)
     } else {
-        let (mut instances, unreadable) = every_page(engine, &filter).await?;
-        instances.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then(a.id.cmp(&b.id)));
-        (instances, unreadable, None)
+        // One damaged entry hides no other, and is named.
+        let mut all = engine.list_all(&filter).await?;
+        all.instances
+            .sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then(a.id.cmp(&b.id)));
+        (all.instances, all.unreadable, None)
     };
     let mut rows = Vec::with_capacity(instances.len());
     for info in instances {
@@ -90,26 +92,6 @@ pub(crate) async fn run(
         writeln!(out, "next page: --after {next}")?;
     }
     Ok(())
-}
-
-/// Every instance `filter` matches, page by page, and apart from them the
-/// index entries that do not read: one damaged entry hides no other, and
-/// is named (`Engine::list` would fail on it).
-pub(crate) async fn every_page(
-    engine: &Engine,
-    filter: &ListFilter,
-) -> Result<(Vec<InstanceInfo>, Vec<UnreadableInstance>), CliError> {
-    let mut page = Page::first(1000).by_id();
-    let (mut instances, mut unreadable) = (Vec::new(), Vec::new());
-    loop {
-        let found = engine.list_page(filter, &page).await?;
-        instances.extend(found.instances);
-        unreadable.extend(found.unreadable);
-        match found.next {
-            Some(cursor) => page = page.after(cursor),
-            None => return Ok((instances, unreadable)),
-        }
-    }
 }
 
 /// The runtime's filter of the command's flags.

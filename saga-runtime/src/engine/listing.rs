@@ -101,35 +101,55 @@ impl Engine {
         self.runner().core.journal.explain_page(&query).await
     }
 
-    /// The instances that match `filter`, in id order (every page of
-    /// [`Engine::list_page`] in id order, gathered). An instance whose
-    /// index entry does not read is [`Error::Corrupt`] naming it (and the
-    /// others like it): `list_page` reports them apart from the rest.
+    /// Every instance that matches `filter`, in id order: every page of
+    /// [`Engine::list_page`] in id order, gathered into one (its `next`
+    /// is `None`), with the index entries that do not read apart, so one
+    /// damaged entry hides no other. Materialises every match: walk
+    /// `list_page` for a store of millions.
+    ///
+    /// # Cancel safety
+    ///
+    /// A read; dropping the future changes nothing.
+    pub async fn list_all(&self, filter: &ListFilter) -> Result<InstancePage> {
+        let mut page = Page::first(1000).by_id();
+        let mut all = InstancePage {
+            instances: Vec::new(),
+            unreadable: Vec::new(),
+            next: None,
+        };
+        loop {
+            let found = self.list_page(filter, &page).await?;
+            all.instances.extend(found.instances);
+            all.unreadable.extend(found.unreadable);
+            match found.next {
+                Some(cursor) => page = page.after(cursor),
+                None => return Ok(all),
+            }
+        }
+    }
+
+    /// The instances that match `filter`, in id order ([`Engine::list_all`]).
+    /// An instance whose index entry does not read is [`Error::Corrupt`]
+    /// naming it (and the others like it): `list_all` and `list_page`
+    /// report them apart from the rest.
     ///
     /// # Cancel safety
     ///
     /// A read; dropping the future changes nothing.
     pub async fn list(&self, filter: &ListFilter) -> Result<Vec<InstanceInfo>> {
-        let mut page = Page::first(1000).by_id();
-        let mut out = Vec::new();
-        let mut unreadable = Vec::new();
-        loop {
-            let found = self.list_page(filter, &page).await?;
-            out.extend(found.instances);
-            unreadable.extend(found.unreadable);
-            match found.next {
-                Some(cursor) => page = page.after(cursor),
-                None => break,
-            }
-        }
+        let InstancePage {
+            instances,
+            unreadable,
+            ..
+        } = self.list_all(filter).await?;
         if unreadable.is_empty() {
-            return Ok(out);
+            return Ok(instances);
         }
         let ids: Vec<&str> = unreadable.iter().map(|u| u.id.as_str()).collect();
         Err(Error::Corrupt {
             what: format!("the index entries of instances {ids:?}"),
             detail: format!(
-                "{} (the first); list_page reports them apart from the others, and `engine.instance(id)` tells more",
+                "{} (the first); list_all and list_page report them apart from the others, and `engine.instance(id)` tells more",
                 unreadable[0].error
             ),
         })
