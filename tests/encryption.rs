@@ -204,6 +204,19 @@ impl Place {
         }
     }
 
+    /// On PostgreSQL, that instance `id`'s row is marked as holding
+    /// sealed records (bit 16 of `needs`), while its low bits, the kinds
+    /// of record it holds, stay within the 27 the release before knows.
+    async fn assert_marked_sealed(&self, id: &str) {
+        if let Some(needs) = self.needs(id).await {
+            assert_eq!(needs & (1 << 16), 1 << 16, "needs {needs}");
+            assert!(
+                needs & 0xFFFF <= 27,
+                "no kind of record past 27: needs {needs}"
+            );
+        }
+    }
+
     async fn holds(&self, text: &str) -> bool {
         self.bytes()
             .await
@@ -290,13 +303,7 @@ async fn the_store_holds_no_value_in_the_clear_and_values_round_trip() {
     // On PostgreSQL the instance's row says it holds sealed records (its
     // low bits count the kinds of record it holds): the release before
     // claims only rows whose `needs` is at most its 27 kinds of record.
-    if let Some(needs) = place.needs("p-1").await {
-        assert_eq!(needs & (1 << 16), 1 << 16, "needs {needs}");
-        assert!(
-            needs & 0xFFFF <= 27,
-            "no kind of record past 27: needs {needs}"
-        );
-    }
+    place.assert_marked_sealed("p-1").await;
 }
 
 #[tokio::test]
@@ -311,13 +318,7 @@ async fn without_a_codec_the_values_are_stored_in_the_clear() {
     assert!(place.holds(CARD).await);
     // Still marked: the redacted input is a kind of payload the release
     // before does not read either.
-    if let Some(needs) = place.needs("p-1").await {
-        assert_eq!(needs & (1 << 16), 1 << 16, "needs {needs}");
-        assert!(
-            needs & 0xFFFF <= 27,
-            "no kind of record past 27: needs {needs}"
-        );
-    }
+    place.assert_marked_sealed("p-1").await;
 }
 
 #[tokio::test]
