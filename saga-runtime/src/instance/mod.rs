@@ -374,6 +374,14 @@ impl Instance {
         }
         // An unknown instance is refused here, not posted.
         journal.read(&self.id, |_| ()).await?;
+        self.post(command).await
+    }
+
+    /// Posts `command` to the worker that drives the instance (which
+    /// exists) and answers what it did: its refusal is the error it
+    /// refused with.
+    pub(crate) async fn post(&self, command: Command) -> Result<Answer> {
+        let journal = self.journal();
         match post_and_wait(journal, &self.id, &command, journal.patience()).await? {
             Answer::Refused(refusal) => Err(refusal.into_error(&self.id)),
             answer => Ok(answer),

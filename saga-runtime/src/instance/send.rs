@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::codec::Payload;
 use crate::error::{Error, Result};
-use crate::instance::post::{Answer, post_and_wait};
+use crate::instance::post::Answer;
 use crate::instance::{Instance, Run};
 use crate::journal::command::{Command, admits_event};
 use crate::journal::{Change, InstanceState};
@@ -113,16 +113,11 @@ impl<'a> EventSender<'a> {
         }
     }
 
-    /// Posts the event to the worker that drives the instance, and
-    /// answers what it did.
+    /// Posts the event to the worker that drives the instance, which
+    /// exists, and answers what it did.
     async fn post(&self, payload: Payload) -> Result<Sent> {
-        let journal = &self.runner.core.journal;
-        let command = self.command(payload);
-        let answer = post_and_wait(journal, &self.instance, &command, journal.patience());
-        Self::sent(match answer.await {
-            Ok(Answer::Refused(refusal)) => Err(refusal.into_error(&self.instance)),
-            answer => answer,
-        })
+        let instance = Instance::new(self.runner.clone(), &self.instance);
+        Self::sent(instance.post(self.command(payload)).await)
     }
 
     /// Sends a payload encoded already (a posted event, taken by the
