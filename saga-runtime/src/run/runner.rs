@@ -214,6 +214,14 @@ impl Runner {
                 Ok(Exit::Hibernated(wake_at)) => runner.hibernate(&id, wake_at),
                 _ => false,
             };
+            if let Err(panic) = &exit {
+                let error = crate::Error::Store(format!(
+                    "the engine's driver of this instance panicked ({panic}); it resumes when the store is opened again"
+                ));
+                tracing::error!(instance = %id, error = %error, "instance driver panicked");
+                // Kept for `result()` as the driver lets go (`Release`).
+                live.store_failed(&error);
+            }
             drop(release);
             match exit {
                 Ok(Exit::Suspended) => runner.after_suspend(&id).await,
@@ -230,16 +238,8 @@ impl Runner {
                 Ok(Exit::Hibernated(_)) => {}
                 Ok(Exit::Ended) => runner.spawn_driver_if_runnable(&id).await,
                 Ok(Exit::Other) => {}
-                Err(panic) => {
-                    let error = crate::Error::Store(format!(
-                        "the engine's driver of this instance panicked ({panic}); it resumes when the store is opened again"
-                    ));
-                    tracing::error!(instance = %id, error = %error, "instance driver panicked");
-                    runner
-                        .residents
-                        .with(&id, |r| r.store_failure = Some(error.to_string()));
-                    runner.core.journal.notify_ended();
-                }
+                // Its failure was noted as the driver let go (above).
+                Err(_) => {}
             }
         });
         // Kept while the driver runs (`Release` drops it with the driver);
