@@ -104,6 +104,7 @@ pub use crate::seal::{Codec, CodecError, Sealed};
 pub use crate::store::PageOrder;
 pub use crate::time::clock::{Clock, Sleep, SystemClock, TestClock};
 pub use crate::time::duration::IntoDuration;
+pub use crate::workflow::child::{ChildCall, ChildFailed, ChildNeed};
 pub use crate::workflow::compensation::{
     BoxFuture, RollbackContext, RollbackInput, RollbackRegistration,
 };
@@ -122,18 +123,19 @@ pub use saga_macros::{rollback, step, workflow};
 /// their inputs and outputs, and its pending events.
 pub mod inspect {
     pub use crate::instance::inspect::{
-        CompensationOutcome, InspectedCompensation, InspectedSleep, InspectedSlot, InspectedStep,
-        InspectedWait, Inspection, PayloadView, PendingEvent, REDACTED, StepState, WaitState,
+        CompensationOutcome, InspectedChild, InspectedCompensation, InspectedSleep, InspectedSlot,
+        InspectedStep, InspectedWait, Inspection, PayloadView, PendingEvent, REDACTED, StepState,
+        WaitState,
     };
 }
 
 /// Everything a workflow file needs: `use saga_runtime::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        Backoff, Engine, Error, Failure, FailureKind, IdempotencyKey, Instance, ListFilter, Page,
-        Permanent, RollbackContext, RollbackInput, RollbackRegistration, Sent, Service, Status,
-        StepConfig, StepContext, StepError, StepFailed, WaitError, Workflow, WorkflowContext,
-        WorkflowError, WorkflowFuture, workflow_fn,
+        Backoff, ChildFailed, Engine, Error, Failure, FailureKind, IdempotencyKey, Instance,
+        ListFilter, Page, Permanent, RollbackContext, RollbackInput, RollbackRegistration, Sent,
+        Service, Status, StepConfig, StepContext, StepError, StepFailed, WaitError, Workflow,
+        WorkflowContext, WorkflowError, WorkflowFuture, workflow_fn,
     };
     #[cfg(feature = "macros")]
     pub use saga_macros::{rollback, step, workflow};
@@ -144,6 +146,7 @@ pub mod prelude {
 /// without notice.
 #[doc(hidden)]
 pub mod __private {
+    pub use crate::workflow::child::child_need;
     pub use crate::workflow::macro_support::*;
     pub use ::core;
     pub use ::serde;
@@ -184,6 +187,7 @@ fn compile_time_assertions() {
     send_sync::<StepContext>();
     send_sync::<Error>();
     send::<StepFuture<u64>>();
+    send::<ChildCall<u64>>();
     send::<Subscription>();
     send_sync::<TestClock>();
 }

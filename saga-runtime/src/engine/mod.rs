@@ -391,9 +391,13 @@ impl EngineBuilder {
                 runner: runner.clone(),
             }),
         };
-        for workflow in self.workflows {
-            runner.register(workflow)?;
-        }
+        runner
+            .core
+            .kin
+            .set(Arc::new(crate::run::children::Family(Arc::downgrade(
+                &runner,
+            ))));
+        runner.register_all(self.workflows)?;
         if !runner.core.journal.read_only() {
             crate::engine::retention::spawn_sweeper(&runner);
         }

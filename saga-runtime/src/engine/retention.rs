@@ -57,6 +57,17 @@ async fn sweep_locked(runner: &Arc<Runner>) -> Result<usize> {
         if !expired(summary.status, summary.finished_at) {
             continue;
         }
+        // A child whose parent has not finished may still be undone by the
+        // parent's rollback: kept (a parent asleep for days must find it).
+        match runner.has_unfinished_ancestor(&id).await {
+            Ok(false) => {}
+            Ok(true) => continue,
+            Err(e @ (Error::NewerRelease { .. } | Error::Corrupt { .. })) => {
+                tracing::warn!(instance = %id, error = %e, "retention keeps an instance whose parent it cannot read");
+                continue;
+            }
+            Err(e) => return Err(e),
+        }
         // Checked again under the instance's write lock: a restart that
         // came in between keeps it. A driver may still be letting go of an
         // instance that ended; it writes nothing more, so that is no reason

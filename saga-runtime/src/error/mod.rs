@@ -195,6 +195,33 @@ pub enum Error {
         rollback_failure: Option<Box<Failure>>,
     },
 
+    /// The instance completed, and was then undone: it is a child workflow
+    /// whose parent rolled back, and its compensations ran. Its output
+    /// no longer stands.
+    #[error("instance {id:?} completed, then was compensated: its parent rolled back")]
+    Compensated {
+        /// The instance.
+        id: String,
+        /// A compensation of it that gave up, if one did.
+        rollback_failure: Option<Box<Failure>>,
+    },
+
+    /// A workflow calls a child workflow (`ctx.child`) that is not
+    /// registered: register the child's workflow first (or in the same
+    /// builder), so no instance of the parent can reach a child that no
+    /// worker runs.
+    #[error(
+        "workflow {workflow:?} starts child workflow {child:?} (call {call:?}), which is not registered: register {child:?} too, before or together with {workflow:?}"
+    )]
+    ChildNotRegistered {
+        /// The parent workflow.
+        workflow: String,
+        /// The child call's name.
+        call: String,
+        /// The child's workflow.
+        child: String,
+    },
+
     /// Another process holds the store's lock. Only one process may open a
     /// data directory at a time: stop the other one, or use another directory.
     #[error(

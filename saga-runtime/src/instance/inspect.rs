@@ -71,6 +71,8 @@ pub enum InspectedSlot {
     Sleep(InspectedSleep),
     /// `ctx.wait_for_event`.
     Wait(InspectedWait),
+    /// `ctx.child`: a child workflow.
+    Child(InspectedChild),
 }
 
 impl InspectedSlot {
@@ -80,6 +82,7 @@ impl InspectedSlot {
             InspectedSlot::Step(s) => &s.name,
             InspectedSlot::Sleep(s) => &s.name,
             InspectedSlot::Wait(w) => &w.name,
+            InspectedSlot::Child(c) => &c.name,
         }
     }
 
@@ -89,6 +92,7 @@ impl InspectedSlot {
             InspectedSlot::Step(s) => s.started_at,
             InspectedSlot::Sleep(s) => s.started_at,
             InspectedSlot::Wait(w) => w.started_at,
+            InspectedSlot::Child(c) => c.started_at,
         }
     }
 
@@ -98,8 +102,39 @@ impl InspectedSlot {
             InspectedSlot::Step(s) => s.ended_at,
             InspectedSlot::Sleep(s) => s.ended_at,
             InspectedSlot::Wait(w) => w.ended_at,
+            InspectedSlot::Child(c) => c.ended_at,
         }
     }
+}
+
+/// One child workflow the instance started.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct InspectedChild {
+    /// The call's name.
+    pub name: String,
+    /// 0 for the first call of this name, 1 for the second, ...
+    pub occurrence: u32,
+    /// The generation the call was made in (the child's id carries it).
+    pub generation: u32,
+    /// The child instance's id.
+    pub child: String,
+    /// The child's workflow.
+    pub workflow: String,
+    /// Whether the parent's rollback compensates it (`no_rollback` was not
+    /// asked for).
+    pub has_rollback: bool,
+    /// How the child ended, once the parent's call returned; `None` while
+    /// it runs.
+    pub ended: Option<Status>,
+    /// Its output, when it completed.
+    pub output: Option<PayloadView>,
+    /// Why it failed, when it did.
+    pub failure: Option<Failure>,
+    /// When the call began, from history.
+    pub started_at: Option<SystemTime>,
+    /// When it returned, from history.
+    pub ended_at: Option<SystemTime>,
 }
 
 /// One step call.
@@ -406,6 +441,7 @@ impl Inspection {
                     state: WaitState::Received { payload },
                     ..
                 }) => open(payload),
+                InspectedSlot::Child(child) => child.output.iter_mut().for_each(open),
                 InspectedSlot::Wait(_) | InspectedSlot::Sleep(_) => {}
             }
         }
@@ -637,6 +673,39 @@ fn inspected_slot(id: &str, slot: &SlotRecord, times: &Times) -> Option<Inspecte
                 ended_at,
             })
         }
+        (SlotKind::Child, state) => {
+            let (child, workflow, ended, output, failure) = match state {
+                SlotState::ChildRunning { child, workflow } => {
+                    (child.clone(), workflow.clone(), None, None, None)
+                }
+                SlotState::ChildEnded {
+                    child,
+                    status,
+                    output,
+                    failure,
+                } => (
+                    child.clone(),
+                    timing.map(|t| t.workflow.clone()).unwrap_or_default(),
+                    Some(*status),
+                    output.as_ref().map(PayloadView::of),
+                    failure.clone(),
+                ),
+                _ => (String::new(), String::new(), None, None, None),
+            };
+            InspectedSlot::Child(InspectedChild {
+                name: slot.name.clone(),
+                occurrence: slot.occurrence,
+                generation: slot.generation,
+                child,
+                workflow,
+                has_rollback: slot.has_rollback,
+                ended,
+                output,
+                failure,
+                started_at,
+                ended_at,
+            })
+        }
         (SlotKind::Now | SlotKind::Random, _) => return None,
     };
     Some(inspected)
@@ -660,6 +729,8 @@ struct Timing {
     ended: Option<SystemTime>,
     /// A sleep's wake time or a wait's deadline.
     until: Option<SystemTime>,
+    /// A child's workflow.
+    workflow: String,
 }
 
 impl Times {
@@ -691,6 +762,18 @@ impl Times {
                 self.begin(SlotKind::Sleep, name, occurrence, at, Some(*wake_at));
             }
             EventKind::SleepCompleted { name } => self.end(SlotKind::Sleep, name, None, at),
+            EventKind::ChildStarted {
+                name,
+                occurrence,
+                workflow,
+                ..
+            } => {
+                self.begin(SlotKind::Child, name, *occurrence, at, None);
+                if let Some(timing) = self.slots.last_mut() {
+                    timing.workflow.clone_from(workflow);
+                }
+            }
+            EventKind::ChildEnded { name, .. } => self.end(SlotKind::Child, name, None, at),
             EventKind::EventWaitStarted { name, deadline, .. } => {
                 let occurrence = next_occurrence(occurrences, SlotKind::Event, name);
                 self.begin(SlotKind::Event, name, occurrence, at, Some(*deadline));
@@ -714,6 +797,7 @@ impl Times {
                     started: at,
                     ended: None,
                     until: None,
+                    workflow: String::new(),
                 });
             }
             EventKind::RollbackStepCompleted {
@@ -752,6 +836,7 @@ impl Times {
             started,
             ended: None,
             until,
+            workflow: String::new(),
         });
     }
 

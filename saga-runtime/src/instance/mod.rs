@@ -23,7 +23,7 @@ use crate::error::{Error, Result};
 use crate::instance::post::{Answer, post_and_wait};
 use crate::instance::send::{EventSender, Sent};
 use crate::journal::command::{Admit, Command, admits, restart_slot};
-use crate::journal::{Change, End, Facts, InstanceState, Summary};
+use crate::journal::{Change, End, Facts, InstanceState, SlotState, Summary};
 use crate::model::history::Event;
 use crate::model::status::Status;
 use crate::names::id::InstanceId;
@@ -172,7 +172,8 @@ impl Instance {
     }
 
     /// Waits for the instance to finish: its output when it completed,
-    /// [`Error::WorkflowFailed`] or [`Error::Terminated`] otherwise.
+    /// [`Error::WorkflowFailed`], [`Error::Terminated`] or
+    /// [`Error::Compensated`] otherwise.
     ///
     /// # Cancel safety
     ///
@@ -260,6 +261,10 @@ impl Instance {
                 rollback_failure: rollback_failure(),
             })),
             Status::Terminated => Some(Err(Error::Terminated {
+                id: self.id.to_string(),
+                rollback_failure: rollback_failure(),
+            })),
+            Status::Compensated => Some(Err(Error::Compensated {
                 id: self.id.to_string(),
                 rollback_failure: rollback_failure(),
             })),
@@ -391,7 +396,19 @@ impl Instance {
     /// Acts on `command` in this engine, which drives the instance: a
     /// call of its own, or post `post` taken from its inbox (an event
     /// posted without an id is stored once by the post's).
-    pub(crate) async fn act(&self, command: Command, post: Option<i64>) -> Result<Answer> {
+    ///
+    /// Boxed: a command to a parent passes on to its children, which may
+    /// be driven here too (the future is its own great-grandchild).
+    pub(crate) fn act(
+        &self,
+        command: Command,
+        post: Option<i64>,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Answer>> + Send + '_>> {
+        Box::pin(self.act_here(command, post))
+    }
+
+    async fn act_here(&self, command: Command, post: Option<i64>) -> Result<Answer> {
+        let for_children = command.for_children();
         match command {
             Command::Event {
                 event_type,
@@ -407,14 +424,24 @@ impl Instance {
                     delivered: sent != Sent::Duplicate,
                 })
             }
-            Command::Pause => self.pause_here().await.map(|()| Answer::Done),
-            Command::Resume => self.resume_here().await.map(|()| Answer::Done),
+            command @ (Command::Pause | Command::ParentPaused) => {
+                self.pause_here(&command).await?;
+                self.cascade(for_children).await.map(|()| Answer::Done)
+            }
+            command @ (Command::Resume | Command::ParentResumed) => {
+                self.resume_here(&command).await?;
+                self.cascade(for_children).await.map(|()| Answer::Done)
+            }
             Command::RetryRollback => self.retry_rollback_here().await.map(|()| Answer::Done),
             Command::Terminate { rollback } => {
                 let this = self.clone();
-                self.in_engine_task(async move { this.end(rollback).await })
-                    .await
-                    .map(|()| Answer::Done)
+                self.in_engine_task(async move {
+                    this.end(rollback).await?;
+                    this.tell_children(for_children).await;
+                    Ok(())
+                })
+                .await
+                .map(|()| Answer::Done)
             }
             Command::Restart { from } => {
                 let this = self.clone();
@@ -422,16 +449,55 @@ impl Instance {
                     .await
                     .map(|()| Answer::Done)
             }
+            Command::ChildEnded { child } => {
+                tracing::debug!(instance = %self.id, child, "a child workflow ended");
+                self.runner.tell_child_ended(&self.id).await;
+                Ok(Answer::Done)
+            }
+            Command::Recall { cause } => self.recall_here(cause).await.map(|()| Answer::Done),
         }
     }
 
-    async fn pause_here(&self) -> Result<()> {
+    /// Passes `command` on to the children the instance runs, in a task
+    /// of the engine's (a dropped call still reaches them all).
+    async fn cascade(&self, command: Option<Command>) -> Result<()> {
+        if command.is_none() {
+            return Ok(());
+        }
+        let this = self.clone();
+        self.in_engine_task(async move {
+            this.tell_children(command).await;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Asks `command` of every child of the instance that has not ended:
+    /// one that ended meanwhile refuses, which is as good.
+    async fn tell_children(&self, command: Option<Command>) {
+        let Some(command) = command else { return };
+        let children = self
+            .journal()
+            .read(&self.id, running_children)
+            .await
+            .unwrap_or_default();
+        for child in children {
+            let instance = Instance::new(self.runner.clone(), &child);
+            if let Err(e) = instance.command(command.clone()).await {
+                tracing::debug!(instance = %self.id, child, error = %e, operation = command.operation(), "a child did not take its parent's command");
+            }
+        }
+    }
+
+    async fn pause_here(&self, command: &Command) -> Result<()> {
+        let change = match command {
+            Command::ParentPaused => Change::PausedWithParent,
+            _ => Change::Paused,
+        };
         self.journal()
-            .write(&self.id, |state| {
-                match admits(&Command::Pause, state, &self.id)? {
-                    Admit::Act => Ok((Some(Change::Paused), ())),
-                    Admit::AlreadySo => Ok((None, ())),
-                }
+            .write(&self.id, |state| match admits(command, state, &self.id)? {
+                Admit::Act => Ok((Some(change), ())),
+                Admit::AlreadySo => Ok((None, ())),
             })
             .await?;
         if let Some(live) = self.runner.live(&self.id) {
@@ -440,14 +506,12 @@ impl Instance {
         self.journal().flush().await
     }
 
-    async fn resume_here(&self) -> Result<()> {
+    async fn resume_here(&self, command: &Command) -> Result<()> {
         let resumed = self
             .journal()
-            .write(&self.id, |state| {
-                match admits(&Command::Resume, state, &self.id)? {
-                    Admit::Act => Ok((Some(Change::Unpaused), true)),
-                    Admit::AlreadySo => Ok((None, false)),
-                }
+            .write(&self.id, |state| match admits(command, state, &self.id)? {
+                Admit::Act => Ok((Some(Change::Unpaused), true)),
+                Admit::AlreadySo => Ok((None, false)),
             })
             .await?;
         // Acted on before the await, so a dropped call still resumes it.
@@ -456,6 +520,32 @@ impl Instance {
                 Some(live) => live.request_pause(false),
                 None => self.runner.spawn_driver(&self.id),
             }
+        }
+        self.journal().flush().await
+    }
+
+    /// Undoes a completed child: its compensations run in a driver, and
+    /// it ends `Compensated` (its parent waits for that).
+    async fn recall_here(&self, cause: Failure) -> Result<()> {
+        let command = Command::Recall { cause };
+        let recalled = self
+            .journal()
+            .write(&self.id, |state| match admits(&command, state, &self.id)? {
+                Admit::Act => {
+                    let Command::Recall { cause } = &command else {
+                        return Ok((None, false));
+                    };
+                    let change = Change::Recalled {
+                        cause: cause.clone(),
+                    };
+                    Ok((Some(change), true))
+                }
+                Admit::AlreadySo => Ok((None, false)),
+            })
+            .await?;
+        // Before any await: a dropped call still compensates.
+        if recalled {
+            self.runner.spawn_driver(&self.id);
         }
         self.journal().flush().await
     }
@@ -532,6 +622,10 @@ impl Instance {
             self.runner.forget_timer(&self.id);
         }
         self.journal().flush().await?;
+        if !rollback {
+            // No driver ended it, so none tells its parent.
+            self.runner.tell_parent(&self.id).await;
+        }
         if let Some(live) = self.runner.live(&self.id) {
             self.wait_stopped(&live).await?;
         }
@@ -599,6 +693,18 @@ impl Instance {
             } => Err(Error::Closed),
         }
     }
+}
+
+/// The children of an instance that its records do not show ended.
+fn running_children(state: &InstanceState) -> Vec<String> {
+    state
+        .slots
+        .values()
+        .filter_map(|slot| match &slot.state {
+            SlotState::ChildRunning { child, .. } => Some(child.clone()),
+            _ => None,
+        })
+        .collect()
 }
 
 impl std::fmt::Debug for Instance {

@@ -48,10 +48,21 @@ impl Change {
 
     /// Whether the record changes what `list()` filters on though the
     /// status stays: its index entry is written with it.
+    ///
+    /// Every kind of record newer than the release before is written with
+    /// its index entry too, even when the entry does not change: on a store
+    /// shared by workers that write is what raises the instance's `needs`,
+    /// so a worker of the release before does not claim it.
     pub(crate) fn reindexes(&self) -> bool {
         matches!(
             self,
-            Change::Described { .. } | Change::CompensationFailed { .. }
+            Change::Described { .. }
+                | Change::CompensationFailed { .. }
+                | Change::ChildStarted { .. }
+                | Change::ChildEnded { .. }
+                | Change::Recalled { .. }
+                | Change::RecallEnded { .. }
+                | Change::PausedWithParent
         )
     }
 }
@@ -69,6 +80,9 @@ impl CarriesPayloads for Entry {
             }
             Change::FailureValue { value } => vec![value],
             Change::Ended(end) => end.output.iter_mut().collect(),
+            Change::ChildEnded { output, value, .. } => {
+                output.iter_mut().chain(value.iter_mut()).collect()
+            }
             // The first release's records, imported as they were: in the
             // clear already, and never written again.
             Change::Imported(_)
@@ -94,6 +108,11 @@ impl CarriesPayloads for Entry {
             // Tags are what `list()` filters on, in the index: searchable,
             // so not sealed (the README says to keep secrets out of them).
             Change::Described { .. } => Vec::new(),
+            // Ids and names only: the child's input is in its own journal.
+            Change::ChildStarted { .. }
+            | Change::Recalled { .. }
+            | Change::RecallEnded { .. }
+            | Change::PausedWithParent => Vec::new(),
         }
     }
 }
@@ -236,6 +255,40 @@ pub(crate) enum Change {
         parent: Option<String>,
         tags: Vec<(String, String)>,
     },
+    /// `ctx.child` was called: recorded before the child instance `child`
+    /// (of workflow `workflow`) is created, so a replay finds it by its id
+    /// and never starts a second. `rollback`: the parent's rollback
+    /// compensates it.
+    ChildStarted {
+        slot: u32,
+        name: String,
+        occurrence: u32,
+        workflow: String,
+        child: String,
+        rollback: bool,
+    },
+    /// The child of slot `slot` ended: its outcome, as the parent's call
+    /// returns it (`value`: the child's typed error, as JSON).
+    ChildEnded {
+        slot: u32,
+        status: Status,
+        output: Option<Payload>,
+        failure: Option<Failure>,
+        value: Option<Payload>,
+    },
+    /// A completed instance is undone: its parent rolls back, so its own
+    /// compensations run (`cause`: why), and it ends `Compensated`.
+    Recalled {
+        cause: Failure,
+    },
+    /// The compensations that `Recalled` began are over: `Ok`, or the one
+    /// that gave up. The instance is `Compensated`.
+    RecallEnded {
+        rollback: Result<(), Failure>,
+    },
+    /// Its parent was paused, and so it was: the parent's resume resumes
+    /// it, where a pause of its own stays.
+    PausedWithParent,
 }
 
 /// How an instance ended.
@@ -273,10 +326,7 @@ mod tests {
     /// variant appended without counting it fails here.
     #[test]
     fn the_last_kind_of_record_is_counted() {
-        let last = bytes(Change::Described {
-            parent: None,
-            tags: vec![("k".into(), "v".into())],
-        });
+        let last = bytes(Change::PausedWithParent);
         // The version, `at` (1000 as a varint: 251, 232, 3), then the kind.
         assert_eq!(u32::from(last[4]), Change::KINDS - 1);
         assert!(!crate::codec::from_newer_release(&last, 1, Change::KINDS));
@@ -300,7 +350,12 @@ mod tests {
                     tags: Vec::new(),
                 },
             });
-            assert_eq!(kinds_needed(&described), Change::KINDS, "at {at}");
+            assert_eq!(kinds_needed(&described), 28, "at {at}");
+            let paused = encode_record(&Entry {
+                at,
+                change: Change::PausedWithParent,
+            });
+            assert_eq!(kinds_needed(&paused), Change::KINDS, "at {at}");
             let started = encode_record(&Entry {
                 at,
                 change: Change::DriverStarted,
@@ -340,5 +395,71 @@ mod tests {
             }),
             [2, 251, 232, 3, 27, 1, 1, b'p', 1, 1, b'k', 1, b'v']
         );
+        assert_eq!(
+            bytes(Change::ChildStarted {
+                slot: 1,
+                name: "f".into(),
+                occurrence: 0,
+                workflow: "w".into(),
+                child: "p.f".into(),
+                rollback: true,
+            }),
+            [
+                2, 251, 232, 3, 28, 1, 1, b'f', 0, 1, b'w', 3, b'p', b'.', b'f', 1
+            ]
+        );
+        assert_eq!(
+            bytes(Change::ChildEnded {
+                slot: 1,
+                status: Status::Compensated,
+                output: None,
+                failure: None,
+                value: None,
+            }),
+            [2, 251, 232, 3, 29, 1, 9, 0, 0, 0]
+        );
+        assert_eq!(
+            bytes(Change::Recalled {
+                cause: Failure::new(FailureKind::Workflow, "no"),
+            }),
+            [2, 251, 232, 3, 30, 0, 2, b'n', b'o']
+        );
+        assert_eq!(
+            bytes(Change::RecallEnded { rollback: Ok(()) }),
+            [2, 251, 232, 3, 31, 0, 0]
+        );
+        assert_eq!(bytes(Change::PausedWithParent), [2, 251, 232, 3, 32]);
+    }
+
+    /// The kinds this release adds are written with the index entry, which
+    /// raises the instance's `needs` on a store shared by workers.
+    #[test]
+    fn every_new_kind_of_record_raises_what_its_instance_needs() {
+        let failure = || Failure::new(FailureKind::Workflow, "no");
+        let new_kinds = [
+            Change::ChildStarted {
+                slot: 0,
+                name: "f".into(),
+                occurrence: 0,
+                workflow: "w".into(),
+                child: "p.f".into(),
+                rollback: false,
+            },
+            Change::ChildEnded {
+                slot: 0,
+                status: Status::Complete,
+                output: None,
+                failure: None,
+                value: None,
+            },
+            Change::Recalled { cause: failure() },
+            Change::RecallEnded {
+                rollback: Err(failure()),
+            },
+            Change::PausedWithParent,
+        ];
+        for change in new_kinds {
+            assert!(change.reindexes(), "{change:?}");
+        }
     }
 }

@@ -39,6 +39,20 @@ pub(crate) enum Command {
     },
     /// Run again the compensations whose rollback gave up.
     RetryRollback,
+    /// Child workflow `child` of the instance ended (or was compensated):
+    /// the call or compensation that waits for it looks again.
+    ChildEnded {
+        child: String,
+    },
+    /// Undo a completed child workflow: its parent rolls back (`cause`:
+    /// why), so its compensations run and it ends `Compensated`.
+    Recall {
+        cause: crate::error::failure::Failure,
+    },
+    /// Its parent was paused: pause it too, as the parent's.
+    ParentPaused,
+    /// Its parent was resumed: resume it if the parent's pause paused it.
+    ParentResumed,
 }
 
 /// A posted event's payload is sealed by the engine's codec, as in the
@@ -51,14 +65,18 @@ impl crate::seal::CarriesPayloads for Command {
             | Command::Resume
             | Command::Terminate { .. }
             | Command::Restart { .. }
-            | Command::RetryRollback => Vec::new(),
+            | Command::RetryRollback
+            | Command::ChildEnded { .. }
+            | Command::Recall { .. }
+            | Command::ParentPaused
+            | Command::ParentResumed => Vec::new(),
         }
     }
 }
 
 impl Command {
     /// How many kinds of command this release knows (the variants above).
-    pub(crate) const KINDS: u32 = 6;
+    pub(crate) const KINDS: u32 = 10;
 
     /// What a refusal says the caller could not do, as in "it is Complete:
     /// cannot terminate it".
@@ -70,10 +88,31 @@ impl Command {
             Command::Terminate { rollback: false } => "terminate it",
             Command::Terminate { rollback: true } => "terminate it with rollback",
             Command::Restart { .. } => "restart it",
-            Command::RetryRollback => "retry its rollback (it has no failed rollback)",
+            Command::RetryRollback => RETRY_ROLLBACK,
+            Command::ChildEnded { .. } => TELL_OF_CHILD,
+            Command::Recall { .. } => RECALL,
+            Command::ParentPaused => "pause it with its parent",
+            Command::ParentResumed => "resume it with its parent",
+        }
+    }
+
+    /// The command a child gets when its parent gets this one, if any:
+    /// pause, resume and terminate reach the running children (a
+    /// terminate with rollback compensates the children that roll back
+    /// as the parent's rollback gets to them; the others are terminated).
+    pub(crate) fn for_children(&self) -> Option<Command> {
+        match self {
+            Command::Pause | Command::ParentPaused => Some(Command::ParentPaused),
+            Command::Resume | Command::ParentResumed => Some(Command::ParentResumed),
+            Command::Terminate { .. } => Some(Command::Terminate { rollback: false }),
+            _ => None,
         }
     }
 }
+
+const RETRY_ROLLBACK: &str = "retry its rollback (it has no failed rollback)";
+const TELL_OF_CHILD: &str = "tell it that a child workflow ended";
+const RECALL: &str = "compensate it (only a completed instance is undone)";
 
 const SEND_EVENT: &str = "send an event to it";
 
@@ -91,7 +130,11 @@ const OPERATIONS: &[&str] = &[
     "terminate it",
     "terminate it with rollback",
     "restart it",
-    "retry its rollback (it has no failed rollback)",
+    RETRY_ROLLBACK,
+    TELL_OF_CHILD,
+    RECALL,
+    "pause it with its parent",
+    "resume it with its parent",
     RECORD_MORE,
 ];
 
@@ -143,6 +186,33 @@ pub(crate) fn admits(command: &Command, state: &InstanceState, id: &str) -> Resu
             let gave_up = state.rollback.as_ref().is_some_and(|p| p.failure.is_some());
             (status.is_terminal() && gave_up).then_some(Admit::Act)
         }
+        // A wake-up: whatever waits for the child looks at it again.
+        Command::ChildEnded { .. } => Some(Admit::Act),
+        Command::Recall { .. } => {
+            let recalled = state
+                .rollback
+                .as_ref()
+                .is_some_and(|plan| plan.then == Status::Compensated);
+            match status {
+                Status::Complete => Some(Admit::Act),
+                Status::Compensated => Some(Admit::AlreadySo),
+                Status::RollingBack if recalled => Some(Admit::AlreadySo),
+                _ => None,
+            }
+        }
+        Command::ParentPaused => match status {
+            Status::Queued | Status::Running | Status::Waiting => Some(Admit::Act),
+            Status::Paused => Some(Admit::AlreadySo),
+            _ => None,
+        },
+        Command::ParentResumed => match status {
+            Status::Paused if state.paused_with_parent => Some(Admit::Act),
+            // Paused on its own: it stays paused.
+            Status::Paused | Status::Queued | Status::Running | Status::Waiting => {
+                Some(Admit::AlreadySo)
+            }
+            _ => None,
+        },
     };
     admit.ok_or_else(|| Error::InvalidState {
         id: id.to_owned(),
@@ -214,11 +284,21 @@ mod tests {
             }),
             [crate::codec::FORMAT_VERSION, 4, 1, 1, b'b']
         );
-        let last = encode_record(&Command::RetryRollback);
-        assert_eq!(last, [crate::codec::FORMAT_VERSION, 5]);
+        assert_eq!(
+            encode_record(&Command::RetryRollback),
+            [crate::codec::FORMAT_VERSION, 5]
+        );
+        assert_eq!(
+            encode_record(&Command::ChildEnded {
+                child: "p.c".into()
+            }),
+            [crate::codec::FORMAT_VERSION, 6, 3, b'p', b'.', b'c']
+        );
+        let last = encode_record(&Command::ParentResumed);
+        assert_eq!(last, [crate::codec::FORMAT_VERSION, 9]);
         assert_eq!(u32::from(last[1]), Command::KINDS - 1);
         assert!(crate::codec::from_newer_release(
-            &[crate::codec::FORMAT_VERSION, 6],
+            &[crate::codec::FORMAT_VERSION, 10],
             0,
             Command::KINDS
         ));
@@ -238,6 +318,17 @@ mod tests {
             Command::Terminate { rollback: true },
             Command::Restart { from: None },
             Command::RetryRollback,
+            Command::ChildEnded {
+                child: "p.c".into(),
+            },
+            Command::Recall {
+                cause: crate::error::failure::Failure::new(
+                    crate::error::failure::FailureKind::Workflow,
+                    "no",
+                ),
+            },
+            Command::ParentPaused,
+            Command::ParentResumed,
         ];
         for command in &commands {
             let operation = command.operation();

@@ -16,6 +16,18 @@ pub(crate) struct Facts {
     pub(crate) tags: Vec<(String, String)>,
     pub(crate) parent: Option<String>,
     pub(crate) failed_compensation: bool,
+    /// It completed and was then undone by its parent's rollback: its
+    /// summary says `Complete` (the status the release before knows), and
+    /// this says `Compensated`.
+    pub(crate) compensated: bool,
+}
+
+/// The facts as the release before wrote them, without the fields since.
+#[derive(Deserialize)]
+struct FactsBefore {
+    tags: Vec<(String, String)>,
+    parent: Option<String>,
+    failed_compensation: bool,
 }
 
 impl Facts {
@@ -28,6 +40,36 @@ impl Facts {
                 .collect(),
             parent: state.parent.clone(),
             failed_compensation: state.failed_compensation,
+            compensated: state.status == crate::model::status::Status::Compensated,
+        }
+    }
+
+    /// Decodes index facts written by this release, by the release before
+    /// (without the fields added since), or by a newer one (fields
+    /// appended, not read).
+    pub(crate) fn decode(bytes: &[u8]) -> Result<Facts, String> {
+        crate::codec::decode_record_prefix::<Facts>(bytes).or_else(|newest| {
+            crate::codec::decode_record_prefix::<FactsBefore>(bytes)
+                .map(|before| Facts {
+                    tags: before.tags,
+                    parent: before.parent,
+                    failed_compensation: before.failed_compensation,
+                    compensated: false,
+                })
+                .map_err(|_| newest)
+        })
+    }
+
+    /// The status of an entry whose summary says `status`.
+    pub(crate) fn status(
+        &self,
+        status: crate::model::status::Status,
+    ) -> crate::model::status::Status {
+        use crate::model::status::Status;
+        if self.compensated && status == Status::Complete {
+            Status::Compensated
+        } else {
+            status
         }
     }
 
@@ -52,16 +94,23 @@ mod tests {
             tags: vec![("k".into(), "v".into())],
             parent: Some("p".into()),
             failed_compensation: true,
+            compensated: true,
         };
         let bytes = encode_record(&facts);
-        assert_eq!(bytes, [2, 1, 1, b'k', 1, b'v', 1, 1, b'p', 1]);
+        assert_eq!(bytes, [2, 1, 1, b'k', 1, b'v', 1, 1, b'p', 1, 1]);
         assert_eq!(decode_record::<Facts>(&bytes), Ok(facts.clone()));
         // A newer release's facts, with a field appended, still read.
         let mut newer = bytes.clone();
         newer.extend_from_slice(&[1, 7]);
+        assert_eq!(Facts::decode(&newer), Ok(facts.clone()));
+        // The release before's, without `compensated`, read as not.
+        let before = &bytes[..bytes.len() - 1];
         assert_eq!(
-            crate::codec::decode_record_prefix::<Facts>(&newer),
-            Ok(facts)
+            Facts::decode(before),
+            Ok(Facts {
+                compensated: false,
+                ..facts
+            })
         );
     }
 }

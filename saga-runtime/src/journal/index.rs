@@ -14,6 +14,9 @@ use crate::store::{IndexFacts, IndexRow};
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) struct Summary {
     pub(crate) workflow: String,
+    /// `Compensated` is written as `Complete`, the status the release
+    /// before knows; the facts say which (`Facts::status`).
+    #[serde(serialize_with = "status_as_before")]
     pub(crate) status: Status,
     pub(crate) created_at: u64,
     pub(crate) updated_at: u64,
@@ -36,6 +39,14 @@ impl Summary {
             rollback_failure: state.rollback.as_ref().and_then(|p| p.failure.clone()),
             last_seq,
         }
+    }
+}
+
+/// A status as the release before reads it.
+fn status_as_before<S: serde::Serializer>(status: &Status, to: S) -> Result<S::Ok, S::Error> {
+    match status {
+        Status::Compensated => Status::Complete.serialize(to),
+        status => status.serialize(to),
     }
 }
 

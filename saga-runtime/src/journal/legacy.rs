@@ -189,6 +189,7 @@ pub(crate) fn import(legacy: &LegacyInstance) -> Result<Imported, String> {
         event_ids: BTreeMap::new(),
         tags: BTreeMap::new(),
         parent: None,
+        paused_with_parent: false,
         failed_compensation: false,
     };
     Ok(Imported { state, history })

@@ -446,11 +446,15 @@ impl Journal {
                 ),
             });
         }
-        // An instance that ended takes only what runs it again. A driver
+        // An instance that ended takes only what runs it again (or, for a
+        // completed child, undoes it). A driver
         // that raced a control call (an event woke it as a terminate was
         // written) finds out here, before it records anything more.
         if loaded.state.status.is_terminal()
-            && !matches!(change, Change::Restarted { .. } | Change::RollbackRetried)
+            && !matches!(
+                change,
+                Change::Restarted { .. } | Change::RollbackRetried | Change::Recalled { .. }
+            )
         {
             return Err(Error::InvalidState {
                 id: id.to_owned(),

@@ -5,7 +5,7 @@
 use std::time::SystemTime;
 
 use super::{Facts, Journal, Summary};
-use crate::codec::{decode_record, decode_record_prefix};
+use crate::codec::decode_record;
 use crate::error::{Error, Result};
 use crate::lock::lock;
 use crate::store::{IndexEntry, IndexQuery, PagePosition};
@@ -79,12 +79,13 @@ impl Journal {
             what: format!("index entry of instance {:?}", entry.id),
             detail,
         };
-        let summary = decode_record::<Summary>(&entry.summary).map_err(corrupt)?;
+        let mut summary = decode_record::<Summary>(&entry.summary).map_err(corrupt)?;
         let facts = match &entry.facts {
             // A newer release may append fields: the known ones are read.
-            Some(bytes) => decode_record_prefix::<Facts>(bytes).map_err(corrupt)?,
+            Some(bytes) => Facts::decode(bytes).map_err(corrupt)?,
             None => Facts::default(),
         };
+        summary.status = facts.status(summary.status);
         Ok((summary, facts))
     }
 }

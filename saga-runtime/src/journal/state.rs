@@ -55,6 +55,10 @@ pub(crate) struct InstanceState {
     /// not take that back). Never encoded.
     #[serde(skip)]
     pub(crate) failed_compensation: bool,
+    /// Paused because its parent was (`PausedWithParent`): the parent's
+    /// resume resumes it. Never encoded.
+    #[serde(skip)]
+    pub(crate) paused_with_parent: bool,
 }
 
 /// An event sent with an id: what a second send with the id must match.
@@ -88,6 +92,8 @@ pub(crate) enum SlotKind {
     Event,
     Now,
     Random,
+    /// A child workflow (`ctx.child`).
+    Child,
 }
 
 impl SlotKind {
@@ -98,6 +104,7 @@ impl SlotKind {
             SlotKind::Event => format!("event wait {name:?}"),
             SlotKind::Now => "ctx.now()".into(),
             SlotKind::Random => "ctx.random()".into(),
+            SlotKind::Child => format!("child {name:?}"),
         }
     }
 
@@ -109,6 +116,7 @@ impl SlotKind {
             SlotKind::Step => "step",
             SlotKind::Sleep => "sleep",
             SlotKind::Event => "event",
+            SlotKind::Child => "child",
         }
     }
 }
@@ -161,6 +169,19 @@ pub(crate) enum SlotState {
     },
     Value {
         value: u64,
+    },
+    /// A child workflow started (or about to be) and not yet ended.
+    ChildRunning {
+        child: String,
+        workflow: String,
+    },
+    /// A child workflow ended: what the parent's call returns.
+    ChildEnded {
+        child: String,
+        status: Status,
+        output: Option<Payload>,
+        /// With its typed error as its value, when it has one.
+        failure: Option<Failure>,
     },
 }
 
@@ -266,6 +287,7 @@ pub(crate) fn apply(
                     tags: BTreeMap::new(),
                     parent: None,
                     failed_compensation: false,
+                    paused_with_parent: false,
                 });
                 Ok(vec![EventKind::InstanceCreated {
                     workflow: workflow.clone(),
@@ -527,9 +549,16 @@ fn apply_to(
         }
         Change::Paused => {
             s.status = Status::Paused;
+            s.paused_with_parent = false;
+            EventKind::Paused
+        }
+        Change::PausedWithParent => {
+            s.status = Status::Paused;
+            s.paused_with_parent = true;
             EventKind::Paused
         }
         Change::Unpaused => {
+            s.paused_with_parent = false;
             s.status = Status::Running;
             // Paused in a sleep or a wait, it is back in it: replay records
             // no new start for it, so its status says so here.
@@ -628,6 +657,98 @@ fn apply_to(
             s.tags.extend(tags.iter().cloned());
             return Ok(Vec::new());
         }
+        Change::ChildStarted {
+            slot,
+            name,
+            occurrence,
+            workflow,
+            child,
+            rollback,
+        } => {
+            s.slots.insert(
+                *slot,
+                SlotRecord {
+                    kind: SlotKind::Child,
+                    name: name.clone(),
+                    occurrence: *occurrence,
+                    has_rollback: *rollback,
+                    generation: s.generation,
+                    input: None,
+                    state: SlotState::ChildRunning {
+                        child: child.clone(),
+                        workflow: workflow.clone(),
+                    },
+                },
+            );
+            s.set_waiting(true);
+            EventKind::ChildStarted {
+                name: name.clone(),
+                occurrence: *occurrence,
+                child: child.clone(),
+                workflow: workflow.clone(),
+            }
+        }
+        Change::ChildEnded {
+            slot,
+            status,
+            output,
+            failure,
+            value,
+        } => {
+            let record = s.slot(*slot)?;
+            let SlotState::ChildRunning { child, .. } = &record.state else {
+                return Err(format!(
+                    "record {seq} ends the child of slot {slot}, which runs no child"
+                ));
+            };
+            let child = child.clone();
+            record.state = SlotState::ChildEnded {
+                child: child.clone(),
+                status: *status,
+                output: output.clone(),
+                failure: failure.clone().map(|f| f.with_value(value.clone())),
+            };
+            let name = record.name.clone();
+            s.set_waiting(false);
+            EventKind::ChildEnded {
+                name,
+                child,
+                status: *status,
+            }
+        }
+        Change::Recalled { cause } => {
+            s.status = Status::RollingBack;
+            s.finished_at = None;
+            s.rollback = Some(RollbackPlan {
+                cause: cause.clone(),
+                then: Status::Compensated,
+                failure: None,
+                by_name: false,
+            });
+            EventKind::RollbackStarted {
+                cause: cause.message().to_owned(),
+            }
+        }
+        Change::RecallEnded { rollback } => {
+            s.status = Status::Compensated;
+            s.finished_at = Some(at);
+            let event = match rollback {
+                Ok(()) => EventKind::RollbackCompleted,
+                Err(failure) => {
+                    if let Some(plan) = &mut s.rollback {
+                        plan.failure = Some(failure.clone());
+                    }
+                    EventKind::RollbackFailed {
+                        step: match failure.kind() {
+                            FailureKind::Rollback { step } => step.clone(),
+                            _ => String::new(),
+                        },
+                        error: failure.message().to_owned(),
+                    }
+                }
+            };
+            return Ok(vec![event, EventKind::InstanceCompensated]);
+        }
         Change::Restarted {
             from_slot,
             from_step,
@@ -725,6 +846,7 @@ fn restart(s: &mut InstanceState, seq: u64, at: u64, from_slot: u32) {
         }
     }
     s.compensations.clear();
+    s.paused_with_parent = false;
     s.generation = s.generation.saturating_add(1);
     s.status = Status::Queued;
     s.finished_at = None;

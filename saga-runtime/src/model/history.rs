@@ -7,6 +7,8 @@ use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
+use crate::model::status::Status;
+
 /// One entry of an instance's history.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Event {
@@ -175,6 +177,29 @@ pub enum EventKind {
     },
     /// A user asked to run again the compensations that did not complete.
     RollbackRetried,
+    /// The workflow started a child workflow (`ctx.child`).
+    ChildStarted {
+        /// The call's name.
+        name: String,
+        /// That call's occurrence.
+        occurrence: u32,
+        /// The child instance's id.
+        child: String,
+        /// The child's workflow.
+        workflow: String,
+    },
+    /// A child workflow ended, and the parent's call returned.
+    ChildEnded {
+        /// The call's name.
+        name: String,
+        /// The child instance's id.
+        child: String,
+        /// How the child ended.
+        status: Status,
+    },
+    /// The instance completed, was undone by its parent's rollback, and
+    /// its compensations are over: it is `Compensated`.
+    InstanceCompensated,
 }
 
 impl EventKind {
@@ -185,6 +210,7 @@ impl EventKind {
             EventKind::InstanceCompleted
                 | EventKind::InstanceErrored { .. }
                 | EventKind::InstanceTerminated
+                | EventKind::InstanceCompensated
         )
     }
 }
@@ -304,6 +330,22 @@ impl fmt::Display for EventKind {
             }
             EventKind::InstanceBlocked { error } => write!(f, "blocked: {error}"),
             EventKind::RollbackRetried => f.write_str("rollback retried"),
+            EventKind::ChildStarted {
+                name,
+                occurrence,
+                child,
+                workflow,
+            } => write!(
+                f,
+                "child {name:?}{} started: instance {child:?} (workflow {workflow:?})",
+                nth(occurrence)
+            ),
+            EventKind::ChildEnded {
+                name,
+                child,
+                status,
+            } => write!(f, "child {name:?} ({child:?}) ended {status}"),
+            EventKind::InstanceCompensated => f.write_str("compensated"),
         }
     }
 }

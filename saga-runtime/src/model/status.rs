@@ -35,6 +35,10 @@ pub enum Status {
     /// `register` or open; or `terminate_with_rollback()` (compensates the
     /// started steps from history), or `terminate()` (does not).
     Blocked,
+    /// Completed, then undone: a child workflow whose parent rolled back
+    /// ran its own compensations afterwards (see `WorkflowContext::child`).
+    /// Finished for good, as `Complete` is.
+    Compensated,
 }
 
 impl Status {
@@ -42,7 +46,7 @@ impl Status {
     /// --status`): outside this crate no match can list them all. A new
     /// status is added here too; the test below stops compiling until it is.
     #[doc(hidden)]
-    pub const ALL: [Status; 9] = [
+    pub const ALL: [Status; 10] = [
         Status::Queued,
         Status::Running,
         Status::Waiting,
@@ -52,13 +56,14 @@ impl Status {
         Status::Complete,
         Status::Errored,
         Status::Terminated,
+        Status::Compensated,
     ];
 
     /// Whether the instance has finished for good.
     pub fn is_terminal(self) -> bool {
         matches!(
             self,
-            Status::Complete | Status::Errored | Status::Terminated
+            Status::Complete | Status::Errored | Status::Terminated | Status::Compensated
         )
     }
 
@@ -88,6 +93,7 @@ impl Status {
             Status::Errored => "errored",
             Status::Terminated => "terminated",
             Status::Blocked => "blocked",
+            Status::Compensated => "compensated",
         }
     }
 }
@@ -116,7 +122,8 @@ mod tests {
                 | Status::Blocked
                 | Status::Complete
                 | Status::Errored
-                | Status::Terminated => {}
+                | Status::Terminated
+                | Status::Compensated => {}
             }
         }
     }

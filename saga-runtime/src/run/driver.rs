@@ -328,13 +328,21 @@ async fn run_compensations(
 }
 
 /// Ends the instance `Errored` (with `cause`) or `Terminated`, with the
-/// rollback's outcome when one ran.
+/// rollback's outcome when one ran; or `Compensated`, a completed child
+/// that its parent's rollback undid.
 async fn end_after(
     shared: &RunScope,
     cause: Failure,
     then: Status,
     rollback: Option<std::result::Result<(), Failure>>,
 ) -> Result<()> {
+    if then == Status::Compensated {
+        let rollback = rollback.unwrap_or(Ok(()));
+        shared.append(Change::RecallEnded { rollback })?;
+        shared.core.journal.flush().await?;
+        tracing::info!("compensated: its parent rolled back");
+        return Ok(());
+    }
     let failure = (then == Status::Errored).then_some(cause);
     end(
         shared,
@@ -408,7 +416,10 @@ async fn rebuild_and_compensate(
         .slots
         .iter()
         .filter(|(i, s)| {
-            s.has_rollback && state.compensations.get(i) != Some(&CompensationState::Completed)
+            // A child's compensation needs no code: it is not rebuilt.
+            s.has_rollback
+                && s.kind != crate::journal::SlotKind::Child
+                && state.compensations.get(i) != Some(&CompensationState::Completed)
         })
         .map(|(i, _)| *i)
         .collect();

@@ -1,7 +1,9 @@
 //! Driving one instance: the driver that runs (and replays) its
 //! workflow code, the runner that starts and lets go of drivers, and the
-//! rollback that runs its compensations in reverse start order.
+//! rollback that runs its compensations in reverse start order; and
+//! what the engine does for child workflows (`children`).
 
+pub(crate) mod children;
 pub(crate) mod driver;
 pub(crate) mod resident;
 pub(crate) mod rollback;

@@ -2,6 +2,8 @@
 //! reverse step-start order when the workflow fails for good. Each is
 //! durable (started and ended in the journal), so a crash mid-rollback
 //! resumes where it stopped and never runs a finished compensation again.
+//! A child workflow is compensated at its place in that order, by its own
+//! compensations (`workflow::child`).
 
 use std::collections::BTreeMap;
 
@@ -9,7 +11,8 @@ use tracing::Instrument;
 
 use crate::error::Result;
 use crate::error::failure::{Failure, FailureKind};
-use crate::journal::{Change, CompensationState, SlotState};
+use crate::journal::{Change, CompensationState, SlotKind, SlotState};
+use crate::workflow::child::ChildRollback;
 use crate::workflow::compensation::Registered;
 use crate::workflow::context::RunScope;
 use crate::workflow::key::IdempotencyKey;
@@ -61,7 +64,23 @@ pub(crate) async fn compensate(
             None => None,
         };
         let slot = slots.get(&index);
-        let Some(mut handler) = handlers.remove(&index) else {
+        // A child's compensation is built from history alone: a child
+        // that failed (and compensated itself) or was terminated has none.
+        let child = slot
+            .filter(|s| s.kind == SlotKind::Child)
+            .map(|s| (s, ChildRollback::of(shared, &s.state)));
+        let handler = match child {
+            Some((_, None)) => continue,
+            Some((s, Some(undo))) => Some(Registered::erased(
+                index,
+                &s.name,
+                s.occurrence,
+                s.generation,
+                Box::new(undo),
+            )),
+            None => handlers.remove(&index),
+        };
+        let Some(mut handler) = handler else {
             let step = slot.map_or_else(|| format!("#{index}"), |s| s.name.clone());
             let error = format!(
                 "it could not be rebuilt: replaying the workflow code did not reach step {step:?} again"

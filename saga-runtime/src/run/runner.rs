@@ -69,7 +69,41 @@ impl Runner {
     /// Makes `workflow` runnable here, and resumes its unfinished instances;
     /// a no-op for a workflow registered already.
     pub(crate) fn register(self: &Arc<Self>, workflow: Arc<dyn ErasedWorkflow>) -> Result<()> {
+        self.register_with(workflow, &[])
+    }
+
+    /// Registers `workflows` together: a parent's children may come after
+    /// it in the list.
+    pub(crate) fn register_all(
+        self: &Arc<Self>,
+        workflows: Vec<Arc<dyn ErasedWorkflow>>,
+    ) -> Result<()> {
+        let names: Vec<&'static str> = workflows.iter().map(|w| w.workflow_name()).collect();
+        for workflow in workflows {
+            self.register_with(workflow, &names)?;
+        }
+        Ok(())
+    }
+
+    /// [`Runner::register`], where the workflows named `coming` are about
+    /// to be registered too.
+    fn register_with(
+        self: &Arc<Self>,
+        workflow: Arc<dyn ErasedWorkflow>,
+        coming: &[&'static str],
+    ) -> Result<()> {
         let name = workflow.workflow_name();
+        if let Some(need) = workflow.children_needed().into_iter().find(|need| {
+            need.workflow != name
+                && !coming.contains(&need.workflow)
+                && !self.is_registered(need.workflow)
+        }) {
+            return Err(Error::ChildNotRegistered {
+                workflow: name.to_owned(),
+                call: need.call.to_owned(),
+                child: need.workflow.to_owned(),
+            });
+        }
         if let Some(need) = workflow
             .services_needed()
             .into_iter()
@@ -135,6 +169,17 @@ impl Runner {
         self.residents
             .read(id, |resident| {
                 resident.driver.as_ref().map(|driver| driver.tell_event())
+            })
+            .flatten()
+            .is_some()
+    }
+
+    /// Tells the driver of `id` here, if one runs it, that a child of it
+    /// ended (`false` when none does); see [`Runner::tell_event`].
+    pub(crate) fn tell_child(&self, id: &str) -> bool {
+        self.residents
+            .read(id, |resident| {
+                resident.driver.as_ref().map(|driver| driver.tell_child())
             })
             .flatten()
             .is_some()
@@ -226,6 +271,10 @@ impl Runner {
             match exit {
                 Ok(Exit::Suspended) => runner.after_suspend(&id).await,
                 Ok(Exit::Hibernated(_)) if wake_now => runner.start_driver(&id, true),
+                // A child ended as the driver let go: its call looks again.
+                Ok(Exit::Hibernated(_)) if live.was_told_of_child() => {
+                    runner.start_driver(&id, true);
+                }
                 // An event sent while the driver still held the instance
                 // told the driver, which no longer listened: look again,
                 // now that a send finds no driver (and wakes it itself).
@@ -236,7 +285,10 @@ impl Runner {
                     }
                 }
                 Ok(Exit::Hibernated(_)) => {}
-                Ok(Exit::Ended) => runner.spawn_driver_if_runnable(&id).await,
+                Ok(Exit::Ended) => {
+                    runner.tell_parent(&id).await;
+                    runner.spawn_driver_if_runnable(&id).await;
+                }
                 Ok(Exit::Other) => {}
                 // Its failure was noted as the driver let go (above).
                 Err(_) => {}
@@ -323,6 +375,10 @@ impl Runner {
         let awaited_event_came = self.core.journal.read_kept(id, awaited_event_came);
         if awaited_event_came.unwrap_or(true) {
             return true;
+        }
+        // Only a child's end wakes it (`tell_child_ended`): no timer.
+        if wake_at == crate::workflow::child::NEVER {
+            return false;
         }
         let runner = Arc::downgrade(self);
         let clock = self.core.clock.clone();

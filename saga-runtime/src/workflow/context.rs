@@ -84,6 +84,78 @@ pub(crate) struct Slot {
     pub(crate) generation: u32,
 }
 
+/// A slot taken in call order and not yet checked against history; see
+/// [`Ctx::reserve_slot`].
+pub(crate) struct Reserved {
+    kind: SlotKind,
+    name: String,
+    occurrence: u32,
+    at: At,
+    generation: u32,
+}
+
+enum At {
+    /// The slot's index, and what history recorded there.
+    Position(u32, Option<SlotRecord>),
+    /// Rebuilding by name: the recorded slot of this call, found by name.
+    ByName(Option<(u32, SlotRecord)>),
+}
+
+impl Reserved {
+    /// The slot, checked against history: `None` when history recorded
+    /// another call there (the instance is then failed with a
+    /// non-determinism error and the call never completes).
+    pub(crate) fn matching(self, scope: &RunScope, renamed_from: Option<&str>) -> Option<Slot> {
+        let Reserved {
+            kind,
+            name,
+            occurrence,
+            at,
+            generation,
+        } = self;
+        let same_name = |r: &SlotRecord| r.name == name || Some(r.name.as_str()) == renamed_from;
+        let (index, recorded) = match at {
+            At::ByName(found) => {
+                // A call history never saw is one the instance never made: it
+                // never completes, and the rebuild stops there.
+                let (index, recorded) = found?;
+                return Some(Slot {
+                    index,
+                    occurrence,
+                    name: Arc::from(recorded.name.as_str()),
+                    generation: recorded.generation,
+                    recorded: Some(recorded),
+                });
+            }
+            At::Position(index, recorded) => (index, recorded),
+        };
+        if let Some(r) = &recorded
+            && (r.kind != kind || !same_name(r) || r.occurrence != occurrence)
+        {
+            let expected = describe(r.kind, &r.name, r.occurrence);
+            let found = describe(kind, &name, occurrence);
+            scope.fail(Failure::new(
+                    FailureKind::NonDeterminism {
+                        expected: expected.clone(),
+                        found: found.clone(),
+                    },
+                    format!(
+                        "non-determinism at history slot {index}: history recorded {expected}, the workflow code now calls {found}; \
+                         the code changed under a running instance (keep old step names and order, or restart the instance)"
+                    ),
+                ));
+            return None;
+        }
+        Some(Slot {
+            index,
+            occurrence,
+            name: Arc::from(recorded.as_ref().map_or(name.as_str(), |r| r.name.as_str())),
+            generation: recorded.as_ref().map_or(generation, |r| r.generation),
+            recorded,
+        })
+    }
+}
+
 impl Ctx {
     /// A context for a run of the workflow function over `state`.
     pub(crate) fn new(
@@ -132,8 +204,27 @@ impl Ctx {
         name: &str,
         renamed_from: Option<&str>,
     ) -> Option<Slot> {
-        if matches!(kind, SlotKind::Step | SlotKind::Sleep | SlotKind::Event)
-            && let Err(problem) = crate::names::check_name(kind.value_name(), name)
+        self.reserve_slot(kind, name, renamed_from)?
+            .matching(&self.scope, renamed_from)
+    }
+
+    /// Takes the next slot for a call of `kind` named `name` in call
+    /// order, leaving the check against history to
+    /// [`Reserved::matching`]: a call that learns its old name after it is
+    /// made (`ctx.child(..).renamed_from(..)`) takes its slot when it is
+    /// called and is checked when it first runs. `None` when the name is
+    /// invalid (the instance is then failed). A rebuild by name (of a
+    /// `Blocked` instance) finds the slot now, by `name` or `renamed_from`.
+    pub(crate) fn reserve_slot(
+        &self,
+        kind: SlotKind,
+        name: &str,
+        renamed_from: Option<&str>,
+    ) -> Option<Reserved> {
+        if matches!(
+            kind,
+            SlotKind::Step | SlotKind::Sleep | SlotKind::Event | SlotKind::Child
+        ) && let Err(problem) = crate::names::check_name(kind.value_name(), name)
         {
             self.scope
                 .fail(Failure::new(FailureKind::Workflow, problem));
@@ -146,54 +237,32 @@ impl Ctx {
             .or_default();
         let occurrence = *counter;
         *counter += 1;
-        let same_name = |r: &SlotRecord| r.name == name || Some(r.name.as_str()) == renamed_from;
         if replay.by_name {
+            let same_name =
+                |r: &SlotRecord| r.name == name || Some(r.name.as_str()) == renamed_from;
             let found = replay
                 .recorded
                 .iter()
                 .find(|(_, r)| r.kind == kind && same_name(r) && r.occurrence == occurrence)
                 .map(|(index, _)| *index);
-            // A call history never saw is one the instance never made: it
-            // never completes, and the rebuild stops there.
-            let recorded =
-                found.and_then(|index| replay.recorded.remove(&index).map(|r| (index, r)));
-            return recorded.map(|(index, r)| Slot {
-                index,
+            let found = found.and_then(|index| replay.recorded.remove(&index).map(|r| (index, r)));
+            return Some(Reserved {
+                kind,
+                name: name.to_owned(),
                 occurrence,
-                name: Arc::from(r.name.as_str()),
-                generation: r.generation,
-                recorded: Some(r),
+                at: At::ByName(found),
+                generation: self.scope.generation,
             });
         }
         let index = replay.next_slot;
         replay.next_slot += 1;
         let recorded = replay.recorded.remove(&index);
-        drop(replay);
-        if let Some(r) = &recorded
-            && (r.kind != kind || !same_name(r) || r.occurrence != occurrence)
-        {
-            let expected = describe(r.kind, &r.name, r.occurrence);
-            let found = describe(kind, name, occurrence);
-            self.scope.fail(Failure::new(
-                    FailureKind::NonDeterminism {
-                        expected: expected.clone(),
-                        found: found.clone(),
-                    },
-                    format!(
-                        "non-determinism at history slot {index}: history recorded {expected}, the workflow code now calls {found}; \
-                         the code changed under a running instance (keep old step names and order, or restart the instance)"
-                    ),
-                ));
-            return None;
-        }
-        Some(Slot {
-            index,
+        Some(Reserved {
+            kind,
+            name: name.to_owned(),
             occurrence,
-            name: Arc::from(recorded.as_ref().map_or(name, |r| r.name.as_str())),
-            generation: recorded
-                .as_ref()
-                .map_or(self.scope.generation, |r| r.generation),
-            recorded,
+            at: At::Position(index, recorded),
+            generation: self.scope.generation,
         })
     }
 

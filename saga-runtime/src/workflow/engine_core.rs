@@ -17,6 +17,7 @@ use crate::error::{Error, Result};
 use crate::journal::Journal;
 use crate::lock::lock;
 use crate::time::clock::Clock;
+use crate::workflow::child::{Kin, KinCell};
 use crate::workflow::in_flight::InFlight;
 use crate::workflow::service::Services;
 
@@ -38,6 +39,8 @@ pub(crate) struct Core {
     pub(crate) steps_in_flight: Arc<InFlight>,
     /// Drivers, step tasks and the retention sweeper.
     tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// What the engine does for child workflows (the runner, above).
+    pub(crate) kin: KinCell,
 }
 
 /// A value that encodes, but whose JSON does not decode back.
@@ -71,7 +74,13 @@ impl Core {
             draining: AtomicBool::new(false),
             steps_in_flight: Arc::default(),
             tasks: Mutex::new(Vec::new()),
+            kin: KinCell::default(),
         }
+    }
+
+    /// The engine's side of child workflows; `None` once it is gone.
+    pub(crate) fn kin(&self) -> Option<Arc<dyn Kin>> {
+        self.kin.get()
     }
 
     pub(crate) fn now_millis(&self) -> u64 {

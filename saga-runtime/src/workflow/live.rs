@@ -35,6 +35,9 @@ pub(crate) struct Live {
     /// Set by every send that told this driver: one that came as the
     /// driver let go is looked for again (see `runner`).
     event_came: AtomicBool,
+    /// Set when a child of the instance ended: the driver that let go as
+    /// it was told runs the instance again (see `runner`).
+    child_ended: AtomicBool,
     /// Set once the driver let go. A flag and a `Notify` rather than a
     /// `watch` channel: every waiting instance holds one, and a watch
     /// channel is ten times the size.
@@ -53,6 +56,7 @@ impl Live {
             pause_requested: AtomicBool::new(false),
             event_sent: Notify::new(),
             event_came: AtomicBool::new(false),
+            child_ended: AtomicBool::new(false),
             stopped: AtomicBool::new(false),
             stopped_changed: Notify::new(),
             store_failure: Mutex::new(None),
@@ -63,6 +67,17 @@ impl Live {
     pub(crate) fn tell_event(&self) {
         self.event_came.store(true, Ordering::SeqCst);
         self.event_sent.notify_waiters();
+    }
+
+    /// Tells the driver that a child workflow of its instance ended.
+    pub(crate) fn tell_child(&self) {
+        self.child_ended.store(true, Ordering::SeqCst);
+        self.event_sent.notify_waiters();
+    }
+
+    /// Whether a child's end was told to this driver (ever).
+    pub(crate) fn was_told_of_child(&self) -> bool {
+        self.child_ended.load(Ordering::SeqCst)
     }
 
     /// Whether a send told this driver of an event (ever).

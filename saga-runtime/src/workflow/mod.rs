@@ -2,11 +2,12 @@
 //!
 //! This folder holds what workflow code calls and runs on: the context
 //! (`context`), steps (`step`, `retry`, `key`, `config`, `service`), durable
-//! waits (`wait`), compensation handlers as steps register them
+//! waits (`wait`), child workflows (`child`), compensation handlers as steps register them
 //! (`compensation`, `step_table`), what a run shares with its step tasks
 //! (`engine_core`, `live`, `in_flight`), and the support of the macros'
 //! generated code (`macro_support`).
 
+pub(crate) mod child;
 pub(crate) mod compensation;
 pub(crate) mod config;
 pub(crate) mod context;
@@ -97,6 +98,15 @@ pub trait Workflow: Send + Sync + 'static {
     fn steps(&self) -> Vec<crate::workflow::step_table::StepNames> {
         Vec::new()
     }
+
+    /// The child workflows it starts (`ctx.child`), checked by `register`:
+    /// a parent whose children's workflows are not registered is refused.
+    /// `#[workflow]` lists its `ctx.child` calls; by hand, list them (or
+    /// leave it empty: a child whose workflow is not registered then parks
+    /// the parent `Blocked` when it is called).
+    fn children(&self) -> Vec<crate::workflow::child::ChildNeed> {
+        Vec::new()
+    }
 }
 
 /// A workflow made of a name and an async closure.
@@ -175,6 +185,8 @@ pub(crate) trait ErasedWorkflow: Send + Sync + 'static {
 
     fn step_table(&self) -> Vec<crate::workflow::step_table::StepNames>;
 
+    fn children_needed(&self) -> Vec<crate::workflow::child::ChildNeed>;
+
     fn run_erased(
         &self,
         ctx: WorkflowContext,
@@ -197,6 +209,10 @@ impl<W: Workflow> ErasedWorkflow for W {
 
     fn step_table(&self) -> Vec<crate::workflow::step_table::StepNames> {
         self.steps()
+    }
+
+    fn children_needed(&self) -> Vec<crate::workflow::child::ChildNeed> {
+        self.children()
     }
 
     fn run_erased(
