@@ -1,5 +1,5 @@
 //! The core semantics suite again, on PostgreSQL: steps, retries,
-//! rollback order, waits and timers, control, retention, limits, tags and search (the cost
+//! rollback order, child workflows, waits and timers, control, retention, limits, tags and search (the cost
 //! of the 2,000th event included). The files are the
 //! same as the sled suite's; in this binary `helpers::fresh` gives each
 //! engine a schema of its own on the test database instead of a temporary
@@ -8,6 +8,8 @@
 // Each file brings the shared helpers as it does in its own binary.
 #![allow(clippy::duplicate_mod)]
 
+#[path = "children.rs"]
+mod children;
 #[path = "control.rs"]
 mod control;
 #[cfg(feature = "encryption")]

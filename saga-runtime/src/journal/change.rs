@@ -426,7 +426,7 @@ mod tests {
         );
         assert_eq!(
             bytes(Change::RecallEnded { rollback: Ok(()) }),
-            [2, 251, 232, 3, 31, 0, 0]
+            [2, 251, 232, 3, 31, 0]
         );
         assert_eq!(bytes(Change::PausedWithParent), [2, 251, 232, 3, 32]);
     }

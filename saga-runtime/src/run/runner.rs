@@ -376,8 +376,12 @@ impl Runner {
         if awaited_event_came.unwrap_or(true) {
             return true;
         }
-        // Only a child's end wakes it (`tell_child_ended`): no timer.
+        // Only a child's end wakes it (`tell_child_ended`): no timer, but
+        // on a store shared by workers a look at its children now and then.
         if wake_at == crate::workflow::child::NEVER {
+            if self.core.journal.shared() {
+                self.watch_children(id);
+            }
             return false;
         }
         let runner = Arc::downgrade(self);
@@ -404,6 +408,57 @@ impl Runner {
             resident.timer = Some(task);
         });
         false
+    }
+
+    /// For a parent that hibernates waiting for its children on a store
+    /// shared by workers: looks at them every
+    /// [`RECHECK_SHARED`](crate::workflow::child::RECHECK_SHARED) and wakes
+    /// the parent when one ended, in case the worker that ended it died
+    /// before it told the parent.
+    fn watch_children(self: &Arc<Self>, id: &str) {
+        let children: Vec<String> = self
+            .core
+            .journal
+            .read_kept(id, |s| {
+                s.slots
+                    .values()
+                    .filter_map(|slot| match &slot.state {
+                        SlotState::ChildRunning { child, .. } => Some(child.clone()),
+                        _ => None,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let runner = Arc::downgrade(self);
+        let owned = id.to_owned();
+        let task = self.core.runtime.spawn(async move {
+            loop {
+                tokio::time::sleep(crate::workflow::child::RECHECK_SHARED).await;
+                let Some(runner) = runner.upgrade() else {
+                    return;
+                };
+                for child in &children {
+                    let ended = runner
+                        .core
+                        .journal
+                        .read_durable(child, |s| s.status.is_terminal())
+                        .await;
+                    if ended.unwrap_or(false) {
+                        if let Some(live) = runner.live(&owned) {
+                            live.wait_stopped().await;
+                        }
+                        runner.start_driver(&owned, true);
+                        return;
+                    }
+                }
+            }
+        });
+        self.residents.with(id, |resident| {
+            if self.core.is_closed() {
+                task.abort();
+            }
+            resident.timer = Some(task);
+        });
     }
 
     /// Waits for the control calls of instance `id` before this one to

@@ -74,11 +74,13 @@ pub(crate) trait Kin: Send + Sync {
 /// How often a parent that waits for a child looks at it again on a store
 /// shared by workers, where the child's end is told through the store and
 /// a worker that dies between the child's end and the telling would leave
-/// the parent waiting. On the engine's clock.
-const RECHECK_SHARED: std::time::Duration = std::time::Duration::from_secs(300);
+/// the parent waiting. Real time, as the store's leases: a test clock
+/// that skips ahead does not see it.
+pub(crate) const RECHECK_SHARED: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// A wake time that never comes: a parent on a store of its own process
-/// waits for its child's telling alone (a crash restarts both).
+/// The wake time of a parent that waits for a child: none. Its child's
+/// end wakes it (and on a store shared by workers, a look every
+/// [`RECHECK_SHARED`]).
 pub(crate) const NEVER: u64 = u64::MAX;
 
 /// A child workflow of the parent that failed, was terminated or was
@@ -402,21 +404,10 @@ impl Call {
                 Ok(None) => {}
                 Err(e) => return shared.stall(e).await,
             }
-            let recheck = if shared.core.journal.shared() {
-                crate::time::clock::add_millis(shared.core.now_millis(), RECHECK_SHARED)
-            } else {
-                NEVER
-            };
-            let asleep = shared.asleep_until(self.slot.index, recheck);
-            let clock = shared.core.clock.clone();
+            let asleep = shared.asleep_until(self.slot.index, NEVER);
             tokio::select! {
                 () = told => {}
-                () = async move {
-                    if recheck == NEVER {
-                        pending::<()>().await;
-                    }
-                    clock.sleep_until(crate::time::clock::from_millis(recheck)).await;
-                } => {}
+                () = tokio::time::sleep(RECHECK_SHARED), if shared.core.journal.shared() => {}
             }
             drop(asleep);
         }
