@@ -69,29 +69,38 @@ impl Runner {
     /// Makes `workflow` runnable here, and resumes its unfinished instances;
     /// a no-op for a workflow registered already.
     pub(crate) fn register(self: &Arc<Self>, workflow: Arc<dyn ErasedWorkflow>) -> Result<()> {
-        self.register_with(workflow, &[])
+        if let Some(name) = self.add(workflow, &[])? {
+            self.resume_instances_of(name);
+        }
+        Ok(())
     }
 
     /// Registers `workflows` together: a parent's children may come after
-    /// it in the list.
+    /// it in the list, and no instance resumes before all are registered
+    /// (a resumed parent would find its child's workflow missing).
     pub(crate) fn register_all(
         self: &Arc<Self>,
         workflows: Vec<Arc<dyn ErasedWorkflow>>,
     ) -> Result<()> {
         let names: Vec<&'static str> = workflows.iter().map(|w| w.workflow_name()).collect();
+        let mut added = Vec::new();
         for workflow in workflows {
-            self.register_with(workflow, &names)?;
+            added.extend(self.add(workflow, &names)?);
+        }
+        for name in added {
+            self.resume_instances_of(name);
         }
         Ok(())
     }
 
-    /// [`Runner::register`], where the workflows named `coming` are about
-    /// to be registered too.
-    fn register_with(
+    /// Checks `workflow` and adds it to the registry, where the workflows
+    /// named `coming` are about to be registered too; its name when it was
+    /// not registered before (its instances are then to be resumed).
+    fn add(
         self: &Arc<Self>,
         workflow: Arc<dyn ErasedWorkflow>,
         coming: &[&'static str],
-    ) -> Result<()> {
+    ) -> Result<Option<&'static str>> {
         let name = workflow.workflow_name();
         if let Some(need) = workflow.children_needed().into_iter().find(|need| {
             need.workflow != name
@@ -123,12 +132,11 @@ impl Runner {
                     });
                 }
                 // Registered (and its instances resumed) already.
-                return Ok(());
+                return Ok(None);
             }
             registry.insert(name, workflow);
         }
-        self.resume_instances_of(name);
-        Ok(())
+        Ok(Some(name))
     }
 
     /// Recovery: every unfinished instance of `workflow` gets a driver;
