@@ -184,7 +184,7 @@ fn trips(seed: u64) -> Vec<(String, bool)> {
         .map(|i: u8| {
             (
                 format!("t{seed}-{i}"),
-                mix(seed, &[b"declined", &[i]]) % 2 == 0,
+                mix(seed, &[b"declined", &[i]]).is_multiple_of(2),
             )
         })
         .collect()

@@ -29,6 +29,8 @@ struct Lock {
     steps: HashSet<(String, String)>,
     sleeps: HashSet<(String, String)>,
     waits: HashSet<(String, String)>,
+    /// `child <workflow> <name>`: a `ctx.child` call.
+    children: HashSet<(String, String)>,
 }
 
 impl Lock {
@@ -75,6 +77,10 @@ impl Lock {
                 ["event", w, name] => {
                     lock.waits.insert(pair(w, name));
                 }
+                // child trip-booking book-flight
+                ["child", w, name] => {
+                    lock.children.insert(pair(w, name));
+                }
                 _ => {}
             }
         }
@@ -105,6 +111,9 @@ impl Lock {
                 }
                 InspectedSlot::Wait(w) if !has(&self.waits, &w.name) => {
                     Some(("wait", w.name.clone()))
+                }
+                InspectedSlot::Child(c) if !has(&self.children, &c.name) => {
+                    Some(("child", c.name.clone()))
                 }
                 _ => None,
             })

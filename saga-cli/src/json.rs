@@ -180,6 +180,18 @@ fn slot(slot: &InspectedSlot) -> Value {
                 "payload": payload(received),
             })
         }
+        InspectedSlot::Child(c) => json!({
+            "kind": "child",
+            "name": c.name,
+            "occurrence": c.occurrence,
+            "generation": c.generation,
+            "child": c.child,
+            "workflow": c.workflow,
+            "rollback": c.has_rollback,
+            "state": c.ended.map_or("running".to_owned(), |s| s.to_string()),
+            "output": payload(c.output.as_ref()),
+            "error": c.failure.as_ref().map(|f| f.message()),
+        }),
         _ => json!({"kind": "unknown", "name": slot.name(), "unavailable": NEWER}),
     };
     if let Value::Object(map) = &mut value {
@@ -200,7 +212,8 @@ fn compensation(c: &InspectedCompensation) -> Value {
     json!({
         "step": c.step,
         "occurrence": c.occurrence,
-        "key": c.key.as_str(),
+        "key": if c.child.is_some() { None } else { Some(c.key.as_str()) },
+        "child": c.child,
         "state": state,
         "attempts": attempts,
         "error": error,

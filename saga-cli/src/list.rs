@@ -198,6 +198,7 @@ pub(crate) fn place(inspection: &Inspection) -> Option<(&'static str, String)> {
         }
         InspectedSlot::Sleep(s) if !s.done => Some(("sleep", s.name.clone())),
         InspectedSlot::Wait(w) if w.state == WaitState::Waiting => Some(("wait", w.name.clone())),
+        InspectedSlot::Child(c) if c.ended.is_none() => Some(("child", c.name.clone())),
         _ => None,
     })
 }

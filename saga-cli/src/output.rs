@@ -103,7 +103,7 @@ impl Style {
         let paint = match status {
             Status::Complete => Paint::Green,
             Status::Errored | Status::Blocked => Paint::Red,
-            Status::RollingBack | Status::Terminated => Paint::Yellow,
+            Status::RollingBack | Status::Terminated | Status::Compensated => Paint::Yellow,
             Status::Running | Status::Waiting => Paint::Cyan,
             // Queued, Paused, and any status a later release adds.
             _ => Paint::Bold,

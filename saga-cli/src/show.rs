@@ -3,6 +3,7 @@
 //! rollback in the order it ran; the workflow's error and the rollback's
 //! outcome side by side.
 
+use std::collections::HashMap;
 use std::io::Write;
 use std::time::SystemTime;
 
@@ -14,10 +15,11 @@ use crate::output::{
     Cell, Paint, Style, Table, bar, between, duration, escape, pad, short, size, time,
 };
 use saga_runtime::inspect::{
-    CompensationOutcome, InspectedSlot, Inspection, PayloadView, StepState, WaitState,
+    CompensationOutcome, InspectedCompensation, InspectedSlot, Inspection, PayloadView, StepState,
+    WaitState,
 };
 use saga_runtime::{Codec, Keyring};
-use saga_runtime::{Engine, InstanceInfo};
+use saga_runtime::{Engine, InstanceInfo, Status};
 use unicode_width::UnicodeWidthStr;
 
 /// The width of a step's bar, in cells.
@@ -45,17 +47,56 @@ pub(crate) async fn run(
     if args.json {
         return json::print(out, &json::instance(&inspection, &info));
     }
-    write!(out, "{}", timeline(&inspection, &info, style))?;
+    let undone = undone_children(engine, &inspection).await;
+    write!(out, "{}", timeline(&inspection, &info, &undone, style))?;
     Ok(())
 }
 
-fn timeline(i: &Inspection, info: &InstanceInfo, style: &Style) -> String {
+/// The most child instances whose rollbacks a timeline shows inside its own.
+const NESTED: usize = 256;
+
+/// The inspections of the children the instance's rollback undoes, and of
+/// theirs, by id: their compensations show inside the parent's rollback.
+/// A child that cannot be read is left out (its row still names it).
+async fn undone_children(engine: &Engine, inspection: &Inspection) -> HashMap<String, Inspection> {
+    let mut found = HashMap::new();
+    let mut queue: Vec<String> = children_undone(inspection);
+    while let Some(id) = queue.pop() {
+        if found.len() >= NESTED || found.contains_key(&id) {
+            continue;
+        }
+        let Ok(child) = engine.instance(&id).await else {
+            continue;
+        };
+        let Ok(inspected) = child.inspect().await else {
+            continue;
+        };
+        queue.extend(children_undone(&inspected));
+        found.insert(id, inspected);
+    }
+    found
+}
+
+fn children_undone(inspection: &Inspection) -> Vec<String> {
+    inspection
+        .compensations
+        .iter()
+        .filter_map(|c| c.child.clone())
+        .collect()
+}
+
+fn timeline(
+    i: &Inspection,
+    info: &InstanceInfo,
+    undone: &HashMap<String, Inspection>,
+    style: &Style,
+) -> String {
     let mut text = header(i, info, style);
     if !i.slots.is_empty() {
         text.push_str(&slots(i, style));
     }
     if !i.compensations.is_empty() {
-        text.push_str(&rollback(i, style));
+        text.push_str(&rollback(i, undone, style));
     }
     if !i.pending_events.is_empty() {
         text.push_str(&format!(
@@ -252,6 +293,35 @@ fn describe(slot: &InspectedSlot) -> SlotRow {
                 lines: Vec::new(),
             }
         }
+        InspectedSlot::Child(c) => {
+            let mut lines = Vec::new();
+            if let Some(output) = &c.output {
+                lines.push(format!("output  {}", payload(output)));
+            }
+            if let Some(failure) = &c.failure {
+                lines.push(format!("error   {}", escape(failure.message())));
+            }
+            let (state, paint) = match c.ended {
+                None => ("running", Paint::Cyan),
+                Some(Status::Complete) => ("completed", Paint::Green),
+                Some(Status::Errored) => ("failed", Paint::Red),
+                Some(Status::Terminated) => ("terminated", Paint::Yellow),
+                Some(_) => ("ended", Paint::Yellow),
+            };
+            let undo = if c.has_rollback { "" } else { ", no rollback" };
+            SlotRow {
+                name: format!("child {}", c.name),
+                state,
+                paint,
+                tries: "-".into(),
+                detail: format!(
+                    "instance {} ({}){undo}",
+                    escape(&c.child),
+                    escape(&c.workflow)
+                ),
+                lines,
+            }
+        }
         InspectedSlot::Wait(w) => {
             let mut lines = Vec::new();
             let (state, paint) = match &w.state {
@@ -287,9 +357,28 @@ fn describe(slot: &InspectedSlot) -> SlotRow {
     }
 }
 
-fn rollback(i: &Inspection, style: &Style) -> String {
+fn rollback(i: &Inspection, undone: &HashMap<String, Inspection>, style: &Style) -> String {
     let mut table = Table::new(vec!["#", "COMPENSATES", "STATUS", "TOOK", "KEY"]);
-    for (n, c) in i.compensations.iter().enumerate() {
+    compensation_rows(&mut table, "", &i.compensations, undone, style);
+    format!(
+        "\n{}\n{}",
+        style.paint(Paint::Bold, "Rollback, in the order it ran"),
+        indent(&table.render(style))
+    )
+}
+
+/// The rows of `compensations`, numbered under `prefix`; a child's row is
+/// followed by its own compensations, indented and numbered under it.
+fn compensation_rows(
+    table: &mut Table,
+    prefix: &str,
+    compensations: &[InspectedCompensation],
+    undone: &HashMap<String, Inspection>,
+    style: &Style,
+) {
+    let depth = prefix.matches('.').count();
+    for (n, c) in compensations.iter().enumerate() {
+        let number = format!("{prefix}{}", n + 1);
         let (state, paint, lines) = match &c.state {
             CompensationOutcome::Running { attempts } => (
                 format!("running ({attempts} failed attempts)"),
@@ -312,22 +401,34 @@ fn rollback(i: &Inspection, style: &Style) -> String {
             0 => c.step.clone(),
             n => format!("{} #{n}", c.step),
         };
+        let name = match depth {
+            0 => name,
+            d => format!("{}└ {name}", "  ".repeat(d - 1)),
+        };
+        let key = match &c.child {
+            Some(child) => format!("child {}", escape(child)),
+            None => c.key.as_str().to_owned(),
+        };
         table.row_with(
             vec![
-                Cell::plain((n + 1).to_string()),
+                Cell::plain(number.clone()),
                 Cell::plain(name),
                 Cell::painted(state, style, paint),
                 Cell::plain(took),
-                Cell::painted(c.key.as_str(), style, Paint::Dim),
+                Cell::painted(key, style, Paint::Dim),
             ],
             lines,
         );
+        if let Some(child) = c.child.as_ref().and_then(|id| undone.get(id)) {
+            compensation_rows(
+                table,
+                &format!("{number}."),
+                &child.compensations,
+                undone,
+                style,
+            );
+        }
     }
-    format!(
-        "\n{}\n{}",
-        style.paint(Paint::Bold, "Rollback, in the order it ran"),
-        indent(&table.render(style))
-    )
 }
 
 /// The workflow's error and the rollback's outcome, side by side.
@@ -341,7 +442,11 @@ fn outcome(i: &Inspection, style: &Style) -> String {
     let with_rollback = i
         .slots
         .iter()
-        .filter(|s| matches!(s, InspectedSlot::Step(step) if step.has_rollback))
+        .filter(|s| match s {
+            InspectedSlot::Step(step) => step.has_rollback,
+            InspectedSlot::Child(child) => child.has_rollback,
+            _ => false,
+        })
         .count();
     let ran = i.compensations.len();
     let rollback = match (&i.rollback_cause, &i.rollback_failure) {

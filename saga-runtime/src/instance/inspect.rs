@@ -267,6 +267,9 @@ pub struct InspectedCompensation {
     pub started_at: Option<SystemTime>,
     /// When it completed or gave up.
     pub ended_at: Option<SystemTime>,
+    /// The child instance it undoes, when it compensates a child workflow
+    /// (`key` is then unused: the child's own compensations have theirs).
+    pub child: Option<String>,
 }
 
 /// Where a compensation is.
@@ -547,6 +550,11 @@ fn inspection(id: &str, state: &InstanceState, times: &Times) -> Inspection {
                     },
                     started_at: timing.map(|t| t.started),
                     ended_at: timing.and_then(|t| t.ended),
+                    child: match &step.state {
+                        SlotState::ChildRunning { child, .. }
+                        | SlotState::ChildEnded { child, .. } => Some(child.clone()),
+                        _ => None,
+                    },
                 },
             ))
         })

@@ -94,7 +94,7 @@ pub struct ChildFailed {
     name: String,
     child: String,
     status: Status,
-    failure: Option<Failure>,
+    failure: Option<Box<Failure>>,
 }
 
 impl ChildFailed {
@@ -115,7 +115,7 @@ impl ChildFailed {
 
     /// Why the child failed, when it ended `Errored`.
     pub fn failure(&self) -> Option<&Failure> {
-        self.failure.as_ref()
+        self.failure.as_deref()
     }
 
     /// The child workflow's own error, typed, when it returned one of
@@ -128,7 +128,7 @@ impl ChildFailed {
 impl std::fmt::Display for ChildFailed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let (name, child) = (&self.name, &self.child);
-        match (&self.failure, self.status) {
+        match (self.failure.as_deref(), self.status) {
             (Some(failure), _) => {
                 write!(f, "child {name:?} (instance {child:?}) failed: {failure}")
             }
@@ -415,11 +415,11 @@ impl Call {
 
     /// What the call returns for a child that ended so.
     fn answer<O: DeserializeOwned>(&self, child: &str, ended: Ended) -> Result<O, ChildFailed> {
-        let failed = |failure| ChildFailed {
+        let failed = |failure: Option<Failure>| ChildFailed {
             name: self.slot.name.to_string(),
             child: child.to_owned(),
             status: ended.status,
-            failure,
+            failure: failure.map(Box::new),
         };
         if ended.status != Status::Complete {
             return Err(failed(ended.failure.clone()));
