@@ -835,3 +835,80 @@ async fn a_post_nobody_answers_says_so_and_is_acted_on_by_the_next_worker() {
     second.close().await;
     postgres::drop_schema(&schema).await;
 }
+
+/// A child that waits for a go-ahead.
+#[workflow(name = "voyage-leg")]
+async fn voyage_leg(ctx: WorkflowContext, miles: u64) -> Result<u64, WorkflowError> {
+    let _: bool = ctx.wait_for_event("wait-go", "go", "1 day").await?;
+    Ok(miles)
+}
+
+/// A parent of one `voyage-leg`.
+#[workflow(name = "voyage")]
+async fn voyage(ctx: WorkflowContext, miles: u64) -> Result<u64, WorkflowError> {
+    let leg = ctx.child("leg", voyage_leg, miles).await?;
+    Ok(leg + 1)
+}
+
+async fn voyage_worker(schema: &str, parents_too: bool) -> Engine {
+    let mut builder = Engine::builder()
+        .postgres_schema(schema)
+        .lease_time(Duration::from_millis(500))
+        .register(voyage_leg);
+    if parents_too {
+        builder = builder.register(voyage);
+    }
+    builder
+        .connect(&postgres::database_url())
+        .await
+        .unwrap_or_else(|e| postgres::missing(e))
+}
+
+/// A child driven by one worker and its parent by another: the child's
+/// end reaches the parent through the store (a post to the parent's
+/// worker), which wakes it from hibernation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_on_another_worker_tells_its_parent_through_the_store() {
+    let schema = postgres::fresh_schema("kin").await;
+    let first = voyage_worker(&schema, true).await;
+    let run = first.start(voyage, "v-1", 41).await.unwrap();
+    helpers::wait_until("the child waiting", || async {
+        match first.instance("v-1.leg").await {
+            Ok(child) => child.status().await.unwrap() == Status::Waiting,
+            Err(_) => false,
+        }
+    })
+    .await;
+    // The first worker goes; a worker that runs only legs claims the child.
+    let legs = voyage_worker(&schema, false).await;
+    first.close().await;
+    let child = legs.instance("v-1.leg").await.unwrap();
+    helpers::wait_until("the child claimed", || async {
+        child.info().await.unwrap().owner.is_some()
+    })
+    .await;
+    let child_owner = child.info().await.unwrap().owner.unwrap().worker;
+    // Then a worker that runs parents too claims the parent (the child's
+    // worker is alive, so the child stays where it is).
+    let parents = voyage_worker(&schema, true).await;
+    let parent = parents.instance(run.id()).await.unwrap();
+    helpers::wait_until("the parent claimed", || async {
+        parent.info().await.unwrap().owner.is_some()
+    })
+    .await;
+    let parent_owner = parent.info().await.unwrap().owner.unwrap().worker;
+    assert_ne!(child_owner, parent_owner);
+    parents.send_event("v-1.leg", "go", &true).await.unwrap();
+    assert_eq!(
+        within("the parent", parent.result::<u64>()).await.unwrap(),
+        42
+    );
+    assert_eq!(
+        child.info().await.unwrap().status,
+        Status::Complete,
+        "the child ended where it ran"
+    );
+    legs.close().await;
+    parents.close().await;
+    postgres::drop_schema(&schema).await;
+}
