@@ -82,8 +82,9 @@ use proc_macro::TokenStream;
 ///   panicked: ..." at the call;
 /// - no two step functions of the workflow (or a step function and a
 ///   literal name) share a name; the error names both;
-/// - with a `saga.lock` (see below), the workflow, its literal names and
-///   the steps it calls match the lock.
+/// - with a `saga.lock` (see `#[step]`), the workflow, its literal names
+///   and the steps it calls match the lock; a renamed child call is
+///   accepted under its old name with `.renamed_from("old")`;
 /// - no call reads the clock (`SystemTime::now`, `Instant::now`), draws
 ///   random numbers (`rand::…`), spawns tasks (`tokio::spawn`), sleeps
 ///   (`tokio::time::sleep`, `std::thread::sleep`) or does file or network
