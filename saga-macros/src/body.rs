@@ -1,5 +1,6 @@
 //! What a workflow body calls: the determinism and name checks, and the
-//! call sites it records for the step checks (`calls`).
+//! call sites it records for the step checks (`calls`) and the child calls
+//! it records for `Workflow::children` (`children`).
 //!
 //! Macro arguments are looked into too: they are parsed as expressions when
 //! they are (`tokio::join!(a(&ctx, x), b(&ctx, y))`), otherwise their tokens
@@ -18,6 +19,7 @@ use syn::{
 };
 
 use crate::calls::CallSites;
+use crate::children::{self, ChildUse};
 use crate::duration;
 use crate::errors::Errors;
 use crate::forbidden::forbidden;
@@ -36,31 +38,54 @@ fn is_ref_to(expr: &Expr, var: &Ident) -> bool {
     }
 }
 
-/// The durable operations a workflow body calls on its context: the method,
+/// A durable operation a workflow body calls on its context: the method,
 /// what its first argument names, its kind in `saga.lock`, and which
 /// argument (if any) is a duration.
-const CONTEXT_CALLS: &[(&str, name::Kind, &str, Option<usize>)] = &[
+type ContextCall = (&'static str, name::Kind, &'static str, Option<usize>);
+
+/// The durable operations a workflow body calls on its context.
+const CONTEXT_CALLS: &[ContextCall] = &[
     ("step", "step name", "step", None),
     ("step_with_context", "step name", "step", None),
     ("sleep", "sleep name", "sleep", Some(1)),
     ("sleep_until", "sleep name", "sleep", None),
     ("wait_for_event", "event wait name", "event", Some(2)),
+    (children::CHILD, "child name", "child", None),
 ];
 
-/// A name literal given to `ctx.step`, `ctx.sleep`, `ctx.wait_for_event`.
+/// What the literal of `.renamed_from("old")` on a child call names.
+const OLD_CHILD_NAME: name::Kind = "old child name";
+
+/// A name literal given to `ctx.step`, `ctx.sleep`, `ctx.wait_for_event`,
+/// `ctx.child`.
 pub(crate) struct LiteralName {
-    /// `step`, `sleep` or `event`: its kind in `saga.lock`.
+    /// `step`, `sleep`, `event` or `child`: its kind in `saga.lock`.
     pub(crate) kind: &'static str,
     /// The method called, for messages: `ctx.sleep`.
     pub(crate) method: &'static str,
     pub(crate) literal: LitStr,
+    /// The name earlier releases gave the call: `.renamed_from("old")` on
+    /// a child call.
+    pub(crate) renamed_from: Option<LitStr>,
 }
 
-/// What a workflow body uses: its literal names and the functions it calls
-/// with `&ctx`.
+impl LiteralName {
+    /// Whether the call is known by `value`, as its name or its old name.
+    pub(crate) fn answers_to(&self, value: &str) -> bool {
+        self.literal.value() == value
+            || self
+                .renamed_from
+                .as_ref()
+                .is_some_and(|old| old.value() == value)
+    }
+}
+
+/// What a workflow body uses: its literal names, the functions it calls
+/// with `&ctx` and the child workflows it calls.
 pub(crate) struct BodySummary {
     pub(crate) names: Vec<LiteralName>,
     pub(crate) calls: CallSites,
+    pub(crate) children: Vec<ChildUse>,
 }
 
 /// Checks a workflow body: determinism, names, and call sites.
@@ -68,10 +93,13 @@ pub(crate) struct WorkflowChecker<'e> {
     /// The workflow's context variable, if it binds one.
     ctx: Option<Ident>,
     errors: &'e mut Errors,
-    /// Names given to `ctx.step(..)`, `ctx.sleep(..)`, `ctx.wait_for_event(..)`.
+    /// Names given to `ctx.step(..)`, `ctx.sleep(..)`, `ctx.wait_for_event(..)`,
+    /// `ctx.child(..)`.
     names: Vec<LiteralName>,
     /// The functions called with `&ctx` first, and where.
     calls: CallSites,
+    /// The `ctx.child(..)` calls with a literal name.
+    children: Vec<ChildUse>,
     /// How many invalid names were replaced.
     replaced: usize,
 }
@@ -85,6 +113,7 @@ impl<'e> WorkflowChecker<'e> {
             errors,
             names: Vec::new(),
             calls,
+            children: Vec::new(),
             replaced: 0,
         }
     }
@@ -94,19 +123,33 @@ impl<'e> WorkflowChecker<'e> {
         BodySummary {
             names: self.names,
             calls: self.calls,
+            children: self.children,
         }
     }
 
-    /// Checks the name argument of a context call and remembers it. A name
-    /// that is not a literal is replaced by one (still evaluating the
-    /// original), so its type does not cause a second error.
+    /// Checks the name argument of a context call and remembers it; returns
+    /// it when it is a valid literal.
     fn check_name(
         &mut self,
         arg: &mut Expr,
         kind: name::Kind,
         lock_kind: &'static str,
         method: &'static str,
-    ) {
+    ) -> Option<LitStr> {
+        let literal = self.checked_literal(arg, kind)?;
+        self.remember_name(LiteralName {
+            kind: lock_kind,
+            method,
+            literal: literal.clone(),
+            renamed_from: None,
+        })
+        .then_some(literal)
+    }
+
+    /// The literal of a name argument, if it is one and is spelled right.
+    /// A name that is not a literal is replaced by one (still evaluating
+    /// the original), so its type does not cause a second error.
+    fn checked_literal(&mut self, arg: &mut Expr, kind: name::Kind) -> Option<LitStr> {
         let literal = match name::literal(arg, kind) {
             Ok(literal) => literal,
             Err(error) => {
@@ -117,37 +160,65 @@ impl<'e> WorkflowChecker<'e> {
                     "invalid-name"
                 });
                 self.replaced += 1;
-                return;
+                return None;
             }
         };
-        if let Err(error) = name::check(&literal, kind) {
-            return self.errors.push(error);
-        }
-        self.remember_name(LiteralName {
-            kind: lock_kind,
-            method,
-            literal,
-        });
+        self.errors.ok(name::check(&literal, kind))?;
+        Some(literal)
     }
 
-    fn remember_name(&mut self, name: LiteralName) {
+    /// Remembers a name, unless another call of the workflow already
+    /// answers to it (the error is then reported). Returns whether it was
+    /// remembered.
+    fn remember_name(&mut self, name: LiteralName) -> bool {
         let value = name.literal.value();
-        if self
-            .names
-            .iter()
-            .any(|known| known.literal.value() == value)
-        {
-            self.errors.push(syn::Error::new(
-                name.literal.span(),
-                format!(
-                    "the name {value:?} is already used by another step, sleep or event wait \
-                     of this workflow: each call site needs its own name, or replay would \
-                     mix up their results; rename one of them (a call inside a loop is fine: \
-                     its runs are counted as occurrences 0, 1, 2, ...)"
-                ),
-            ));
-        } else {
+        if !self.names.iter().any(|known| known.answers_to(&value)) {
             self.names.push(name);
+            return true;
+        }
+        self.errors.push(syn::Error::new(
+            name.literal.span(),
+            format!(
+                "the name {value:?} is already used by another step, sleep, event wait or \
+                 child of this workflow: each call site needs its own name, or replay would \
+                 mix up their results; rename one of them (a call inside a loop is fine: \
+                 its runs are counted as occurrences 0, 1, 2, ...)"
+            ),
+        ));
+        false
+    }
+
+    /// `.renamed_from("old")` on the child call remembered as `names[at]`:
+    /// checks the old name and records it.
+    fn check_old_child_name(&mut self, arg: &mut Expr, at: usize) {
+        let Some(old) = self.checked_literal(arg, OLD_CHILD_NAME) else {
+            return;
+        };
+        let value = old.value();
+        let current = &self.names[at];
+        let problem = if current.renamed_from.is_some() {
+            Some(
+                "this child call already has a `.renamed_from(..)`: a call has one old name; \
+                  remove one of them"
+                    .to_owned(),
+            )
+        } else if current.literal.value() == value {
+            Some(format!(
+                "`.renamed_from({value:?})` names the child's current name: give the name the \
+                 call had before, or remove `.renamed_from(..)`"
+            ))
+        } else if self.names.iter().any(|known| known.answers_to(&value)) {
+            Some(format!(
+                "the old child name {value:?} is used by another step, sleep, event wait or \
+                 child of this workflow: replay would find that call's results under it; \
+                 give the name this call had before, or rename the other call"
+            ))
+        } else {
+            None
+        };
+        match problem {
+            Some(message) => self.errors.push(syn::Error::new(old.span(), message)),
+            None => self.names[at].renamed_from = Some(old),
         }
     }
 
@@ -160,6 +231,91 @@ impl<'e> WorkflowChecker<'e> {
         if let Err(error) = check_closure_key(closure, call.method == "step_with_context") {
             self.errors.push(error);
         }
+    }
+
+    /// The entry of `CONTEXT_CALLS` that `call` makes, if it is a call on
+    /// the context.
+    fn context_call(&self, call: &ExprMethodCall) -> Option<&'static ContextCall> {
+        let on_ctx = self
+            .ctx
+            .as_ref()
+            .is_some_and(|ctx| is_var(&call.receiver, ctx));
+        CONTEXT_CALLS
+            .iter()
+            .find(|(method, ..)| call.method == method)
+            .filter(|_| on_ctx)
+    }
+
+    /// Checks a durable context call: its name, its duration, its
+    /// arguments. Returns where its name was remembered in `names`.
+    fn check_context_call(
+        &mut self,
+        call: &mut ExprMethodCall,
+        (method, kind, lock_kind, duration_at): &'static ContextCall,
+    ) -> Option<usize> {
+        let name = call
+            .args
+            .first_mut()
+            .and_then(|name| self.check_name(name, kind, lock_kind, method));
+        let remembered = name.as_ref().map(|_| self.names.len() - 1);
+        if let Some(duration) = duration_at.and_then(|at| call.args.iter().nth(at))
+            && let Err(error) = duration::check_literal(duration)
+        {
+            self.errors.push(error);
+        }
+        if let (Some(name), true) = (name, *method == children::CHILD) {
+            self.record_child(call, name);
+        }
+        if method.starts_with("step") {
+            // An inline step's body is step code: I/O is its purpose.
+            self.check_inline_step(call);
+            for arg in call.args.iter_mut().take(2) {
+                self.visit_expr_mut(arg);
+            }
+        } else {
+            for arg in call.args.iter_mut() {
+                self.visit_expr_mut(arg);
+            }
+        }
+        remembered
+    }
+
+    /// `ctx.child("name", workflow, input).no_rollback().renamed_from("old")`:
+    /// the builder calls on a child call, checked with it; the old name is
+    /// recorded with the call's name. Returns where that name was
+    /// remembered in `names`.
+    fn check_child_chain(&mut self, call: &mut ExprMethodCall) -> Option<usize> {
+        let at = match &mut *call.receiver {
+            Expr::MethodCall(receiver) => match self.context_call(receiver) {
+                Some(known) => self.check_context_call(receiver, known),
+                None => self.check_child_chain(receiver),
+            },
+            _ => None,
+        };
+        if call.method == children::RENAMED_FROM
+            && let Some(old) = call.args.first_mut()
+        {
+            match at {
+                Some(at) => self.check_old_child_name(old, at),
+                None => {
+                    self.checked_literal(old, OLD_CHILD_NAME);
+                }
+            }
+        }
+        at
+    }
+
+    /// Records the child call `call` named `name`, for `children()`: its
+    /// workflow, when it is a path that is not a variable of the body.
+    fn record_child(&mut self, call: &ExprMethodCall, name: LitStr) {
+        let workflow = call
+            .args
+            .iter()
+            .nth(1)
+            .and_then(children::workflow_path)
+            .filter(|path| !self.calls.binds(path))
+            .cloned();
+        self.children.push(ChildUse { name, workflow });
     }
 
     /// Records a call `f(&ctx, ..)`: whether `f` is a step, and so whether
@@ -264,35 +420,18 @@ fn check_closure_key(closure: &ExprClosure, with_context: bool) -> syn::Result<(
 
 impl VisitMut for WorkflowChecker<'_> {
     fn visit_expr_method_call_mut(&mut self, call: &mut ExprMethodCall) {
-        let on_ctx = self
-            .ctx
-            .as_ref()
-            .is_some_and(|ctx| is_var(&call.receiver, ctx));
-        let known = CONTEXT_CALLS
-            .iter()
-            .find(|(method, ..)| call.method == method)
-            .filter(|_| on_ctx);
-        let Some((method, kind, lock_kind, duration_at)) = known else {
-            return visit_mut::visit_expr_method_call_mut(self, call);
+        let is_child_call = |call: &ExprMethodCall| {
+            call.method == children::CHILD && self.context_call(call).is_some()
         };
-        if let Some(name) = call.args.first_mut() {
-            self.check_name(name, kind, lock_kind, method);
+        if children::is_builder_on_child(call, &is_child_call) {
+            self.check_child_chain(call);
+            return;
         }
-        if let Some(duration) = duration_at.and_then(|at| call.args.iter().nth(at))
-            && let Err(error) = duration::check_literal(duration)
-        {
-            self.errors.push(error);
-        }
-        if method.starts_with("step") {
-            // An inline step's body is step code: I/O is its purpose.
-            self.check_inline_step(call);
-            for arg in call.args.iter_mut().take(2) {
-                self.visit_expr_mut(arg);
+        match self.context_call(call) {
+            Some(known) => {
+                self.check_context_call(call, known);
             }
-        } else {
-            for arg in call.args.iter_mut() {
-                self.visit_expr_mut(arg);
-            }
+            None => visit_mut::visit_expr_method_call_mut(self, call),
         }
     }
 
@@ -348,5 +487,105 @@ impl VisitMut for WorkflowChecker<'_> {
             }
             Err(_) => self.scan(mac.tokens.clone()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use syn::visit_mut::VisitMut;
+
+    use super::{BodySummary, WorkflowChecker};
+    use crate::calls::CallSites;
+    use crate::errors::Errors;
+
+    /// The summary of a workflow body whose context is `ctx`, and whether
+    /// it had errors.
+    fn summary(body: &str) -> (BodySummary, bool) {
+        let mut block: syn::Block = syn::parse_str(body).unwrap_or_else(|e| panic!("{e}"));
+        let mut errors = Errors::default();
+        let calls = CallSites::new(&block, ["ctx".to_owned(), "input".to_owned()]);
+        let ctx = syn::parse_str("ctx").ok();
+        let mut checker = WorkflowChecker::new(ctx, calls, &mut errors);
+        checker.visit_block_mut(&mut block);
+        let summary = checker.into_summary();
+        (summary, !errors.is_empty())
+    }
+
+    #[test]
+    fn a_child_call_is_a_name_and_a_child() {
+        let (body, failed) = summary(
+            r#"{
+                ctx.child("book-flight", book_flight, input).await?;
+                ctx.child("book-hotel", hotels::book, input).no_rollback().await?;
+            }"#,
+        );
+        assert!(!failed);
+        let names: Vec<_> = body
+            .names
+            .iter()
+            .map(|n| (n.kind, n.literal.value()))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("child", "book-flight".to_owned()),
+                ("child", "book-hotel".to_owned())
+            ]
+        );
+        let paths: Vec<_> = body
+            .children
+            .iter()
+            .map(|c| c.workflow.as_ref().map(crate::calls::path_string))
+            .collect();
+        assert_eq!(
+            paths,
+            [
+                Some("book_flight".to_owned()),
+                Some("hotels::book".to_owned())
+            ]
+        );
+    }
+
+    #[test]
+    fn renamed_from_is_read_anywhere_in_the_chain() {
+        for chain in [
+            r#"{ ctx.child("book-flight", w, input).renamed_from("flight").await?; }"#,
+            r#"{ ctx.child("book-flight", w, input).no_rollback().renamed_from("flight").await?; }"#,
+            r#"{ ctx.child("book-flight", w, input).renamed_from("flight").no_rollback().await?; }"#,
+        ] {
+            let (body, failed) = summary(chain);
+            assert!(!failed, "{chain}");
+            let old = body.names[0].renamed_from.as_ref().map(syn::LitStr::value);
+            assert_eq!(old.as_deref(), Some("flight"), "{chain}");
+        }
+    }
+
+    #[test]
+    fn a_workflow_held_in_a_variable_is_not_listed() {
+        let (body, failed) = summary(
+            r#"{
+                let w = book_flight;
+                ctx.child("by-variable", w, input).await?;
+                ctx.child("by-method", flights.pick(), input).await?;
+            }"#,
+        );
+        assert!(!failed);
+        assert_eq!(body.children.len(), 2);
+        assert!(body.children.iter().all(|c| c.workflow.is_none()));
+    }
+
+    #[test]
+    fn an_old_child_name_must_be_free() {
+        let (_, failed) = summary(
+            r#"{
+                ctx.sleep("flight", "1 day").await?;
+                ctx.child("book-flight", w, input).renamed_from("flight").await?;
+            }"#,
+        );
+        assert!(failed);
+        let (_, failed) = summary(
+            r#"{ ctx.child("book-flight", w, input).renamed_from("book-flight").await?; }"#,
+        );
+        assert!(failed);
     }
 }

@@ -131,18 +131,22 @@ impl CallSites {
         }
     }
 
+    /// Whether `path` is a variable bound in the body (or a parameter).
+    pub(crate) fn binds(&self, path: &syn::Path) -> bool {
+        path.leading_colon.is_none()
+            && path.segments.len() == 1
+            && self.locals.contains(&path.segments[0].ident.to_string())
+    }
+
     fn may_be_step(&self, callee: &ExprPath) -> bool {
         let segments = &callee.path.segments;
         let capitalised = segments.iter().any(|segment| {
             let ident = segment.ident.to_string();
             ident.starts_with(|c: char| c.is_ascii_uppercase())
         });
-        let local = callee.path.leading_colon.is_none()
-            && segments.len() == 1
-            && self.locals.contains(&segments[0].ident.to_string());
         callee.qself.is_none()
             && !capitalised
-            && !local
+            && !self.binds(&callee.path)
             && segments
                 .iter()
                 .all(|segment| matches!(segment.arguments, PathArguments::None))

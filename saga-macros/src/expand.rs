@@ -13,6 +13,7 @@ use syn::{Ident, ItemFn};
 use crate::ast::{ParamKind, RollbackFn, StepFn, WorkflowFn};
 use crate::attr::{Backoff, RetryConfig, RollbackArgs, StepArgs, WorkflowArgs};
 use crate::check;
+use crate::children;
 use crate::errors::Errors;
 use crate::fallback;
 use crate::items::{cfg_attrs, hidden_handler_type, name_or_ident, workflow_value};
@@ -73,9 +74,10 @@ pub(crate) fn workflow(args: TokenStream, item: TokenStream) -> TokenStream {
             None => Default::default(),
         };
         let checks = steps::workflow_checks(&body, &unlisted);
-        let services =
-            steps::workflow_services(&body, &steps::local_item_names(&workflow.item.block));
-        let workflow = workflow_tokens(&args, &workflow, checks, services);
+        let local = steps::local_item_names(&workflow.item.block);
+        let services = steps::workflow_services(&body, &local);
+        let children = children::children_fn(&body.children, &local);
+        let workflow = workflow_tokens(&args, &workflow, checks, quote!(#services #children));
         Some(quote!(#workflow #lock))
     })
 }
@@ -396,12 +398,13 @@ fn fetch_services(vars: &[Ident], types: &[&syn::Type], fetch: TokenStream) -> T
 
 /// The workflow value: a unit struct named like the function, implementing
 /// `Workflow` by running the function's body.
-/// `checks` go first in the body.
+/// `checks` go first in the body; `items` (`services`, `steps`,
+/// `children`) join `run` in the impl.
 fn workflow_tokens(
     args: &WorkflowArgs,
     workflow: &WorkflowFn,
     checks: TokenStream,
-    services: TokenStream,
+    items: TokenStream,
 ) -> TokenStream {
     let mut item = workflow.item.clone();
     if !checks.is_empty() {
@@ -433,7 +436,7 @@ fn workflow_tokens(
             ::std::boxed::Box::pin(async move { #convert })
         }
 
-        #services
+        #items
     };
     workflow_value(&attrs, item, &name, (input, output), run)
 }

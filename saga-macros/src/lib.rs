@@ -14,13 +14,16 @@
 //! type carrying its names, and a workflow's generated code asks the
 //! compiler which of the functions it calls are steps (`steps`, `calls`);
 //! `saga.lock` joins what each macro knows through the lock file and those
-//! compile-time checks (`lock`, whose docs describe the file).
+//! compile-time checks (`lock`, whose docs describe the file). Child
+//! workflow calls (`ctx.child`) are read with their builder calls and
+//! listed in `Workflow::children` (`children`).
 
 mod ast;
 mod attr;
 mod body;
 mod calls;
 mod check;
+mod children;
 mod duration;
 mod errors;
 mod expand;
@@ -53,15 +56,24 @@ use proc_macro::TokenStream;
 /// JSON, given back by `failure.downcast::<E>()` and to rollback handlers
 /// by `ctx.cause().downcast::<E>()`), any `std::error::Error`,
 /// `anyhow::Error`, `String` or `&str`. The value also implements
-/// `Workflow::services` with the services of the steps it calls.
+/// `Workflow::services` with the services of the steps it calls, and
+/// `Workflow::children` with the child workflows it calls
+/// (`ctx.child("book-flight", book_flight, input)`), which `register`
+/// checks are registered too. Only a child whose workflow argument is a
+/// path (`book_flight`, `flights::book_flight`) naming an item outside the
+/// body is listed; one given another way (`flights.pick()`, a variable)
+/// is not, and if its workflow is not registered the parent is parked
+/// `Blocked` when it calls it.
 ///
 /// `name` (required) is stored with every instance: a string literal of
 /// `[a-z0-9][a-z0-9-]*`, at most 64 characters, without dates or timestamps.
 /// The body is checked at compile time:
 ///
 /// - the names given to `ctx.step`, `ctx.step_with_context`, `ctx.sleep`,
-///   `ctx.sleep_until` and `ctx.wait_for_event` follow the same rules, and
-///   no name is used at two call sites; literal durations parse;
+///   `ctx.sleep_until`, `ctx.wait_for_event` and `ctx.child` follow the
+///   same rules, and no name is used at two call sites; literal durations
+///   parse; the old name of `ctx.child(..).renamed_from("old")` is a
+///   literal following the rules too, used by no other call;
 /// - a `#[step]` function (a call `f(&ctx, ..)`) is called from one place
 ///   only (a loop is one place), or from exclusive branches (`if`/`else`
 ///   arms, `match` arms); ordinary helpers that take `&WorkflowContext` may
@@ -70,8 +82,9 @@ use proc_macro::TokenStream;
 ///   panicked: ..." at the call;
 /// - no two step functions of the workflow (or a step function and a
 ///   literal name) share a name; the error names both;
-/// - with a `saga.lock` (see below), the workflow, its literal names and
-///   the steps it calls match the lock.
+/// - with a `saga.lock` (see `#[step]`), the workflow, its literal names
+///   and the steps it calls match the lock; a renamed child call is
+///   accepted under its old name with `.renamed_from("old")`;
 /// - no call reads the clock (`SystemTime::now`, `Instant::now`), draws
 ///   random numbers (`rand::…`), spawns tasks (`tokio::spawn`), sleeps
 ///   (`tokio::time::sleep`, `std::thread::sleep`) or does file or network

@@ -11,6 +11,7 @@
 //!
 //! ```text
 //! call bank-transfer debit_bank_a                 # fn called as f(&ctx, ..) (step or helper)
+//! child bank-transfer notify-customer             # ctx.child name
 //! event bank-transfer wait-approval               # ctx.wait_for_event name
 //! sleep bank-transfer settle                      # ctx.sleep / ctx.sleep_until name
 //! step bank-transfer double                       # inline ctx.step name
@@ -30,14 +31,16 @@
 //!   not know. With `renamed_from = "old"`, the old line satisfies the new
 //!   name.
 //! - `#[workflow]` owns every line whose second field is its name: the
-//!   `workflow` line, its literal `ctx.step`/`ctx.sleep`/`ctx.wait_for_event`
-//!   names, and a `call` line per function it calls as `f(&ctx, ..)`: it
-//!   cannot know which of them are steps, or their names (those are
-//!   resolved by the compiler). It checks its literal names both ways, and
-//!   that each locked `call` of a function the lock knows as a step is
-//!   still made. Whether a called function *is* a step is asked of the
-//!   compiler (`steps.rs`): the generated code asserts that a function the
-//!   lock does not list as called by this workflow is not a step.
+//!   `workflow` line, its literal `ctx.step`/`ctx.sleep`/`ctx.wait_for_event`/
+//!   `ctx.child` names, and a `call` line per function it calls as
+//!   `f(&ctx, ..)`: it cannot know which of them are steps, or their names
+//!   (those are resolved by the compiler). It checks its literal names both
+//!   ways, and that each locked `call` of a function the lock knows as a
+//!   step is still made. Whether a called function *is* a step is asked of
+//!   the compiler (`steps.rs`): the generated code asserts that a function
+//!   the lock does not list as called by this workflow is not a step. With
+//!   `ctx.child("new", ..).renamed_from("old")`, the old `child` line
+//!   satisfies the new name (and an update replaces it).
 //!
 //! So a renamed step name is reported by the step, a step dropped from or
 //! added to a workflow by the workflow. Renaming a step *function* (not its
@@ -78,7 +81,11 @@
 //! - Two `#[step]` functions with the same function name in one crate share
 //!   their `call` identity: give them distinct function names.
 //! - Sleeps and event waits take no `renamed_from` (yet): keep their names
-//!   while instances may wait in them.
+//!   while instances may wait in them. Child calls do:
+//!   `ctx.child("new", ..).renamed_from("old")`.
+//! - A `child` line names the call, not the child's workflow: a call that
+//!   starts another workflow under the same name is not flagged (that
+//!   workflow's own lines are its own).
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -88,7 +95,7 @@ use proc_macro2::{Span, TokenStream, TokenTree};
 use quote::{ToTokens, quote};
 use syn::{Ident, LitStr, Type};
 
-use crate::body::BodySummary;
+use crate::body::{BodySummary, LiteralName};
 use crate::errors::Errors;
 use crate::errors::StepCallError;
 
@@ -105,6 +112,7 @@ const CALL: &str = "call";
 const STEP: &str = "step";
 const SLEEP: &str = "sleep";
 const EVENT: &str = "event";
+const CHILD: &str = "child";
 /// The workflow field of a `#[step]` function's line: any workflow.
 const ANY: &str = "*";
 
@@ -140,7 +148,7 @@ impl Line {
         let count = match self.field(0) {
             WORKFLOW => 2,
             STEP if self.field(1) == ANY => 5,
-            CALL | STEP | SLEEP | EVENT => 3,
+            CALL | STEP | SLEEP | EVENT | CHILD => 3,
             _ => return false,
         };
         self.0.len() == count
@@ -459,7 +467,8 @@ pub(crate) fn workflow(
     (lock.tracking(), unlisted)
 }
 
-/// The literal `ctx.step`/`ctx.sleep`/`ctx.wait_for_event` names, both ways.
+/// The literal `ctx.step`/`ctx.sleep`/`ctx.wait_for_event`/`ctx.child`
+/// names, both ways.
 fn check_literal_names(
     lock: &Lock,
     workflow: &str,
@@ -468,44 +477,75 @@ fn check_literal_names(
     errors: &mut Errors,
 ) {
     for used in &body.names {
-        let value = used.literal.value();
-        if lock
-            .find(|line| line.is(used.kind, workflow) && line.field(2) == value)
-            .is_none()
-        {
-            errors.spanned(
-                &used.literal,
-                format!(
-                    "the {} name {value:?} of the workflow {workflow:?} is not in saga.lock: \
-                     if it is new, {HOW_TO_UPDATE}; if it replaces a locked name, keep the old \
-                     name while instances may be in flight (`renamed_from` is for #[step] \
-                     functions)",
-                    used.kind
-                ),
-            );
+        let locked = |line: &Line| line.is(used.kind, workflow) && used.answers_to(line.field(2));
+        if lock.find(locked).is_none() {
+            not_locked(workflow, used, errors);
         }
     }
-    let literal_kinds = [STEP, SLEEP, EVENT];
+    let literal_kinds = [STEP, SLEEP, EVENT, CHILD];
     for line in &lock.lines {
         let kind = line.field(0);
         let is_literal = literal_kinds.contains(&kind) && line.field(1) == workflow;
         let used = body
             .names
             .iter()
-            .any(|used| used.kind == kind && used.literal.value() == line.field(2));
+            .any(|used| used.kind == kind && used.answers_to(line.field(2)));
         if is_literal && !used {
+            let old = line.field(2);
+            let renamed = if kind == CHILD {
+                format!(
+                    "if the call was renamed, declare its old name: \
+                     `ctx.child(\"new-name\", ..).renamed_from({old:?})`, or, "
+                )
+            } else {
+                String::new()
+            };
             errors.spanned(
                 workflow_name,
                 format!(
-                    "the workflow {workflow:?} no longer uses the {kind} name {:?} that \
+                    "the workflow {workflow:?} no longer uses the {kind} name {old:?} that \
                      saga.lock lists: instances in flight may have stored it, and their replay \
-                     would not find it; restore it, or, if no instance can be in flight, \
-                     {HOW_TO_UPDATE}",
-                    line.field(2)
+                     would not find it; restore it, or, {renamed}if no instance can be in \
+                     flight, {HOW_TO_UPDATE}"
                 ),
             );
         }
     }
+}
+
+/// The error of a literal name that no line of the lock satisfies.
+fn not_locked(workflow: &str, used: &LiteralName, errors: &mut Errors) {
+    let (kind, value) = (used.kind, used.literal.value());
+    if let Some(old) = &used.renamed_from {
+        return errors.spanned(
+            old,
+            format!(
+                "`.renamed_from({:?})`, but saga.lock lists no {kind} name {:?} for the workflow \
+                 {workflow:?}: give the name recorded there, or remove `.renamed_from(..)` \
+                 and {HOW_TO_UPDATE}",
+                old.value(),
+                old.value()
+            ),
+        );
+    }
+    let renamed = if kind == CHILD {
+        format!(
+            "declare the old name on the call, \
+             `ctx.child({value:?}, ..).renamed_from(\"old-name\")`, so instances in flight \
+             find their child"
+        )
+    } else {
+        "keep the old name while instances may be in flight (`renamed_from` is for #[step] \
+         functions and child calls)"
+            .to_owned()
+    };
+    errors.spanned(
+        &used.literal,
+        format!(
+            "the {kind} name {value:?} of the workflow {workflow:?} is not in saga.lock: if it \
+             is new, {HOW_TO_UPDATE}; if it replaces a locked name, {renamed}"
+        ),
+    );
 }
 
 /// Each locked `call` of a function the lock knows as a `#[step]` is made.
@@ -565,6 +605,16 @@ mod tests {
         let mut sorted = lines;
         sorted.sort();
         assert_eq!(parse(&text), Ok(sorted));
+    }
+
+    #[test]
+    fn a_child_line_names_its_workflow_and_call() {
+        assert_eq!(
+            parse("child pay notify-customer\n"),
+            Ok(vec![Line::new(&["child", "pay", "notify-customer"])])
+        );
+        assert!(parse("child pay\n").is_err());
+        assert!(parse("child pay notify-customer extra\n").is_err());
     }
 
     #[test]

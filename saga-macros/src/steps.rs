@@ -11,8 +11,8 @@
 //! - a step called at two call sites that can both run (`calls`): error at
 //!   the second site; a helper may be called anywhere;
 //! - two different step functions (or a step function and a literal
-//!   `ctx.step`/`ctx.sleep`/`ctx.wait_for_event` name) with one name: error
-//!   naming both and the name;
+//!   `ctx.step`/`ctx.sleep`/`ctx.wait_for_event`/`ctx.child` name, or a
+//!   child's old name) with one name: error naming both and the name;
 //! - (with a `saga.lock`) a step the lock does not list for this workflow.
 //!
 //! A failed assertion is a compile error ("evaluation panicked: ...")
@@ -125,8 +125,9 @@ pub(crate) fn workflow_services(body: &BodySummary, local: &[String]) -> TokenSt
     }
 }
 
-/// The names of the functions and imports declared inside a block, at any
-/// depth: a path starting with one of them means nothing outside it.
+/// The names of the items (functions, imports, modules, constants,
+/// statics, structs) declared inside a block, at any depth: a path
+/// starting with one of them means nothing outside it.
 pub(crate) fn local_item_names(block: &syn::Block) -> Vec<String> {
     struct Items(Vec<String>);
     impl<'ast> syn::visit::Visit<'ast> for Items {
@@ -141,6 +142,15 @@ pub(crate) fn local_item_names(block: &syn::Block) -> Vec<String> {
         }
         fn visit_item_mod(&mut self, module: &'ast syn::ItemMod) {
             self.0.push(module.ident.to_string());
+        }
+        fn visit_item_const(&mut self, item: &'ast syn::ItemConst) {
+            self.0.push(item.ident.to_string());
+        }
+        fn visit_item_static(&mut self, item: &'ast syn::ItemStatic) {
+            self.0.push(item.ident.to_string());
+        }
+        fn visit_item_struct(&mut self, item: &'ast syn::ItemStruct) {
+            self.0.push(item.ident.to_string());
         }
     }
     let mut items = Items(Vec::new());
@@ -162,11 +172,15 @@ pub(crate) fn workflow_checks(body: &BodySummary, extra: &[StepCallError]) -> To
     let literal_uses = body.names.iter().map(|name| {
         let what = format!("`ctx.{}({:?}, ..)`", name.method, name.literal.value());
         let literal = &name.literal;
+        let renamed_from = match &name.renamed_from {
+            Some(old) => quote!(::core::option::Option::Some(#old)),
+            None => quote!(::core::option::Option::None),
+        };
         quote! {
             #private::NameUse {
                 step: ::core::option::Option::Some(#private::StepNames {
                     name: #literal,
-                    renamed_from: ::core::option::Option::None,
+                    renamed_from: #renamed_from,
                     services: &[],
                     rollback_services: &[],
                     rollback_from_history: ::core::option::Option::None,

@@ -8,8 +8,10 @@
 //! crate has no `saga.lock`, so they see no lock checks.
 //!
 //! Re-bless with `TRYBUILD=overwrite cargo test -p saga-ui-tests --test lock`.
-//! To rewrite the lock lines of the pass case, run the same with
-//! `SAGA_LOCK=update` (the fail cases' lines are written by hand).
+//! To rewrite the lock lines of the pass cases, run the same with
+//! `SAGA_LOCK=update` (the fail cases' lines are written by hand), then
+//! restore the old names the renamed cases are locked under (`step *
+//! qa-check ..`, `child lock-relay pass-on`): an update records the new ones.
 
 use std::process::Command;
 
@@ -40,4 +42,5 @@ fn lock() {
     );
     assert!(output.status.success(), "{report}");
     assert!(report.contains("lock/pass/locked_shop.rs"), "{report}");
+    assert!(report.contains("lock/pass/renamed_child.rs"), "{report}");
 }
