@@ -39,7 +39,7 @@ const ROLLBACK_KEYS: &[&str] = &[RETRIES, DELAY, BACKOFF, TIMEOUT];
 /// `rollback(handler = .., ..)` on a step: the handler and settings that
 /// override its own for this step.
 const STEP_ROLLBACK_KEYS: &[&str] = &[HANDLER, RETRIES, DELAY, BACKOFF, TIMEOUT];
-const WORKFLOW_KEYS: &[&str] = &[NAME];
+const WORKFLOW_KEYS: &[&str] = &[NAME, ROLLBACK];
 
 /// A value of each key, for messages.
 const EXAMPLES: &[(&str, &str)] = &[
@@ -111,6 +111,9 @@ pub(crate) struct RollbackArgs {
 pub(crate) struct WorkflowArgs {
     /// `None` when missing or invalid (the error is already recorded).
     pub(crate) name: Option<LitStr>,
+    /// `rollback = "concurrent"`: compensations in reverse happens-before
+    /// order (the default, `"sequential"`, is reverse start order).
+    pub(crate) concurrent_rollback: bool,
 }
 
 impl StepArgs {
@@ -185,11 +188,20 @@ impl WorkflowArgs {
     pub(crate) fn parse(args: TokenStream, errors: &mut Errors) -> Self {
         let mut parsed = WorkflowArgs::default();
         let mut name_seen = false;
-        parse_keys(args, WORKFLOW_KEYS, errors, |_name, meta, errors| {
-            // name = "bank-transfer"
-            name_seen = true;
+        parse_keys(args, WORKFLOW_KEYS, errors, |key, meta, errors| {
             let value = expr_value(meta)?;
-            parsed.name = errors.ok(checked_name(&value, "workflow name"));
+            match key {
+                // rollback = "concurrent"
+                ROLLBACK => {
+                    parsed.concurrent_rollback =
+                        errors.ok(rollback_order(&value)).unwrap_or_default();
+                }
+                // name = "bank-transfer"
+                _ => {
+                    name_seen = true;
+                    parsed.name = errors.ok(checked_name(&value, "workflow name"));
+                }
+            }
             Ok(())
         });
         if !name_seen {
@@ -201,6 +213,31 @@ impl WorkflowArgs {
             ));
         }
         parsed
+    }
+}
+
+/// `rollback = "sequential"` (`false`) or `"concurrent"` (`true`) of a
+/// workflow.
+fn rollback_order(value: &Expr) -> syn::Result<bool> {
+    let problem = || {
+        syn::Error::new_spanned(
+            value,
+            "a workflow's `rollback` is \"sequential\" (the default: compensations in reverse \
+             start order, one at a time) or \"concurrent\" (reverse happens-before order: \
+             compensations of steps that overlapped run at once), e.g. \
+             #[workflow(name = \"trip\", rollback = \"concurrent\")]",
+        )
+    };
+    match value {
+        Expr::Lit(syn::ExprLit {
+            lit: syn::Lit::Str(order),
+            ..
+        }) => match order.value().as_str() {
+            "sequential" => Ok(false),
+            "concurrent" => Ok(true),
+            _ => Err(problem()),
+        },
+        _ => Err(problem()),
     }
 }
 

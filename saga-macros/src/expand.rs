@@ -77,7 +77,15 @@ pub(crate) fn workflow(args: TokenStream, item: TokenStream) -> TokenStream {
         let local = steps::local_item_names(&workflow.item.block);
         let services = steps::workflow_services(&body, &local);
         let children = children::children_fn(&body.children, &local);
-        let workflow = workflow_tokens(&args, &workflow, checks, quote!(#services #children));
+        let order = args.concurrent_rollback.then(|| {
+            quote! {
+                fn rollback_order(&self) -> ::saga_runtime::RollbackOrder {
+                    ::saga_runtime::RollbackOrder::Concurrent
+                }
+            }
+        });
+        let workflow =
+            workflow_tokens(&args, &workflow, checks, quote!(#services #children #order));
         Some(quote!(#workflow #lock))
     })
 }

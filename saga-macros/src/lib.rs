@@ -67,6 +67,11 @@ use proc_macro::TokenStream;
 ///
 /// `name` (required) is stored with every instance: a string literal of
 /// `[a-z0-9][a-z0-9-]*`, at most 64 characters, without dates or timestamps.
+/// `rollback = "concurrent"` (optional) compensates in reverse
+/// happens-before order instead of reverse start order: steps and children
+/// whose lifetimes overlapped (a `join!`) are compensated at once, and a
+/// step that ended before another began is compensated after it
+/// (`Workflow::rollback_order`); `"sequential"` is the default.
 /// The body is checked at compile time:
 ///
 /// - the names given to `ctx.step`, `ctx.step_with_context`, `ctx.sleep`,

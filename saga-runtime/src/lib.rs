@@ -113,7 +113,7 @@ pub use crate::workflow::context::WorkflowContext;
 pub use crate::workflow::key::{IdempotencyKey, StepContext};
 pub use crate::workflow::service::Service;
 pub use crate::workflow::step::StepFuture;
-pub use crate::workflow::{FnWorkflow, Workflow, WorkflowFuture, workflow_fn};
+pub use crate::workflow::{FnWorkflow, RollbackOrder, Workflow, WorkflowFuture, workflow_fn};
 
 #[cfg(feature = "macros")]
 pub use saga_macros::{rollback, step, workflow};

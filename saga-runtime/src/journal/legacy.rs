@@ -239,5 +239,9 @@ fn convert_slot(slot: SlotRecord) -> Result<NewSlotRecord, String> {
         generation: 0,
         input: None,
         state,
+        // The first release kept no order of records: every step counts
+        // as overlapping every other.
+        began: 0,
+        ended: None,
     })
 }

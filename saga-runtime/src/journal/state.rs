@@ -132,6 +132,14 @@ pub(crate) struct SlotRecord {
     pub(crate) generation: u32,
     pub(crate) input: Option<Payload>,
     pub(crate) state: SlotState,
+    /// The record that began it, and the one that ended it (`None` while
+    /// it runs, or when rollback stopped it): what a concurrent rollback
+    /// orders compensations by. Never encoded (an `Imported` state has
+    /// none: 0 and `None`).
+    #[serde(skip)]
+    pub(crate) began: u64,
+    #[serde(skip)]
+    pub(crate) ended: Option<u64>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -365,6 +373,8 @@ fn apply_to(
                         attempts: 0,
                         retry_at: None,
                     },
+                    began: seq,
+                    ended: None,
                 },
             );
             EventKind::StepStarted {
@@ -402,6 +412,7 @@ fn apply_to(
                 output: output.clone(),
                 attempts: *attempts,
             };
+            record.ended = Some(seq);
             EventKind::StepCompleted {
                 step: record.name.clone(),
                 occurrence: record.occurrence,
@@ -418,6 +429,7 @@ fn apply_to(
                 error: error.clone(),
                 attempts: *attempts,
             };
+            record.ended = Some(seq);
             EventKind::StepFailed {
                 step: record.name.clone(),
                 occurrence: record.occurrence,
@@ -441,6 +453,8 @@ fn apply_to(
                     generation: s.generation,
                     input: None,
                     state: SlotState::Sleeping { wake_at: *wake_at },
+                    began: seq,
+                    ended: None,
                 },
             );
             s.set_waiting(true);
@@ -452,6 +466,7 @@ fn apply_to(
         Change::SleepCompleted { slot } => {
             let record = s.slot(*slot)?;
             record.state = SlotState::Slept;
+            record.ended = Some(seq);
             let name = record.name.clone();
             s.set_waiting(false);
             EventKind::SleepCompleted { name }
@@ -476,6 +491,8 @@ fn apply_to(
                         event_type: event_type.clone(),
                         deadline: *deadline,
                     },
+                    began: seq,
+                    ended: None,
                 },
             );
             s.set_waiting(true);
@@ -512,6 +529,7 @@ fn apply_to(
                 event_type: pending.event_type.clone(),
                 payload: pending.payload,
             };
+            record.ended = Some(seq);
             let name = record.name.clone();
             s.set_waiting(false);
             EventKind::EventDelivered {
@@ -528,6 +546,7 @@ fn apply_to(
             record.state = SlotState::TimedOut {
                 event_type: event_type.clone(),
             };
+            record.ended = Some(seq);
             let name = record.name.clone();
             s.set_waiting(false);
             EventKind::EventWaitTimedOut { name, event_type }
@@ -543,6 +562,8 @@ fn apply_to(
                     generation: s.generation,
                     input: None,
                     state: SlotState::Value { value: *value },
+                    began: seq,
+                    ended: Some(seq),
                 },
             );
             return Ok(Vec::new());
@@ -678,6 +699,8 @@ fn apply_to(
                         child: child.clone(),
                         workflow: workflow.clone(),
                     },
+                    began: seq,
+                    ended: None,
                 },
             );
             s.set_waiting(true);
@@ -702,6 +725,7 @@ fn apply_to(
                 ));
             };
             let child = child.clone();
+            record.ended = Some(seq);
             record.state = SlotState::ChildEnded {
                 child: child.clone(),
                 status: *status,

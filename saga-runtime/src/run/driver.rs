@@ -164,6 +164,7 @@ async fn run_forward(
         live.clone(),
         Mode::Forward,
         &state,
+        workflow.order_of_rollback(),
     );
     // A wake from hibernation is no news: the instance was waiting (or
     // paused in a wait) and still is, until its replay gets past the wait.
@@ -403,6 +404,7 @@ async fn rebuild_and_compensate(
         live.clone(),
         Mode::Rebuild,
         &state,
+        workflow.order_of_rollback(),
     );
     if !table.is_empty() {
         let handlers = crate::workflow::step_table::compensations_from_history(

@@ -12,6 +12,7 @@ use tracing::Instrument;
 use crate::error::Result;
 use crate::error::failure::{Failure, FailureKind};
 use crate::journal::{Change, CompensationState, SlotKind, SlotState};
+use crate::workflow::RollbackOrder;
 use crate::workflow::child::ChildRollback;
 use crate::workflow::compensation::Registered;
 use crate::workflow::context::RunScope;
@@ -19,9 +20,10 @@ use crate::workflow::key::IdempotencyKey;
 use crate::workflow::retry::{Resume, Retried, retry};
 
 /// Runs the compensations of every started step that has one, in reverse
-/// start order, skipping those the journal says finished. Returns the
-/// failure of the compensation that gave up, if one did (the rest did not
-/// run).
+/// start order (or, for a workflow whose rollback is concurrent, reverse
+/// happens-before order), skipping those the journal says finished.
+/// Returns the failure of the compensation that gave up, if one did (those
+/// after it did not begin).
 pub(crate) async fn compensate(
     shared: &RunScope,
     handlers: Vec<Registered>,
@@ -43,8 +45,7 @@ pub(crate) async fn compensate(
         .filter(|(_, s)| s.has_rollback)
         .map(|(i, _)| *i)
         .collect();
-    // The first compensation that could not be rebuilt, if any.
-    let mut unbuilt = None;
+    let mut jobs = Vec::new();
     for index in eligible {
         let resume = match done.get(&index) {
             Some(CompensationState::Completed) => continue,
@@ -63,58 +64,224 @@ pub(crate) async fn compensate(
             }),
             None => None,
         };
-        let slot = slots.get(&index);
+        let Some(slot) = slots.get(&index) else {
+            continue;
+        };
         // A child's compensation is built from history alone: a child
         // that failed (and compensated itself) or was terminated has none.
-        let child = slot
-            .filter(|s| s.kind == SlotKind::Child)
-            .map(|s| (s, ChildRollback::of(shared, &s.state)));
-        let handler = match child {
-            Some((_, None)) => continue,
-            Some((s, Some(undo))) => Some(Registered::erased(
+        let handler = if slot.kind == SlotKind::Child {
+            let Some(undo) = ChildRollback::of(shared, &slot.state) else {
+                continue;
+            };
+            Some(Registered::erased(
                 index,
-                &s.name,
-                s.occurrence,
-                s.generation,
+                &slot.name,
+                slot.occurrence,
+                slot.generation,
                 Box::new(undo),
-            )),
-            None => handlers.remove(&index),
+            ))
+        } else {
+            handlers.remove(&index)
         };
-        let Some(mut handler) = handler else {
-            let step = slot.map_or_else(|| format!("#{index}"), |s| s.name.clone());
-            let error = format!(
-                "it could not be rebuilt: replaying the workflow code did not reach step {step:?} again"
-            );
-            shared.append(Change::CompensationFailed {
-                slot: index,
-                error: error.clone(),
-            })?;
-            return Ok(Some(gave_up(step, &error)));
-        };
-        // One that could not be rebuilt (its step is gone from the code)
-        // is for a person to undo; the others still run.
-        if let Some(reason) = handler.handler.unbuildable() {
-            let error = reason.to_owned();
-            shared.append(Change::CompensationFailed {
-                slot: index,
-                error: error.clone(),
-            })?;
-            unbuilt.get_or_insert_with(|| gave_up(handler.step.clone(), &error));
-            continue;
-        }
-        let output = slot.and_then(|s| match &s.state {
-            SlotState::Completed { output, .. } => Some(output),
+        let output = match &slot.state {
+            SlotState::Completed { output, .. } => Some(output.clone()),
             _ => None,
+        };
+        jobs.push(Job {
+            index,
+            name: slot.name.clone(),
+            began: slot.began,
+            ended: slot.ended,
+            handler,
+            output,
+            resume,
         });
-        if let Err(error) = run_compensation(shared, &mut handler, output, cause, resume).await? {
+    }
+    match shared.rollback_order {
+        RollbackOrder::Concurrent => concurrently(shared, jobs, cause).await,
+        _ => one_by_one(shared, jobs, cause).await,
+    }
+}
+
+/// One compensation to run: its step's slot, when the step began and
+/// ended (records' sequence numbers), its handler (`None` when replay did
+/// not rebuild it) and where it was when a crash stopped it.
+struct Job {
+    index: u32,
+    name: String,
+    began: u64,
+    ended: Option<u64>,
+    handler: Option<Registered>,
+    output: Option<crate::codec::Payload>,
+    resume: Option<Resume>,
+}
+
+impl Job {
+    /// Whether this job's step ended before `later`'s began: then
+    /// `later`'s compensation completes before this one's begins.
+    fn happened_before(&self, later: &Job) -> bool {
+        self.ended.is_some_and(|ended| ended < later.began)
+    }
+}
+
+/// What a job comes to before it runs: its handler, or why it cannot run.
+enum Ready {
+    Run(Registered),
+    /// Its step is gone from the code: recorded as failed, for a person
+    /// to undo; the others still run.
+    Unbuildable(Failure),
+    /// Replay did not rebuild it: recorded as failed, and the rollback
+    /// gives up.
+    Missing(Failure),
+}
+
+/// Records what stops `job` from running, if anything.
+fn prepare(shared: &RunScope, job: &mut Job) -> Result<Ready> {
+    let Some(handler) = job.handler.take() else {
+        let error = format!(
+            "it could not be rebuilt: replaying the workflow code did not reach step {:?} again",
+            job.name
+        );
+        shared.append(Change::CompensationFailed {
+            slot: job.index,
+            error: error.clone(),
+        })?;
+        return Ok(Ready::Missing(gave_up(job.name.clone(), &error)));
+    };
+    if let Some(reason) = handler.handler.unbuildable() {
+        let error = reason.to_owned();
+        shared.append(Change::CompensationFailed {
+            slot: job.index,
+            error: error.clone(),
+        })?;
+        return Ok(Ready::Unbuildable(gave_up(handler.step.clone(), &error)));
+    }
+    Ok(Ready::Run(handler))
+}
+
+/// Reverse start order, one at a time: the first that gives up stops the
+/// rest.
+async fn one_by_one(shared: &RunScope, jobs: Vec<Job>, cause: &Failure) -> Result<Option<Failure>> {
+    // The first compensation that could not be rebuilt, if any.
+    let mut unbuilt = None;
+    for mut job in jobs {
+        let mut handler = match prepare(shared, &mut job)? {
+            Ready::Run(handler) => handler,
+            Ready::Missing(failure) => return Ok(Some(failure)),
+            Ready::Unbuildable(failure) => {
+                unbuilt.get_or_insert(failure);
+                continue;
+            }
+        };
+        let outcome =
+            run_compensation(shared, &mut handler, job.output.as_ref(), cause, job.resume);
+        if let Err(error) = outcome.await? {
             shared.append(Change::CompensationFailed {
-                slot: index,
+                slot: job.index,
                 error: error.clone(),
             })?;
             return Ok(Some(gave_up(handler.step, &error)));
         }
     }
     Ok(unbuilt)
+}
+
+/// A compensation under way, as a future of its slot and outcome.
+type Running<'a> = std::pin::Pin<
+    Box<
+        dyn std::future::Future<Output = (u32, String, Result<std::result::Result<(), String>>)>
+            + Send
+            + 'a,
+    >,
+>;
+
+/// Reverse happens-before order: a job begins once every job whose step
+/// began after its step ended has completed; jobs whose steps overlapped
+/// run at once. The first that gives up stops those not yet begun; those
+/// under way finish and are recorded.
+async fn concurrently(
+    shared: &RunScope,
+    mut pending: Vec<Job>,
+    cause: &Failure,
+) -> Result<Option<Failure>> {
+    let mut running: Vec<(Job, Running<'_>)> = Vec::new();
+    let mut failure: Option<Failure> = None;
+    // The first compensation that could not be rebuilt: the others still run.
+    let mut unbuilt: Option<Failure> = None;
+    loop {
+        if failure.is_none() {
+            // Ready: no job still to complete began after this one ended.
+            let mut at = 0;
+            while at < pending.len() {
+                let blocked = pending
+                    .iter()
+                    .chain(running.iter().map(|(job, _)| job))
+                    .any(|later| pending[at].happened_before(later));
+                if blocked {
+                    at += 1;
+                    continue;
+                }
+                let mut job = pending.remove(at);
+                match prepare(shared, &mut job)? {
+                    Ready::Run(handler) => {
+                        let (output, resume) = (job.output.clone(), job.resume);
+                        let future: Running<'_> = Box::pin(async move {
+                            let mut handler = handler;
+                            let outcome = run_compensation(
+                                shared,
+                                &mut handler,
+                                output.as_ref(),
+                                cause,
+                                resume,
+                            )
+                            .await;
+                            (handler.index, handler.step, outcome)
+                        });
+                        running.push((job, future));
+                    }
+                    Ready::Unbuildable(gave) => {
+                        unbuilt.get_or_insert(gave);
+                    }
+                    Ready::Missing(gave) => {
+                        failure.get_or_insert(gave);
+                        break;
+                    }
+                }
+                // Readiness of the others may have changed: look again.
+                at = 0;
+            }
+        }
+        if running.is_empty() {
+            return Ok(failure.or(unbuilt));
+        }
+        let (slot, step, outcome) = next_finished(&mut running).await;
+        if let Err(error) = outcome? {
+            shared.append(Change::CompensationFailed {
+                slot,
+                error: error.clone(),
+            })?;
+            failure.get_or_insert_with(|| gave_up(step, &error));
+        }
+    }
+}
+
+/// Waits for the first of `running` to finish, and takes it out.
+async fn next_finished<'a, T>(
+    running: &mut Vec<(
+        Job,
+        std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>,
+    )>,
+) -> T {
+    std::future::poll_fn(|cx| {
+        for at in 0..running.len() {
+            if let std::task::Poll::Ready(done) = running[at].1.as_mut().poll(cx) {
+                drop(running.remove(at));
+                return std::task::Poll::Ready(done);
+            }
+        }
+        std::task::Poll::Pending
+    })
+    .await
 }
 
 /// The rollback failure of the compensation of `step`, which gave up with

@@ -49,6 +49,8 @@ pub(crate) struct RunScope {
     pub(crate) mode: Mode,
     /// The instance's generation (restarts so far) when this run began.
     pub(crate) generation: u32,
+    /// The order its compensations run in, as its workflow says.
+    pub(crate) rollback_order: crate::workflow::RollbackOrder,
     in_flight: Arc<InFlight>,
     /// The durable waits of this run that are asleep: slot → wake time.
     asleep: Asleep,
@@ -164,6 +166,7 @@ impl Ctx {
         live: Arc<Live>,
         mode: Mode,
         state: &InstanceState,
+        rollback_order: crate::workflow::RollbackOrder,
     ) -> Arc<Ctx> {
         let recorded: BTreeMap<u32, SlotRecord> = state.slots.clone();
         Arc::new(Ctx {
@@ -174,6 +177,7 @@ impl Ctx {
                 live,
                 mode,
                 generation: state.generation,
+                rollback_order,
                 in_flight: Arc::default(),
                 asleep: Asleep::default(),
             }),

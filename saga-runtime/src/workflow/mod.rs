@@ -107,6 +107,30 @@ pub trait Workflow: Send + Sync + 'static {
     fn children(&self) -> Vec<crate::workflow::child::ChildNeed> {
         Vec::new()
     }
+
+    /// The order its compensations run in when it rolls back:
+    /// `#[workflow(.., rollback = "concurrent")]` makes it
+    /// [`RollbackOrder::Concurrent`]; the default is
+    /// [`RollbackOrder::Sequential`].
+    fn rollback_order(&self) -> RollbackOrder {
+        RollbackOrder::Sequential
+    }
+}
+
+/// The order a workflow's compensations run in.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RollbackOrder {
+    /// One at a time, in reverse start order: the last step started is
+    /// compensated first (the seeds' rule, and the default).
+    #[default]
+    Sequential,
+    /// In reverse happens-before order: when step A ended before step B
+    /// started, B's compensation completes before A's begins; steps whose
+    /// lifetimes overlapped (started together in a `join!`) are compensated
+    /// at once. A compensation that gives up stops those not yet begun;
+    /// those under way finish and are recorded.
+    Concurrent,
 }
 
 /// A workflow made of a name and an async closure.
@@ -187,6 +211,8 @@ pub(crate) trait ErasedWorkflow: Send + Sync + 'static {
 
     fn children_needed(&self) -> Vec<crate::workflow::child::ChildNeed>;
 
+    fn order_of_rollback(&self) -> RollbackOrder;
+
     fn run_erased(
         &self,
         ctx: WorkflowContext,
@@ -213,6 +239,10 @@ impl<W: Workflow> ErasedWorkflow for W {
 
     fn children_needed(&self) -> Vec<crate::workflow::child::ChildNeed> {
         self.children()
+    }
+
+    fn order_of_rollback(&self) -> RollbackOrder {
+        self.rollback_order()
     }
 
     fn run_erased(
