@@ -186,14 +186,12 @@ async fn one_by_one(shared: &RunScope, jobs: Vec<Job>, cause: &Failure) -> Resul
     Ok(unbuilt)
 }
 
-/// A compensation under way, as a future of its slot and outcome.
-type Running<'a> = std::pin::Pin<
-    Box<
-        dyn std::future::Future<Output = (u32, String, Result<std::result::Result<(), String>>)>
-            + Send
-            + 'a,
-    >,
->;
+/// What a compensation under way comes to: its slot, its step, and
+/// whether it completed (`Ok(Err(error))`: it gave up).
+type Finished = (u32, String, Result<std::result::Result<(), String>>);
+
+/// A compensation under way.
+type Running<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = Finished> + Send + 'a>>;
 
 /// Reverse happens-before order: a job begins once every job whose step
 /// began after its step ended has completed; jobs whose steps overlapped
@@ -266,12 +264,7 @@ async fn concurrently(
 }
 
 /// Waits for the first of `running` to finish, and takes it out.
-async fn next_finished<'a, T>(
-    running: &mut Vec<(
-        Job,
-        std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>,
-    )>,
-) -> T {
+async fn next_finished(running: &mut Vec<(Job, Running<'_>)>) -> Finished {
     std::future::poll_fn(|cx| {
         for at in 0..running.len() {
             if let std::task::Poll::Ready(done) = running[at].1.as_mut().poll(cx) {
