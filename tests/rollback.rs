@@ -1675,3 +1675,67 @@ async fn in_a_concurrent_rollback_a_compensation_that_gives_up_stops_those_not_b
     assert!(tail.contains(&completed("hotel")), "{tail:?}");
     assert!(!tail.contains(&started("book")), "{tail:?}");
 }
+
+/// The approval a wait receives.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Approval {
+    by: String,
+}
+
+#[rollback]
+async fn tell_approver(
+    ctx: RollbackContext<'_, Approval>,
+    o: Service<Overlap>,
+) -> Result<(), StepError> {
+    let by = ctx.output().map_or("nobody", |a| a.by.as_str());
+    o.write(format!("tell {by} ({})", ctx.key()));
+    Ok(())
+}
+
+/// `book`, an approval whose compensation tells the approver, a second
+/// wait that times out (it has nothing to undo), then `pay`, refused.
+#[workflow(name = "approved-trip")]
+async fn approved_trip(ctx: WorkflowContext, (): ()) -> Result<(), WorkflowError> {
+    book(&ctx).await?;
+    let approval: Approval = ctx
+        .wait_for_event("approval", "approved", "1 day")
+        .on_rollback::<tell_approver>()
+        .await?;
+    let late: Result<Approval, WaitError> = ctx
+        .wait_for_event("second-approval", "approved-again", "1 hour")
+        .on_rollback::<tell_approver>()
+        .await;
+    assert!(late.is_err(), "nobody sends the second approval");
+    let _ = approval;
+    pay_refused(&ctx).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_wait_that_received_its_event_is_compensated_with_the_event_at_its_place() {
+    let overlap = Arc::new(Overlap {
+        log: Mutex::default(),
+        barrier: tokio::sync::Barrier::new(2),
+        gate: Notify::new(),
+    });
+    let engine = overlap_world(&overlap).await;
+    let (run, _) = engine
+        .event("at-1", "approved")
+        .send_with_start(approved_trip, (), &Approval { by: "ada".into() })
+        .await
+        .unwrap();
+    within("the rollback", run.result()).await.unwrap_err();
+    // Reverse start order: pay, the approval (the timed-out wait has
+    // nothing to undo), then the booking.
+    assert_eq!(
+        overlap.lines(),
+        [
+            "undo pay (at-1:rollback:pay)",
+            "tell ada (at-1:rollback:approval)",
+            "undo book (at-1:rollback:book)",
+        ]
+    );
+    let tail = rollback_tail(&kinds(&run).await);
+    assert!(tail.contains(&completed("approval")), "{tail:?}");
+    assert!(!tail.contains(&started("second-approval")), "{tail:?}");
+}

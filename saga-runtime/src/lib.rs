@@ -113,6 +113,7 @@ pub use crate::workflow::context::WorkflowContext;
 pub use crate::workflow::key::{IdempotencyKey, StepContext};
 pub use crate::workflow::service::Service;
 pub use crate::workflow::step::StepFuture;
+pub use crate::workflow::wait::EventWaitCall;
 pub use crate::workflow::{FnWorkflow, RollbackOrder, Workflow, WorkflowFuture, workflow_fn};
 
 #[cfg(feature = "macros")]
@@ -188,6 +189,7 @@ fn compile_time_assertions() {
     send_sync::<Error>();
     send::<StepFuture<u64>>();
     send::<ChildCall<u64>>();
+    send::<EventWaitCall<u64>>();
     send::<Subscription>();
     send_sync::<TestClock>();
 }

@@ -63,6 +63,7 @@ impl Change {
                 | Change::Recalled { .. }
                 | Change::RecallEnded { .. }
                 | Change::PausedWithParent
+                | Change::WaitStartedWithRollback { .. }
         )
     }
 }
@@ -112,7 +113,8 @@ impl CarriesPayloads for Entry {
             Change::ChildStarted { .. }
             | Change::Recalled { .. }
             | Change::RecallEnded { .. }
-            | Change::PausedWithParent => Vec::new(),
+            | Change::PausedWithParent
+            | Change::WaitStartedWithRollback { .. } => Vec::new(),
         }
     }
 }
@@ -289,6 +291,16 @@ pub(crate) enum Change {
     /// Its parent was paused, and so it was: the parent's resume resumes
     /// it, where a pause of its own stays.
     PausedWithParent,
+    /// A wait began, as `WaitStarted`, with a compensation registered
+    /// (`on_rollback`): when the instance rolls back and the wait had
+    /// received its event, the compensation gets the event's payload.
+    WaitStartedWithRollback {
+        slot: u32,
+        name: String,
+        occurrence: u32,
+        event_type: String,
+        deadline: u64,
+    },
 }
 
 /// How an instance ended.
@@ -326,7 +338,13 @@ mod tests {
     /// variant appended without counting it fails here.
     #[test]
     fn the_last_kind_of_record_is_counted() {
-        let last = bytes(Change::PausedWithParent);
+        let last = bytes(Change::WaitStartedWithRollback {
+            slot: 0,
+            name: "w".into(),
+            occurrence: 0,
+            event_type: "e".into(),
+            deadline: 0,
+        });
         // The version, `at` (1000 as a varint: 251, 232, 3), then the kind.
         assert_eq!(u32::from(last[4]), Change::KINDS - 1);
         assert!(!crate::codec::from_newer_release(&last, 1, Change::KINDS));
@@ -355,7 +373,7 @@ mod tests {
                 at,
                 change: Change::PausedWithParent,
             });
-            assert_eq!(kinds_needed(&paused), Change::KINDS, "at {at}");
+            assert_eq!(kinds_needed(&paused), 33, "at {at}");
             let started = encode_record(&Entry {
                 at,
                 change: Change::DriverStarted,
@@ -429,6 +447,16 @@ mod tests {
             [2, 251, 232, 3, 31, 0]
         );
         assert_eq!(bytes(Change::PausedWithParent), [2, 251, 232, 3, 32]);
+        assert_eq!(
+            bytes(Change::WaitStartedWithRollback {
+                slot: 2,
+                name: "w".into(),
+                occurrence: 0,
+                event_type: "e".into(),
+                deadline: 9,
+            }),
+            [2, 251, 232, 3, 33, 2, 1, b'w', 0, 1, b'e', 9]
+        );
     }
 
     /// The kinds this release adds are written with the index entry, which

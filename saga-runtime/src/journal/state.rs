@@ -477,6 +477,13 @@ fn apply_to(
             occurrence,
             event_type,
             deadline,
+        }
+        | Change::WaitStartedWithRollback {
+            slot,
+            name,
+            occurrence,
+            event_type,
+            deadline,
         } => {
             s.slots.insert(
                 *slot,
@@ -484,7 +491,7 @@ fn apply_to(
                     kind: SlotKind::Event,
                     name: name.clone(),
                     occurrence: *occurrence,
-                    has_rollback: false,
+                    has_rollback: matches!(change, Change::WaitStartedWithRollback { .. }),
                     generation: s.generation,
                     input: None,
                     state: SlotState::Waiting {

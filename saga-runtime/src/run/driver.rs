@@ -418,9 +418,17 @@ async fn rebuild_and_compensate(
         .slots
         .iter()
         .filter(|(i, s)| {
-            // A child's compensation needs no code: it is not rebuilt.
+            // A child's compensation needs no code: it is not rebuilt; nor
+            // is that of a wait that received nothing (it has none to run).
+            let nothing_to_undo = match s.kind {
+                crate::journal::SlotKind::Child => true,
+                crate::journal::SlotKind::Event => {
+                    !matches!(s.state, crate::journal::SlotState::Received { .. })
+                }
+                _ => false,
+            };
             s.has_rollback
-                && s.kind != crate::journal::SlotKind::Child
+                && !nothing_to_undo
                 && state.compensations.get(i) != Some(&CompensationState::Completed)
         })
         .map(|(i, _)| *i)

@@ -67,6 +67,10 @@ pub(crate) async fn compensate(
         let Some(slot) = slots.get(&index) else {
             continue;
         };
+        // A wait that received no event has nothing to undo.
+        if slot.kind == SlotKind::Event && !matches!(slot.state, SlotState::Received { .. }) {
+            continue;
+        }
         // A child's compensation is built from history alone: a child
         // that failed (and compensated itself) or was terminated has none.
         let handler = if slot.kind == SlotKind::Child {
@@ -83,8 +87,10 @@ pub(crate) async fn compensate(
         } else {
             handlers.remove(&index)
         };
+        // A step's stored output; a wait's event.
         let output = match &slot.state {
             SlotState::Completed { output, .. } => Some(output.clone()),
+            SlotState::Received { payload, .. } => Some(payload.clone()),
             _ => None,
         };
         jobs.push(Job {

@@ -47,8 +47,23 @@ pub(crate) fn compensations_from_history(
     table: &[StepNames],
     workflow: &str,
 ) -> Vec<Registered> {
-    use crate::journal::SlotKind;
-    state
+    use crate::journal::{SlotKind, SlotState};
+    let waits = state
+        .slots
+        .iter()
+        .filter(|(_, r)| {
+            r.kind == SlotKind::Event
+                && r.has_rollback
+                && matches!(r.state, SlotState::Received { .. })
+        })
+        .map(|(index, record)| {
+            let handler = Box::new(Unbuildable(format!(
+                "the compensation of wait {:?} is workflow code, which no longer replays; undo its effect by hand (by its idempotency key)",
+                record.name
+            )));
+            Registered::erased(*index, &record.name, record.occurrence, record.generation, handler)
+        });
+    let steps = state
         .slots
         .iter()
         .filter(|(_, r)| r.kind == SlotKind::Step && r.has_rollback)
@@ -74,6 +89,6 @@ pub(crate) fn compensations_from_history(
                 }
             };
             Registered::erased(*index, name, record.occurrence, record.generation, handler)
-        })
-        .collect()
+        });
+    steps.chain(waits).collect()
 }

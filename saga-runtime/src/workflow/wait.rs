@@ -15,7 +15,9 @@ use crate::error::failure::WaitError;
 use crate::journal::{Change, SlotKind, SlotState};
 use crate::time::clock::{add_millis, from_millis, to_millis};
 use crate::time::duration::IntoDuration;
-use crate::workflow::context::{Mode, RunScope, Slot, WorkflowContext};
+use crate::workflow::compensation::{BoxFuture, Registered, RollbackRegistration};
+use crate::workflow::context::{Ctx, Mode, RunScope, Slot, WorkflowContext};
+use crate::workflow::macro_support::{RollbackAttribute, RollbackHandler, register_rollback};
 
 impl WorkflowContext {
     /// Sleeps durably for `duration` (a [`Duration`](std::time::Duration) or a
@@ -54,61 +56,30 @@ impl WorkflowContext {
     /// `Engine::send_event`, for at most `timeout`. An event sent before
     /// the workflow gets here is kept and delivered. A timeout is
     /// [`WaitError::Timeout`], which the workflow may catch.
+    ///
+    /// A wait may register a compensation of the event it received, to run
+    /// at its place in reverse start order if the workflow rolls back (tell
+    /// the approver that the trip they approved was cancelled):
+    /// [`EventWaitCall::on_rollback`] with a `#[rollback]` handler whose
+    /// context holds the event's payload, or
+    /// [`EventWaitCall::on_rollback_with`]. A wait that timed out has
+    /// nothing to undo.
     pub fn wait_for_event<T: DeserializeOwned + Send + 'static>(
         &self,
         name: &'static str,
         event_type: &str,
         timeout: impl IntoDuration,
-    ) -> impl Future<Output = Result<T, WaitError>> + Send + 'static {
-        let timeout = timeout.into_duration();
-        let slot = self.run.take_slot(SlotKind::Event, name);
-        let shared = self.run.scope.clone();
-        let event_type = event_type.to_owned();
-        let type_problem = crate::names::check_event_type(&event_type).err();
-        async move {
-            let timeout = timeout?;
-            let Some(slot) = slot else {
-                return pending().await;
-            };
-            if let Some(problem) = type_problem {
-                shared.fail(crate::error::failure::Failure::new(
-                    crate::error::failure::FailureKind::Workflow,
-                    problem,
-                ));
-                return pending().await;
-            }
-            let span = tracing::info_span!(
-                "saga.wait",
-                instance = %shared.id,
-                workflow = %shared.workflow,
+    ) -> EventWaitCall<T> {
+        EventWaitCall {
+            begun: Some(WaitBegun {
+                run: self.run.clone(),
+                slot: self.run.take_slot(SlotKind::Event, name),
                 name,
-                occurrence = slot.occurrence,
-                event_type = %event_type,
-            );
-            let wait = EventWait {
-                scope: shared.clone(),
-                slot,
-                name,
-                event_type,
-            };
-            let payload = wait.run(timeout).instrument(span).await?;
-            // Sealed with a key this engine lacks: not the workflow's error
-            // to handle, but the instance's to wait out, parked.
-            if let Some(key) = payload.sealed_key() {
-                shared.fail(crate::error::failure::Failure::new(
-                    crate::error::failure::FailureKind::Decode,
-                    format!(
-                        "the event taken by wait {name:?} does not decode: {}",
-                        crate::codec::missing_key_detail(key)
-                    ),
-                ));
-                return pending().await;
-            }
-            payload.decode::<T>().map_err(|detail| WaitError::Decode {
-                name: name.to_owned(),
-                type_name: std::any::type_name::<T>(),
-                detail,
-            })
+                event_type: event_type.to_owned(),
+                timeout: timeout.into_duration(),
+                rollback: None,
+            }),
+            running: None,
         }
     }
 
@@ -157,6 +128,138 @@ impl WorkflowContext {
                 .await;
             value
         }
+    }
+}
+
+/// A `ctx.wait_for_event(..)` call: a future of the event's payload. Its
+/// slot is taken when the call is made, in call order; the wait begins
+/// when it is first polled.
+#[must_use = "a wait begins when it is awaited"]
+pub struct EventWaitCall<T> {
+    begun: Option<WaitBegun<T>>,
+    running: Option<BoxFuture<Result<T, WaitError>>>,
+}
+
+/// What a wait knows before it is first polled.
+struct WaitBegun<T> {
+    run: Arc<Ctx>,
+    slot: Option<Slot>,
+    name: &'static str,
+    event_type: String,
+    timeout: Result<std::time::Duration, WaitError>,
+    rollback: Option<RollbackRegistration<T>>,
+}
+
+impl<T: DeserializeOwned + Send + 'static> EventWaitCall<T> {
+    /// Registers `H`, a `#[rollback]` handler of this wait
+    /// (`async fn(ctx: RollbackContext<'_, T>, ..) -> Result<(), E>`,
+    /// services after its context), as the wait's compensation: when the
+    /// workflow rolls back after the wait received its event, `H` runs at
+    /// the wait's place in reverse start order, with the event's payload as
+    /// `ctx.output()` and its own key, `"{instance}:rollback:{wait}"`.
+    pub fn on_rollback<H>(self) -> Self
+    where
+        H: RollbackAttribute + RollbackHandler<T, ()>,
+    {
+        self.on_rollback_with(register_rollback::<H, T, ()>(|config| config, ()))
+    }
+
+    /// Like [`on_rollback`](EventWaitCall::on_rollback), with a
+    /// compensation built by hand.
+    pub fn on_rollback_with(mut self, rollback: RollbackRegistration<T>) -> Self {
+        if let Some(begun) = &mut self.begun {
+            begun.rollback = Some(rollback);
+        }
+        self
+    }
+}
+
+impl<T: DeserializeOwned + Send + 'static> Future for EventWaitCall<T> {
+    type Output = Result<T, WaitError>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        if let Some(begun) = self.begun.take() {
+            self.running = Some(Box::pin(begun.wait()));
+        }
+        match &mut self.running {
+            Some(running) => running.as_mut().poll(cx),
+            None => std::task::Poll::Pending,
+        }
+    }
+}
+
+impl<T: DeserializeOwned + Send + 'static> WaitBegun<T> {
+    async fn wait(self) -> Result<T, WaitError> {
+        let WaitBegun {
+            run,
+            slot,
+            name,
+            event_type,
+            timeout,
+            rollback,
+        } = self;
+        let shared = run.scope.clone();
+        let type_problem = crate::names::check_event_type(&event_type).err();
+        let timeout = timeout?;
+        let Some(slot) = slot else {
+            return pending().await;
+        };
+        if let Some(problem) = type_problem {
+            shared.fail(crate::error::failure::Failure::new(
+                crate::error::failure::FailureKind::Workflow,
+                problem,
+            ));
+            return pending().await;
+        }
+        // Registered as the wait begins (as a step's when it is called):
+        // the compensation is the rollback's to run if the wait received.
+        let undoable = rollback.is_some();
+        if let Some(rollback) = rollback {
+            run.register_rollback(Registered::new(
+                slot.index,
+                &slot.name,
+                slot.occurrence,
+                slot.generation,
+                rollback,
+            ));
+        }
+        drop(run);
+        let span = tracing::info_span!(
+            "saga.wait",
+            instance = %shared.id,
+            workflow = %shared.workflow,
+            name,
+            occurrence = slot.occurrence,
+            event_type = %event_type,
+        );
+        let wait = EventWait {
+            scope: shared.clone(),
+            slot,
+            name,
+            event_type,
+            undoable,
+        };
+        let payload = wait.run(timeout).instrument(span).await?;
+        // Sealed with a key this engine lacks: not the workflow's error
+        // to handle, but the instance's to wait out, parked.
+        if let Some(key) = payload.sealed_key() {
+            shared.fail(crate::error::failure::Failure::new(
+                crate::error::failure::FailureKind::Decode,
+                format!(
+                    "the event taken by wait {name:?} does not decode: {}",
+                    crate::codec::missing_key_detail(key)
+                ),
+            ));
+            return pending().await;
+        }
+        payload.decode::<T>().map_err(|detail| WaitError::Decode {
+            name: name.to_owned(),
+            type_name: std::any::type_name::<T>(),
+            detail,
+        })
     }
 }
 
@@ -225,6 +328,8 @@ struct EventWait {
     slot: Slot,
     name: &'static str,
     event_type: String,
+    /// Whether a compensation is registered for it.
+    undoable: bool,
 }
 
 impl EventWait {
@@ -240,13 +345,25 @@ impl EventWait {
                     return pending().await;
                 }
                 let deadline = add_millis(shared.core.now_millis(), timeout);
+                let (slot, name) = (self.slot.index, self.name.to_owned());
+                let (occurrence, event_type) = (self.slot.occurrence, self.event_type.clone());
                 shared
-                    .record(Change::WaitStarted {
-                        slot: self.slot.index,
-                        name: self.name.to_owned(),
-                        occurrence: self.slot.occurrence,
-                        event_type: self.event_type.clone(),
-                        deadline,
+                    .record(if self.undoable {
+                        Change::WaitStartedWithRollback {
+                            slot,
+                            name,
+                            occurrence,
+                            event_type,
+                            deadline,
+                        }
+                    } else {
+                        Change::WaitStarted {
+                            slot,
+                            name,
+                            occurrence,
+                            event_type,
+                            deadline,
+                        }
                     })
                     .await;
                 deadline
