@@ -809,3 +809,47 @@ async fn inspect_shows_each_child_and_how_it_ended() {
     );
     let _: &Instance = run.instance();
 }
+
+/// Polls its child call once, then drops it, and waits for a go-ahead.
+#[workflow(name = "impatient")]
+async fn impatient(ctx: WorkflowContext, trip: Trip) -> Result<(), WorkflowError> {
+    {
+        let mut call = std::pin::pin!(ctx.child("book-flight", book_flight, trip));
+        std::future::poll_fn(|cx| {
+            let _ = call.as_mut().poll(cx);
+            std::task::Poll::Ready(())
+        })
+        .await;
+    }
+    let _: bool = ctx.wait_for_event("go", "go", "1 day").await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_child_call_dropped_after_it_began_still_starts_its_one_child() {
+    // A clock that stands still: the parent's wait must not time out.
+    let World { engine, ledger } = world_with(|b| b.clock(TestClock::new())).await;
+    engine.register(impatient).unwrap();
+    let run = engine.start(impatient, "imp-1", alice()).await.unwrap();
+    // The call was recorded as it was first polled: its child is created
+    // and runs, though the parent no longer waits for it.
+    wait_until("the child to complete", || async {
+        match engine.instance("imp-1.book-flight").await {
+            Ok(child) => child.status().await.unwrap() == Status::Complete,
+            Err(_) => false,
+        }
+    })
+    .await;
+    assert_eq!(ledger.count("charge flight alice"), 1);
+    assert!(kinds(&run).await.iter().any(|k| matches!(
+        k,
+        EventKind::ChildStarted { child, .. } if child == "imp-1.book-flight"
+    )));
+    engine.send_event("imp-1", "go", &true).await.unwrap();
+    within("the parent", run.result()).await.unwrap();
+    let children = engine
+        .list(&ListFilter::all().parent("imp-1"))
+        .await
+        .unwrap();
+    assert_eq!(children.len(), 1);
+}

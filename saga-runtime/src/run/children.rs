@@ -53,7 +53,9 @@ impl Kin for Family {
 }
 
 /// Creates `child` unless it exists, recording `parent` with its creation,
-/// and gives it a driver; answers once its creation is durable.
+/// and gives it a driver; answers once its creation is durable. The
+/// parent's record of the call is made durable first, so no child exists
+/// that its parent's journal would not name after a crash.
 async fn start_child(
     runner: &Arc<Runner>,
     parent: &InstanceId,
@@ -62,6 +64,7 @@ async fn start_child(
     input: Payload,
 ) -> Result<()> {
     let journal = &runner.core.journal;
+    journal.flush().await?;
     journal
         .create_then(child, workflow, input, true, |state, created| {
             // Found by its id: the call was made before a crash.

@@ -336,16 +336,17 @@ impl Call {
                     self.slot.generation,
                     0,
                 );
-                shared
-                    .record(Change::ChildStarted {
-                        slot: self.slot.index,
-                        name: self.slot.name.to_string(),
-                        occurrence: self.slot.occurrence,
-                        workflow: self.workflow.to_owned(),
-                        child: child.to_string(),
-                        rollback,
-                    })
-                    .await;
+                // Appended at once; made durable by the creation below.
+                if let Err(e) = shared.append(Change::ChildStarted {
+                    slot: self.slot.index,
+                    name: self.slot.name.to_string(),
+                    occurrence: self.slot.occurrence,
+                    workflow: self.workflow.to_owned(),
+                    child: child.to_string(),
+                    rollback,
+                }) {
+                    return shared.stall(e).await;
+                }
                 tracing::info!(child = %child, "child workflow started");
                 child
             }
@@ -373,12 +374,18 @@ impl Call {
                 return pending().await;
             }
         };
-        // Created once: a start of the child id that exists is a no-op.
-        if let Err(e) = kin
-            .start_child(&shared.id, &child, self.workflow, input)
-            .await
-        {
-            return shared.stall(e).await;
+        // Created once (a start of the child id that exists is a no-op),
+        // in a task of the engine's: a call dropped after its record was
+        // appended still creates its child, never leaving half of one.
+        let created =
+            shared
+                .core
+                .runtime
+                .spawn(kin.start_child(&shared.id, &child, self.workflow, input));
+        match created.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return shared.stall(e).await,
+            Err(_) => return pending().await,
         }
         let ended = self.wait(&child).await;
         shared
