@@ -34,6 +34,8 @@ struct Ledger {
     /// While set, the flight's `seat` step waits for `release`.
     hold_seat: AtomicBool,
     release: Notify,
+    /// The visa's compensation succeeds from now on.
+    consulate_relents: AtomicBool,
 }
 
 impl Ledger {
@@ -852,4 +854,112 @@ async fn a_child_call_dropped_after_it_began_still_starts_its_one_child() {
         .await
         .unwrap();
     assert_eq!(children.len(), 1);
+}
+
+#[step(name = "visa", rollback = cancel_visa)]
+async fn visa(key: IdempotencyKey, ledger: Service<Ledger>) -> Result<(), StepError> {
+    ledger.write(format!("visa ({key})"));
+    Ok(())
+}
+
+#[rollback(retries = 0)]
+async fn cancel_visa(
+    ctx: RollbackContext<'_, ()>,
+    ledger: Service<Ledger>,
+) -> Result<(), StepError> {
+    if ledger.consulate_relents.load(Ordering::SeqCst) {
+        ledger.write(format!("cancel visa ({})", ctx.key()));
+        return Ok(());
+    }
+    ledger.write(format!("cancel visa refused ({})", ctx.key()));
+    Err(StepError::fatal("the consulate keeps the fee"))
+}
+
+/// A child whose own compensation gives up.
+#[workflow(name = "apply-visa")]
+async fn apply_visa(ctx: WorkflowContext, _input: ()) -> Result<(), WorkflowError> {
+    visa(&ctx).await?;
+    Ok(())
+}
+
+/// Holds, gets a visa (a child), then pays, declined.
+#[workflow(name = "visa-trip")]
+async fn visa_trip(ctx: WorkflowContext, trip: Trip) -> Result<(), WorkflowError> {
+    hold(&ctx).await?;
+    ctx.child("visa", apply_visa, ()).await?;
+    pay(&ctx, trip).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_child_whose_compensation_gives_up_gives_up_the_parents_rollback_and_subscribers_see_it()
+{
+    let World { engine, ledger } = world().await;
+    engine.register(apply_visa).unwrap();
+    engine.register(visa_trip).unwrap();
+    ledger.declined.store(true, Ordering::SeqCst);
+    let mut events = engine.subscribe();
+    let run = engine.start(visa_trip, "visa-1", alice()).await.unwrap();
+    let error = within("the trip", run.result()).await.unwrap_err();
+    let Error::WorkflowFailed {
+        rollback_failure: Some(gave_up),
+        ..
+    } = &error
+    else {
+        panic!("{error:?}")
+    };
+    assert!(
+        gave_up
+            .message()
+            .contains("\"visa-1.visa\" could not be compensated"),
+        "{gave_up}"
+    );
+    // The parent's rollback stopped at the child: the hold stays.
+    assert_eq!(ledger.count("unhold (visa-1:rollback:hold)"), 0);
+    let child = instance(&engine, "visa-1.visa").await;
+    assert_eq!(child.status().await.unwrap(), Status::Compensated);
+    assert!(matches!(
+        child.result::<()>().await,
+        Err(Error::Compensated {
+            rollback_failure: Some(_),
+            ..
+        })
+    ));
+    // Subscribers are told the child was undone.
+    within("the child's end as an event", async {
+        loop {
+            let event = events.recv().await.unwrap();
+            if event.instance == "visa-1.visa" && event.kind == EventKind::InstanceCompensated {
+                break;
+            }
+        }
+    })
+    .await;
+    // Once the consulate relents, retrying the parent's rollback retries
+    // the child's, then goes on to the hold.
+    ledger.consulate_relents.store(true, Ordering::SeqCst);
+    run.retry_rollback().await.unwrap();
+    within("the retried rollback", async {
+        while run.status().await.unwrap() != Status::Errored
+            || ledger.count("unhold (visa-1:rollback:hold)") == 0
+        {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await;
+    assert_eq!(ledger.count("cancel visa (visa-1.visa:rollback:visa)"), 1);
+    assert!(matches!(
+        run.result().await,
+        Err(Error::WorkflowFailed {
+            rollback_failure: None,
+            ..
+        })
+    ));
+    assert!(matches!(
+        child.result::<()>().await,
+        Err(Error::Compensated {
+            rollback_failure: None,
+            ..
+        })
+    ));
 }

@@ -545,13 +545,10 @@ async fn undo_child(
     };
     let store = |e: crate::Error| StepError::retryable(e);
     let read = |state: &InstanceState| {
-        let recalled = state
-            .rollback
-            .as_ref()
-            .is_some_and(|plan| plan.then == Status::Compensated);
-        (state.status, recalled)
+        let gave_up = state.rollback.as_ref().is_some_and(|p| p.failure.is_some());
+        (state.status, gave_up)
     };
-    let (status, recalled) = match core.journal.read_durable(child, read).await {
+    let (status, gave_up) = match core.journal.read_durable(child, read).await {
         Ok(read) => read,
         // Never created: the call was recorded and the parent failed
         // before it got to start it. Nothing to undo.
@@ -562,10 +559,13 @@ async fn undo_child(
         Status::Complete => Some(Command::Recall {
             cause: cause.clone(),
         }),
+        // Undone by this rollback before, and its own rollback gave up:
+        // the parent's `retry_rollback` retries the child's too.
+        Status::Compensated | Status::Terminated if gave_up => Some(Command::RetryRollback),
         Status::RollingBack | Status::Errored | Status::Terminated | Status::Compensated => None,
         _ => Some(Command::Terminate { rollback: true }),
     };
-    tracing::info!(child = %child, %status, recalled, "undoing a child workflow");
+    tracing::info!(child = %child, %status, gave_up, "undoing a child workflow");
     if let Some(command) = command {
         match kin.command(child, command).await {
             Ok(()) => {}
