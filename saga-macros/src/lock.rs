@@ -60,7 +60,10 @@
 //!
 //! The generated code includes the lock file (`include_bytes!`), so editing
 //! it rebuilds the crate, and reads `option_env!("SAGA_LOCK")` and
-//! `option_env!("SAGA_LOCK_PATH")`, so cargo rebuilds when they change.
+//! `option_env!("SAGA_LOCK_PATH")`, so cargo rebuilds when they change;
+//! it reads them in a crate without a lock file too, so the first
+//! `SAGA_LOCK=update cargo build` writes the file even when cargo has the
+//! crate cached.
 //!
 //! # What the output hash covers
 //!
@@ -309,13 +312,8 @@ impl Lock {
                 const _: &[u8] = ::core::include_bytes!(#path);
             )
         });
-        quote! {
-            const _: [::core::option::Option<&str>; 2] = [
-                ::core::option_env!("SAGA_LOCK"),
-                ::core::option_env!("SAGA_LOCK_PATH"),
-            ];
-            #include
-        }
+        let env = env_tracking();
+        quote!(#env #include)
     }
 
     fn find(&self, matches: impl Fn(&Line) -> bool) -> Option<&Line> {
@@ -323,8 +321,21 @@ impl Lock {
     }
 }
 
+/// Items that make cargo rebuild when `SAGA_LOCK` or `SAGA_LOCK_PATH`
+/// change: read with `option_env!`, which cargo tracks. Emitted with or
+/// without a lock file, so the first `SAGA_LOCK=update cargo build` of a
+/// crate that has none rebuilds it even when cargo had it cached.
+fn env_tracking() -> TokenStream {
+    quote! {
+        const _: [::core::option::Option<&str>; 2] = [
+            ::core::option_env!("SAGA_LOCK"),
+            ::core::option_env!("SAGA_LOCK_PATH"),
+        ];
+    }
+}
+
 /// `#[step]`'s lock: writes or checks its own line; returns the tracking
-/// items (nothing without a lock).
+/// items (the variables alone without a lock).
 pub(crate) fn step(
     name: &LitStr,
     renamed_from: Option<&LitStr>,
@@ -333,7 +344,7 @@ pub(crate) fn step(
     errors: &mut Errors,
 ) -> TokenStream {
     let Some(lock) = Lock::open(errors) else {
-        return TokenStream::new();
+        return env_tracking();
     };
     let (value, function) = (name.value(), ident.to_string());
     let old = renamed_from.map(LitStr::value);
@@ -411,7 +422,7 @@ pub(crate) fn workflow(
     errors: &mut Errors,
 ) -> (TokenStream, Vec<StepCallError>) {
     let Some(lock) = Lock::open(errors) else {
-        return (TokenStream::new(), Vec::new());
+        return (env_tracking(), Vec::new());
     };
     let workflow = name.value();
     let callees = &body.calls.callees;
