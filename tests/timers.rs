@@ -14,7 +14,7 @@ mod helpers;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use saga_runtime::prelude::*;
-use saga_runtime::{EventKind, TestClock};
+use saga_runtime::{Clock, EventKind, TestClock};
 
 use child::{DataDir, child_dir, report};
 use helpers::within;
@@ -288,4 +288,48 @@ async fn thousands_of_instances_sleep_at_once_and_all_wake() {
     println!("{woke} of {N} sleeping instances woke at the hour");
     assert_eq!(woke, N);
     assert_eq!(clock.sleepers(), 0);
+}
+
+/// Sleeps a week, then waits a day for a go-ahead.
+#[workflow(name = "settle-then-ask")]
+async fn settle_then_ask(ctx: WorkflowContext, (): ()) -> Result<bool, WorkflowError> {
+    ctx.sleep("settle", "7 days").await?;
+    match ctx.wait_for_event::<bool>("ask", "go", "1 day").await {
+        Ok(go) => Ok(go),
+        Err(WaitError::Timeout { .. }) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `auto_advancing_to_sleeps` skips a sleep at once but leaves an event
+/// wait waiting: the test sends the event (told by `wait_for_event_waits`,
+/// without a real sleep), or moves time past the deadline itself.
+#[tokio::test]
+async fn a_clock_that_skips_to_sleeps_leaves_event_waits_to_the_test() {
+    let clock = TestClock::auto_advancing_to_sleeps();
+    let engine = helpers::engine_on(&clock).await;
+    let sent = engine.start(settle_then_ask, "ask-1", ()).await.unwrap();
+    within("the event wait", clock.wait_for_event_waits(1)).await;
+    assert_eq!(clock.now(), at(7 * DAY), "the week passed at once");
+    engine.send_event("ask-1", "go", &true).await.unwrap();
+    assert!(within("the result", sent.result()).await.unwrap());
+    assert_eq!(clock.now(), at(7 * DAY), "the day was not skipped");
+
+    // Nobody sends: the test moves time to the deadline, and it times out.
+    let mut events = engine.subscribe();
+    let timed_out = engine.start(settle_then_ask, "ask-2", ()).await.unwrap();
+    let deadline = within("the wait's start", async {
+        loop {
+            let event = events.recv().await.unwrap();
+            if let (true, EventKind::EventWaitStarted { deadline, .. }) =
+                (event.instance == "ask-2", &event.kind)
+            {
+                break *deadline;
+            }
+        }
+    })
+    .await;
+    within("the event wait", clock.wait_for_event_waits(1)).await;
+    clock.advance_to(deadline);
+    assert!(!within("the result", timed_out.result()).await.unwrap());
 }

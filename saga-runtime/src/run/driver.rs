@@ -19,7 +19,7 @@ use crate::names::id::InstanceId;
 use crate::panic::CatchUnwind;
 use crate::run::rollback::compensate;
 use crate::workflow::ErasedWorkflow;
-use crate::workflow::context::{Ctx, Mode, RunScope, WorkflowContext};
+use crate::workflow::context::{Ctx, Mode, RunScope, Wake, WorkflowContext};
 use crate::workflow::engine_core::Core;
 use crate::workflow::live::{Interrupt, Live};
 
@@ -39,7 +39,7 @@ pub(crate) enum Exit {
     Suspended,
     /// It only waits, until the wake time given (an event may wake it
     /// sooner): it is rebuilt from its journal then.
-    Hibernated(u64),
+    Hibernated(Wake),
     /// Recorded an end: a control call that runs the instance again
     /// (`retry_rollback`, `restart`) may have come while this driver still
     /// held it, so look again.
@@ -147,7 +147,7 @@ async fn drive_once(
 enum Outcome {
     Finished(std::result::Result<std::result::Result<crate::codec::Payload, Failure>, String>),
     Interrupted(Interrupt),
-    Hibernate(u64),
+    Hibernate(Wake),
 }
 
 async fn run_forward(
@@ -209,9 +209,9 @@ async fn run_forward(
             tracing::info!("workflow paused");
             return Ok(Exit::Suspended);
         }
-        Outcome::Hibernate(wake_at) => {
-            tracing::debug!(wake_at = ?crate::time::clock::from_millis(wake_at), "workflow only waits: letting go until it wakes");
-            return Ok(Exit::Hibernated(wake_at));
+        Outcome::Hibernate(wake) => {
+            tracing::debug!(wake_at = ?crate::time::clock::from_millis(wake.at), "workflow only waits: letting go until it wakes");
+            return Ok(Exit::Hibernated(wake));
         }
         Outcome::Interrupted(Interrupt::Stop) => return Ok(Exit::Other),
         Outcome::Finished(Ok(Ok(output))) => {

@@ -15,6 +15,7 @@ use crate::panic::CatchUnwind;
 use crate::run::driver::{self, Exit};
 use crate::run::resident::{Resident, Residents};
 use crate::workflow::ErasedWorkflow;
+use crate::workflow::context::Wake;
 use crate::workflow::engine_core::Core;
 use crate::workflow::live::Live;
 
@@ -264,7 +265,7 @@ impl Runner {
             // (and its state): a control call that waits for the driver to
             // stop finds the timer, to stop it too.
             let wake_now = match exit {
-                Ok(Exit::Hibernated(wake_at)) => runner.hibernate(&id, wake_at),
+                Ok(Exit::Hibernated(wake)) => runner.hibernate(&id, wake),
                 _ => false,
             };
             if let Err(panic) = &exit {
@@ -379,7 +380,8 @@ impl Runner {
     /// Called while the driver still holds the instance, whose state is in
     /// memory; answers whether to wake it at once instead (an awaited
     /// event came), once the driver let go.
-    fn hibernate(self: &Arc<Self>, id: &str, wake_at: u64) -> bool {
+    fn hibernate(self: &Arc<Self>, id: &str, wake: Wake) -> bool {
+        let wake_at = wake.at;
         let awaited_event_came = self.core.journal.read_kept(id, awaited_event_came);
         if awaited_event_came.unwrap_or(true) {
             return true;
@@ -396,9 +398,12 @@ impl Runner {
         let clock = self.core.clock.clone();
         let owned = id.to_owned();
         let task = self.core.runtime.spawn(async move {
-            clock
-                .sleep_until(crate::time::clock::from_millis(wake_at))
-                .await;
+            let at = crate::time::clock::from_millis(wake_at);
+            if wake.deadline {
+                clock.event_deadline(at).await;
+            } else {
+                clock.sleep_until(at).await;
+            }
             let Some(runner) = runner.upgrade() else {
                 return;
             };

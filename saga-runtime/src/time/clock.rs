@@ -28,6 +28,14 @@ pub trait Clock: Send + Sync + 'static {
     fn timeout_at(&self, deadline: SystemTime) -> Sleep {
         self.sleep_until(deadline)
     }
+
+    /// Completes at `deadline`, the timeout of an event wait: the time a
+    /// test still has to send the event. A clock that skips time forward
+    /// in the mode [`TestClock::auto_advancing_to_sleeps`] does not skip to
+    /// these.
+    fn event_deadline(&self, deadline: SystemTime) -> Sleep {
+        self.sleep_until(deadline)
+    }
 }
 
 /// The real clock: the system's wall time and Tokio's timers.
@@ -57,10 +65,18 @@ impl Clock for SystemClock {
 
 /// A clock for tests: time moves only when the test says so.
 ///
-/// [`TestClock::new`] stands still until [`advance`](TestClock::advance);
-/// [`TestClock::auto_advancing`] jumps to the next sleep's deadline as soon
-/// as one starts, so retry delays and durable sleeps pass at once while
-/// still being recorded with their real lengths.
+/// - [`TestClock::new`] stands still until [`advance`](TestClock::advance)
+///   or [`advance_to`](TestClock::advance_to).
+/// - [`TestClock::auto_advancing`] jumps to the next sleep's deadline as
+///   soon as one starts, so retry delays and durable sleeps pass at once
+///   while still being recorded with their real lengths. It jumps to event
+///   waits' deadlines too: a wait times out before a test can send its
+///   event.
+/// - [`TestClock::auto_advancing_to_sleeps`] jumps to durable sleeps and
+///   retry delays only: an event wait waits for its event (or for the test
+///   to move time past its deadline), as in production.
+///
+/// Attempt timeouts are never jumped to.
 #[derive(Clone)]
 pub struct TestClock {
     shared: Arc<TestTime>,
@@ -73,14 +89,35 @@ struct TestTime {
 
 struct Timeline {
     now: SystemTime,
-    auto: bool,
+    auto: Auto,
     next_id: u64,
     sleepers: BTreeMap<(SystemTime, u64), Sleeper>,
 }
 
+/// What an auto-advancing clock jumps to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Auto {
+    Off,
+    /// Sleeps, retry delays and event waits' deadlines.
+    Everything,
+    /// Sleeps and retry delays.
+    Sleeps,
+}
+
 struct Sleeper {
     wake: oneshot::Sender<()>,
-    is_timeout: bool,
+    kind: Kind,
+}
+
+/// What a sleeper waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// A durable sleep or a retry delay.
+    Sleep,
+    /// An event wait's deadline.
+    EventDeadline,
+    /// An attempt's timeout.
+    Timeout,
 }
 
 impl TestClock {
@@ -95,7 +132,7 @@ impl TestClock {
             shared: Arc::new(TestTime {
                 state: Mutex::new(Timeline {
                     now: start,
-                    auto: false,
+                    auto: Auto::Off,
                     next_id: 0,
                     sleepers: BTreeMap::new(),
                 }),
@@ -105,11 +142,33 @@ impl TestClock {
     }
 
     /// A clock that jumps to each sleep's deadline as soon as the sleep
-    /// starts (timeouts excepted).
+    /// starts (timeouts excepted), event waits' deadlines included.
     pub fn auto_advancing() -> Self {
         let clock = TestClock::new();
-        clock.lock().auto = true;
+        clock.lock().auto = Auto::Everything;
         clock
+    }
+
+    /// A clock that jumps to each durable sleep's wake time and each retry
+    /// delay's end as soon as it starts, but not to an event wait's
+    /// deadline: the test sends the event, or moves time on
+    /// ([`advance`](TestClock::advance), [`advance_to`](TestClock::advance_to))
+    /// to make the wait time out.
+    pub fn auto_advancing_to_sleeps() -> Self {
+        let clock = TestClock::new();
+        clock.lock().auto = Auto::Sleeps;
+        clock
+    }
+
+    /// Moves time forward to `at` (nothing happens if it has passed),
+    /// waking every sleep whose deadline passed: for instance to the wake
+    /// time of a `SleepStarted` event of one instance.
+    pub fn advance_to(&self, at: SystemTime) {
+        let mut state = self.lock();
+        let due = state.advance_to(at);
+        drop(state);
+        wake_all(due);
+        self.shared.changed.notify_waiters();
     }
 
     /// Moves time forward by `by`, waking every sleep whose deadline passed.
@@ -133,7 +192,7 @@ impl TestClock {
         let next = state
             .sleepers
             .iter()
-            .find(|(_, s)| !s.is_timeout)
+            .find(|(_, s)| s.kind != Kind::Timeout)
             .map(|((at, _), _)| *at)?;
         let to = next.max(state.now);
         let due = state.advance_to(to);
@@ -143,20 +202,47 @@ impl TestClock {
         Some(to)
     }
 
-    /// How many sleeps (timeouts excepted) are waiting for time to pass.
+    /// How many sleeps, retry delays and event waits (timeouts excepted)
+    /// are waiting for time to pass.
     pub fn sleepers(&self) -> usize {
+        self.count(|kind| kind != Kind::Timeout)
+    }
+
+    /// How many event waits are waiting for their event or deadline.
+    pub fn event_waits(&self) -> usize {
+        self.count(|kind| kind == Kind::EventDeadline)
+    }
+
+    /// Waits until at least `n` sleeps (timeouts excepted, event waits
+    /// included) are pending.
+    pub async fn wait_for_sleepers(&self, n: usize) {
+        self.wait_for(n, |kind| kind != Kind::Timeout).await;
+    }
+
+    /// Waits until at least `n` durable sleeps or retry delays (not event
+    /// waits) are pending.
+    pub async fn wait_for_sleeps(&self, n: usize) {
+        self.wait_for(n, |kind| kind == Kind::Sleep).await;
+    }
+
+    /// Waits until at least `n` event waits are pending: a test then sends
+    /// their events.
+    pub async fn wait_for_event_waits(&self, n: usize) {
+        self.wait_for(n, |kind| kind == Kind::EventDeadline).await;
+    }
+
+    fn count(&self, counted: impl Fn(Kind) -> bool) -> usize {
         self.lock()
             .sleepers
             .values()
-            .filter(|s| !s.is_timeout)
+            .filter(|s| counted(s.kind))
             .count()
     }
 
-    /// Waits until at least `n` sleeps (timeouts excepted) are pending.
-    pub async fn wait_for_sleepers(&self, n: usize) {
+    async fn wait_for(&self, n: usize, counted: impl Fn(Kind) -> bool) {
         loop {
             let changed = self.shared.changed.notified();
-            if self.sleepers() >= n {
+            if self.count(&counted) >= n {
                 return;
             }
             changed.await;
@@ -171,7 +257,7 @@ impl TestClock {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    fn sleep(&self, deadline: SystemTime, is_timeout: bool) -> Sleep {
+    fn sleep(&self, deadline: SystemTime, kind: Kind) -> Sleep {
         let mut state = self.lock();
         if deadline <= state.now {
             return Box::pin(std::future::ready(()));
@@ -179,8 +265,13 @@ impl TestClock {
         let (wake, woken) = oneshot::channel();
         let key = (deadline, state.next_id);
         state.next_id += 1;
-        state.sleepers.insert(key, Sleeper { wake, is_timeout });
-        let due = if state.auto && !is_timeout {
+        state.sleepers.insert(key, Sleeper { wake, kind });
+        let jump = match (state.auto, kind) {
+            (_, Kind::Timeout) | (Auto::Off, _) => false,
+            (Auto::Everything, _) => true,
+            (Auto::Sleeps, kind) => kind == Kind::Sleep,
+        };
+        let due = if jump {
             state.advance_to(deadline)
         } else {
             Vec::new()
@@ -244,11 +335,15 @@ impl Clock for TestClock {
     }
 
     fn sleep_until(&self, deadline: SystemTime) -> Sleep {
-        self.sleep(deadline, false)
+        self.sleep(deadline, Kind::Sleep)
     }
 
     fn timeout_at(&self, deadline: SystemTime) -> Sleep {
-        self.sleep(deadline, true)
+        self.sleep(deadline, Kind::Timeout)
+    }
+
+    fn event_deadline(&self, deadline: SystemTime) -> Sleep {
+        self.sleep(deadline, Kind::EventDeadline)
     }
 }
 

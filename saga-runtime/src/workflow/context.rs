@@ -330,13 +330,13 @@ impl Ctx {
     /// earliest wake time, for the driver to let go of the instance until
     /// then. It is rebuilt from its journal when it wakes, so a sleeping
     /// instance costs no driver, no future and no cached state.
-    pub(crate) fn hibernation(&self, after: std::time::Duration) -> Option<u64> {
+    pub(crate) fn hibernation(&self, after: std::time::Duration) -> Option<Wake> {
         if !self.scope.in_flight.is_idle() {
             return None;
         }
         let wake = lock(&self.scope.asleep.waits).values().min().copied()?;
         let soon = crate::time::clock::add_millis(self.scope.core.now_millis(), after);
-        (wake >= soon).then_some(wake)
+        (wake.at >= soon).then_some(wake)
     }
 
     /// Waits until every step task of this run finished on its own.
@@ -399,7 +399,29 @@ impl RunScope {
     /// A wait of slot `slot` goes to sleep until `wake_at` (its start is
     /// durable); it is awake again when the guard drops.
     pub(crate) fn asleep_until(self: &Arc<Self>, slot: u32, wake_at: u64) -> AsleepGuard {
-        lock(&self.asleep.waits).insert(slot, wake_at);
+        self.asleep(
+            slot,
+            Wake {
+                at: wake_at,
+                deadline: false,
+            },
+        )
+    }
+
+    /// An event wait of slot `slot` waits, at most until `deadline` (its
+    /// start is durable); see [`RunScope::asleep_until`].
+    pub(crate) fn waiting_until(self: &Arc<Self>, slot: u32, deadline: u64) -> AsleepGuard {
+        self.asleep(
+            slot,
+            Wake {
+                at: deadline,
+                deadline: true,
+            },
+        )
+    }
+
+    fn asleep(self: &Arc<Self>, slot: u32, wake: Wake) -> AsleepGuard {
+        lock(&self.asleep.waits).insert(slot, wake);
         self.asleep.changed.notify_waiters();
         AsleepGuard {
             scope: self.clone(),
@@ -458,8 +480,17 @@ fn describe(kind: SlotKind, name: &str, occurrence: u32) -> String {
 /// waits.
 #[derive(Default)]
 struct Asleep {
-    waits: Mutex<std::collections::BTreeMap<u32, u64>>,
+    waits: Mutex<std::collections::BTreeMap<u32, Wake>>,
     changed: tokio::sync::Notify,
+}
+
+/// When a run that only waits wakes: at `at`, the wake time of a sleep or
+/// (`deadline`) the timeout of an event wait, which a test clock may treat
+/// apart (`Clock::event_deadline`). Ordered by time first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Wake {
+    pub(crate) at: u64,
+    pub(crate) deadline: bool,
 }
 
 /// Held by a wait while it sleeps.

@@ -393,10 +393,10 @@ impl EventWait {
                 tracing::warn!("event wait timed out");
                 return Err(self.timeout_error());
             }
-            let asleep = shared.asleep_until(self.slot.index, deadline);
+            let asleep = shared.waiting_until(self.slot.index, deadline);
             tokio::select! {
                 () = sent => {}
-                () = shared.core.clock.sleep_until(from_millis(deadline)) => {}
+                () = shared.core.clock.event_deadline(from_millis(deadline)) => {}
             }
             drop(asleep);
         }
