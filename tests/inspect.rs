@@ -145,6 +145,13 @@ async fn a_failed_instance_shows_its_steps_compensations_and_both_errors() {
         inspection.compensations[0].state,
         CompensationOutcome::Completed
     );
+    // Each made one attempt: the refund's error was fatal.
+    let attempts: Vec<u32> = inspection
+        .compensations
+        .iter()
+        .map(|c| c.attempts)
+        .collect();
+    assert_eq!(attempts, [1, 1]);
     assert!(matches!(
         &inspection.compensations[1].state,
         CompensationOutcome::Failed { error } if error.contains("bank A is down")

@@ -757,6 +757,19 @@ async fn a_compensation_that_gives_up_stops_the_rest_and_keeps_the_original_erro
     assert_eq!(info.status, Status::Errored);
     assert_eq!(info.failure.as_ref(), Some(&failure));
     assert_eq!(info.rollback_failure.as_ref(), Some(&rollback_failure));
+    // `inspect` counts each compensation's attempts, the failed last one too.
+    let attempts: Vec<(String, u32)> = run
+        .inspect()
+        .await
+        .unwrap()
+        .compensations
+        .into_iter()
+        .map(|c| (c.step, c.attempts))
+        .collect();
+    assert_eq!(
+        attempts,
+        [("third".to_owned(), 1), ("second".to_owned(), 4)]
+    );
 
     let tail = rollback_tail(&kinds(&run).await);
     assert_eq!(

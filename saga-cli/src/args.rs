@@ -33,6 +33,8 @@ pub(crate) enum Command {
     List(ListArgs),
     /// Show one instance as a timeline: steps, sleeps, waits, rollback.
     Show(ShowArgs),
+    /// Print one instance's history: every event, in order, as stored.
+    History(HistoryArgs),
     /// Send an event to an instance.
     SendEvent(SendEventArgs),
     /// Pause an instance at its next step boundary.
@@ -54,7 +56,7 @@ pub(crate) enum Command {
 #[derive(Debug, clap::Args)]
 pub(crate) struct ListArgs {
     /// Only instances in this status (queued, running, waiting, paused,
-    /// rolling-back, blocked, complete, errored, terminated).
+    /// rolling-back, blocked, complete, errored, terminated, compensated).
     #[arg(long, value_parser = parse_status)]
     pub(crate) status: Option<Status>,
     /// Only instances of this workflow.
@@ -160,6 +162,15 @@ pub(crate) struct RestartArgs {
     pub(crate) from: Option<String>,
     /// The instance id.
     pub(crate) id: String,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct HistoryArgs {
+    /// The instance.
+    pub(crate) id: String,
+    /// Print one JSON object (schema 1, as `watch --json`) per event.
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 #[derive(Debug, clap::Args)]

@@ -203,12 +203,13 @@ fn slot(slot: &InspectedSlot) -> Value {
 }
 
 fn compensation(c: &InspectedCompensation) -> Value {
-    let (state, attempts, error) = match &c.state {
-        CompensationOutcome::Running { attempts } => ("running", Some(*attempts), None),
-        CompensationOutcome::Completed => ("completed", None, None),
-        CompensationOutcome::Failed { error } => ("failed", None, Some(error.as_str())),
-        _ => ("unknown", None, None),
+    let (state, error) = match &c.state {
+        CompensationOutcome::Running { .. } => ("running", None),
+        CompensationOutcome::Completed => ("completed", None),
+        CompensationOutcome::Failed { error } => ("failed", Some(error.as_str())),
+        _ => ("unknown", None),
     };
+    let attempts = c.attempts;
     json!({
         "step": c.step,
         "occurrence": c.occurrence,

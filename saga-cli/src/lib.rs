@@ -30,7 +30,8 @@
 //! | command | what it does |
 //! |---|---|
 //! | `list [--status S] [--workflow W] [--limit N] [--json]` | a table of instances |
-//! | `show ID [--json] [--key-file F]` | one instance as a timeline, with its rollback |
+//! | `show ID [--json] [--key-file F]` | one instance as a timeline, with its rollback (a child's inside its parent's) |
+//! | `history ID [--json]` | one instance's history: every event, in order |
 //! | `send-event ID TYPE --json PAYLOAD` | sends an event |
 //! | `pause ID`, `resume ID` | pauses at the next step boundary, resumes |
 //! | `terminate [--rollback] ID` | ends it, with or without compensation |
@@ -84,15 +85,19 @@
 //!   "output", "error", "rollback_cause", "rollback_error", "slots",
 //!   "compensations", "pending_events", "tags", "parent",
 //!   "failed_compensation", "owner"}}`. Each slot has `"kind"`
-//!   (`"step"`, `"sleep"` or `"wait"`), `"name"`, `"occurrence"`,
+//!   (`"step"`, `"sleep"`, `"wait"` or `"child"`), `"name"`, `"occurrence"`,
 //!   `"generation"`, `"started_at"`, `"ended_at"`, `"duration_ms"`; a step
 //!   adds `"key"`, `"state"` (`running`, `completed`, `failed`, `cancelled`),
 //!   `"attempts"`, `"error"`, `"retry_at"`, `"input"`, `"output"`; a sleep
 //!   `"wake_at"`, `"done"`; a wait `"event_type"`, `"deadline"`, `"state"`
-//!   (`waiting`, `received`, `timed_out`), `"payload"`. Compensations, in
-//!   the order they ran: `"step"`, `"occurrence"`, `"key"`, `"state"`
-//!   (`running`, `completed`, `failed`), `"attempts"`, `"error"`,
-//!   `"started_at"`, `"ended_at"`.
+//!   (`waiting`, `received`, `timed_out`), `"payload"`; a child `"child"`
+//!   (its instance id), `"workflow"`, `"rollback"`, `"state"` (`running`,
+//!   or how it ended), `"output"`, `"error"`. Compensations, in the order
+//!   they ran: `"step"`, `"occurrence"`, `"key"` (`null` for a child's),
+//!   `"child"` (the child it undoes, or `null`), `"state"` (`running`,
+//!   `completed`, `failed`), `"attempts"` (made so far, the last
+//!   included), `"error"`, `"started_at"`, `"ended_at"`.
+//! - `history`: per event, one line as `watch --json` prints it.
 //! - `watch`: per event `{"schema": 1, "instance", "seq", "at", "event",
 //!   "text"}`: `event` is the [`EventKind`](saga_runtime::EventKind) variant's name
 //!   (`"StepCompleted"`), `text` the sentence it reads as.
@@ -111,6 +116,7 @@
 mod args;
 mod check;
 mod control;
+mod history;
 mod json;
 mod list;
 mod output;
@@ -210,6 +216,7 @@ async fn dispatch(
     match &args.command {
         Command::List(a) => list::run(engine, a, out, &style).await,
         Command::Show(a) => show::run(engine, a, codec, out, &style).await,
+        Command::History(a) => history::run(engine, a, out).await,
         Command::SendEvent(a) => control::send_event(engine, a, out).await,
         Command::Pause(a) => control::pause(engine, a, out).await,
         Command::Resume(a) => control::resume(engine, a, out).await,

@@ -358,7 +358,7 @@ fn describe(slot: &InspectedSlot) -> SlotRow {
 }
 
 fn rollback(i: &Inspection, undone: &HashMap<String, Inspection>, style: &Style) -> String {
-    let mut table = Table::new(vec!["#", "COMPENSATES", "STATUS", "TOOK", "KEY"]);
+    let mut table = Table::new(vec!["#", "COMPENSATES", "STATUS", "TRIES", "TOOK", "KEY"]);
     compensation_rows(&mut table, "", &i.compensations, undone, style);
     format!(
         "\n{}\n{}",
@@ -414,6 +414,11 @@ fn compensation_rows(
                 Cell::plain(number.clone()),
                 Cell::plain(name),
                 Cell::painted(state, style, paint),
+                Cell::plain(match (c.attempts, &c.child) {
+                    // A child's own compensations have theirs.
+                    (_, Some(_)) | (0, None) => "-".to_owned(),
+                    (n, None) => n.to_string(),
+                }),
                 Cell::plain(took),
                 Cell::painted(key, style, Paint::Dim),
             ],

@@ -5,7 +5,8 @@
 mod support;
 
 use support::{
-    bank_transfer_store, fails, json, ok, rollback_failed_store, tagged_store, waiting_store,
+    bank_transfer_store, fails, json, nested_store, ok, rollback_failed_store, tagged_store,
+    waiting_store,
 };
 
 #[test]
@@ -340,4 +341,56 @@ fn list_finds_failed_rollbacks_and_names_the_owner_of_a_waiting_instance() {
         "{owner}"
     );
     assert!(owner["since"].as_str().unwrap().ends_with('Z'));
+}
+
+#[test]
+fn show_nests_a_childs_compensations_inside_its_parents_rollback() {
+    let store = nested_store();
+    let shown = ok(store.path(), &["show", "tour-1"]);
+    assert!(shown.contains("child leg"), "{shown}");
+    assert!(shown.contains("instance tour-1.leg (leg)"), "{shown}");
+    let rollback = shown
+        .split("Rollback, in the order it ran")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no rollback: {shown}"));
+    assert!(rollback.contains("child tour-1.leg"), "{shown}");
+    assert!(
+        rollback.contains("1.1") && rollback.contains("└ fly"),
+        "the child's compensation under its row: {shown}"
+    );
+    assert!(rollback.contains("tour-1.leg:rollback:fly"), "{shown}");
+    let child = ok(store.path(), &["show", "tour-1.leg"]);
+    assert!(child.contains("compensated"), "{child}");
+    assert!(child.contains("parent     tour-1"), "{child}");
+    let listed = json(store.path(), &["list", "--status", "compensated"]);
+    assert_eq!(ids(&listed), ["tour-1.leg"]);
+    let i = &json(store.path(), &["show", "tour-1"])["instance"];
+    assert_eq!(i["slots"][0]["kind"], "child");
+    assert_eq!(i["slots"][0]["child"], "tour-1.leg");
+    assert_eq!(i["compensations"][0]["child"], "tour-1.leg");
+    assert_eq!(i["compensations"][0]["key"], serde_json::Value::Null);
+    assert_eq!(i["compensations"][0]["attempts"], 1);
+}
+
+#[test]
+fn history_prints_every_event_in_order() {
+    let store = bank_transfer_store();
+    let history = ok(store.path(), &["history", "transfer-43"]);
+    let lines: Vec<&str> = history.lines().collect();
+    assert!(lines[0].starts_with("#0 "), "{history}");
+    assert!(
+        lines[0].contains("created (workflow \"bank-transfer\")"),
+        "{history}"
+    );
+    assert!(history.contains("rollback started"), "{history}");
+    assert!(lines.last().unwrap().contains("errored"), "{history}");
+    let as_json = ok(store.path(), &["history", "transfer-43", "--json"]);
+    let events: Vec<serde_json::Value> = as_json
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(events.len(), lines.len());
+    assert_eq!(events[0]["seq"], 0);
+    assert_eq!(events[0]["event"], "InstanceCreated");
+    assert_eq!(fails(store.path(), &["history", "nobody"]).code, 1);
 }

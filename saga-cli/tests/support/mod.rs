@@ -246,6 +246,50 @@ pub fn tagged_store() -> TempDir {
     dir
 }
 
+/// A store where `tour-1` (workflow `tour`) started child `tour-1.leg`
+/// (workflow `leg`, step `fly` with a compensation), then failed: its
+/// rollback undid the child, which ended `Compensated`.
+pub fn nested_store() -> TempDir {
+    let dir = TempDir::new("nested");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let leg = workflow_fn("leg", |ctx: WorkflowContext, (): ()| async move {
+            let unfly =
+                RollbackRegistration::new(StepConfig::default(), |input: RollbackInput<u64>| {
+                    let _key = input.context().key().to_string();
+                    Box::pin(async { Ok(()) }) as BoxFuture<Result<(), StepError>>
+                });
+            ctx.step_with_rollback(
+                "fly",
+                StepConfig::default(),
+                |_key| async { Ok(1u64) },
+                unfly,
+            )
+            .await?;
+            Ok::<_, WorkflowError>(())
+        });
+        let tour = workflow_fn("tour", move |ctx: WorkflowContext, (): ()| async move {
+            ctx.child("leg", leg, ()).await?;
+            Err::<(), _>(WorkflowError::new("the tour is cancelled"))
+        });
+        let engine = Engine::builder()
+            .clock(TestClock::auto_advancing())
+            .register(leg)
+            .register(tour)
+            .open(dir.path())
+            .unwrap();
+        let run = engine.start(tour, "tour-1", ()).await.unwrap();
+        let result = tokio::time::timeout(Duration::from_secs(30), run.result()).await;
+        assert!(matches!(
+            result,
+            Ok(Err(saga_runtime::Error::WorkflowFailed { .. }))
+        ));
+        drop(run);
+        engine.close().await;
+    });
+    dir
+}
+
 /// What one run of the binary did.
 pub struct Saga {
     pub code: i32,

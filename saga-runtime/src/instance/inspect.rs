@@ -270,6 +270,9 @@ pub struct InspectedCompensation {
     /// The child instance it undoes, when it compensates a child workflow
     /// (`key` is then unused: the child's own compensations have theirs).
     pub child: Option<String>,
+    /// The attempts it made so far (the last one included once it
+    /// completed or gave up).
+    pub attempts: u32,
 }
 
 /// Where a compensation is.
@@ -550,6 +553,7 @@ fn inspection(id: &str, state: &InstanceState, times: &Times) -> Inspection {
                     },
                     started_at: timing.map(|t| t.started),
                     ended_at: timing.and_then(|t| t.ended),
+                    attempts: state.compensation_attempts.get(index).copied().unwrap_or(0),
                     child: match &step.state {
                         SlotState::ChildRunning { child, .. }
                         | SlotState::ChildEnded { child, .. } => Some(child.clone()),

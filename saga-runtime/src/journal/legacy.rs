@@ -190,6 +190,7 @@ pub(crate) fn import(legacy: &LegacyInstance) -> Result<Imported, String> {
         tags: BTreeMap::new(),
         parent: None,
         paused_with_parent: false,
+        compensation_attempts: BTreeMap::new(),
         failed_compensation: false,
     };
     Ok(Imported { state, history })

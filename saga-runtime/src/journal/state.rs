@@ -59,6 +59,10 @@ pub(crate) struct InstanceState {
     /// resume resumes it. Never encoded.
     #[serde(skip)]
     pub(crate) paused_with_parent: bool,
+    /// How many attempts each compensation made, by its step's slot
+    /// (`inspect` reports them). Never encoded.
+    #[serde(skip)]
+    pub(crate) compensation_attempts: BTreeMap<u32, u32>,
 }
 
 /// An event sent with an id: what a second send with the id must match.
@@ -296,6 +300,7 @@ pub(crate) fn apply(
                     parent: None,
                     failed_compensation: false,
                     paused_with_parent: false,
+                    compensation_attempts: BTreeMap::new(),
                 });
                 Ok(vec![EventKind::InstanceCreated {
                     workflow: workflow.clone(),
@@ -623,6 +628,7 @@ fn apply_to(
                 retry_at: None,
             };
             let (step, occurrence) = s.compensation(*slot, running)?;
+            s.compensation_attempts.insert(*slot, 0);
             EventKind::RollbackStepStarted { step, occurrence }
         }
         Change::CompensationRetrying {
@@ -635,10 +641,12 @@ fn apply_to(
                 retry_at: Some(*retry_at),
             };
             s.compensation(*slot, running)?;
+            s.compensation_attempts.insert(*slot, *attempt);
             return Ok(Vec::new());
         }
         Change::CompensationCompleted { slot } => {
             let (step, occurrence) = s.compensation(*slot, CompensationState::Completed)?;
+            *s.compensation_attempts.entry(*slot).or_default() += 1;
             EventKind::RollbackStepCompleted { step, occurrence }
         }
         Change::CompensationFailed { slot, error } => {
@@ -647,6 +655,7 @@ fn apply_to(
                 error: error.clone(),
             };
             let (step, occurrence) = s.compensation(*slot, failed)?;
+            *s.compensation_attempts.entry(*slot).or_default() += 1;
             EventKind::RollbackStepFailed {
                 step,
                 occurrence,
@@ -670,6 +679,9 @@ fn apply_to(
             // those after it, which never started) run again.
             s.compensations
                 .retain(|_, c| *c == CompensationState::Completed);
+            let kept = &s.compensations;
+            s.compensation_attempts
+                .retain(|slot, _| kept.contains_key(slot));
             s.status = Status::RollingBack;
             s.finished_at = None;
             EventKind::RollbackRetried
@@ -877,6 +889,7 @@ fn restart(s: &mut InstanceState, seq: u64, at: u64, from_slot: u32) {
         }
     }
     s.compensations.clear();
+    s.compensation_attempts.clear();
     s.paused_with_parent = false;
     s.generation = s.generation.saturating_add(1);
     s.status = Status::Queued;

@@ -216,9 +216,18 @@ impl EventKind {
 }
 
 impl fmt::Display for Event {
-    /// `#3 2030-01-01T00:00:00.000Z step "charge" completed after 1 attempt`
+    /// `t-1 #3 2030-01-01T00:00:00.000Z step "charge" completed after 1 attempt`:
+    /// the instance first, so a subscriber printing events of many
+    /// instances can tell them apart.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "#{} {} {}", self.seq, Timestamp(self.at), self.kind)
+        write!(
+            f,
+            "{} #{} {} {}",
+            self.instance,
+            self.seq,
+            Timestamp(self.at),
+            self.kind
+        )
     }
 }
 
@@ -418,7 +427,7 @@ mod tests {
         };
         assert_eq!(
             event.to_string(),
-            "#3 2030-01-01T00:00:00.000Z step \"charge\" completed after 1 attempt"
+            "t-1 #3 2030-01-01T00:00:00.000Z step \"charge\" completed after 1 attempt"
         );
     }
 }

@@ -1,0 +1,32 @@
+//! `saga history ID`: every event of one instance's history, in order, as
+//! stored: what `show` draws its timeline from.
+
+use std::io::Write;
+
+use crate::CliError;
+use crate::args::HistoryArgs;
+use crate::json;
+use crate::output::{escape, time};
+use saga_runtime::Engine;
+
+pub(crate) async fn run(
+    engine: &Engine,
+    args: &HistoryArgs,
+    out: &mut impl Write,
+) -> Result<(), CliError> {
+    let history = engine.instance(&args.id).await?.history().await?;
+    for event in &history {
+        if args.json {
+            json::print(out, &json::event(event))?;
+        } else {
+            writeln!(
+                out,
+                "#{:<4} {}  {}",
+                event.seq,
+                time(event.at),
+                escape(&event.kind.to_string())
+            )?;
+        }
+    }
+    Ok(())
+}
