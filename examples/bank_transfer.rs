@@ -16,6 +16,10 @@
 //! `cargo run --example bank_transfer`, or with the engine's story:
 //! `RUST_LOG=saga_runtime=info cargo run --example bank_transfer`
 //!
+//! `cargo run --example bank_transfer -- --serve [ADDR]` keeps the engine
+//! running after the transfers with its admin endpoint on (default
+//! 127.0.0.1:7070), for `saga --url http://127.0.0.1:7070 show transfer-43`.
+//!
 //! On PostgreSQL (schema `saga_examples`; the URL defaults to
 //! `$SAGA_DATABASE_URL`, then the local test database):
 //! `cargo run --example bank_transfer -- --postgres [URL]`. Run it in two
@@ -321,6 +325,29 @@ async fn run() -> Result<(), saga_runtime::Error> {
         banks.a.balance("alice"),
         banks.b.balance("bob")
     );
+    if let Some(addr) = saga_examples::serve_addr() {
+        serve(&engine, &addr, &format!("transfer-43{suffix}")).await?;
+    }
     engine.close().await;
+    Ok(())
+}
+
+/// Keeps the engine running with its admin endpoint on `addr` until
+/// Ctrl-C, so `saga --url` (and a browser) can look at the transfers.
+async fn serve(engine: &Engine, addr: &str, failed: &str) -> Result<(), saga_runtime::Error> {
+    let addr = addr.parse().map_err(|e| {
+        saga_runtime::Error::InvalidArgument(format!(
+            "--serve {addr:?}: give an address such as 127.0.0.1:7070 ({e})"
+        ))
+    })?;
+    let admin = saga_cli::serve(engine, addr).await.map_err(|e| {
+        saga_runtime::Error::InvalidArgument(format!("the admin endpoint did not start: {e}"))
+    })?;
+    let url = format!("http://{}", admin.local_addr());
+    println!("\nadmin endpoint on {url} (Ctrl-C stops it); try:");
+    println!("  cargo run -p saga-cli -- --url {url} show {failed}");
+    println!("  SAGA_ADMIN_TOKEN=... in this process's environment lets control commands in");
+    let _ = tokio::signal::ctrl_c().await;
+    admin.shutdown().await;
     Ok(())
 }

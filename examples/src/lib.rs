@@ -2,12 +2,15 @@
 //!
 //! - `cargo run --example bank_transfer`: a transfer whose failing credit is
 //!   compensated in reverse start order;
+//! - `cargo run --example trip_booking`: a flight and a hotel booked as
+//!   child workflows, all undone when the card is declined;
 //! - `cargo run --example article_pipeline`: a ten-step publishing pipeline
 //!   with a durable sleep and an approval event.
 //!
 //! Set `SAGA_DATA=<dir>` to keep an example's store in `<dir>` (for the
 //! `saga` command to inspect) instead of a temporary directory. The bank
-//! transfer runs on PostgreSQL with `-- --postgres [URL]`.
+//! transfer runs on PostgreSQL with `-- --postgres [URL]`, and keeps its
+//! engine running with the admin endpoint on with `-- --serve [ADDR]`.
 
 use std::path::PathBuf;
 
@@ -46,12 +49,23 @@ impl Drop for StoreDir {
 /// The PostgreSQL URL when the example was run with `--postgres [URL]`:
 /// the URL given, else `$SAGA_DATABASE_URL`, else the local test database.
 pub fn postgres_url() -> Option<String> {
-    let mut args = std::env::args().skip(1);
-    if args.next().as_deref() != Some("--postgres") {
-        return None;
-    }
-    Some(args.next().unwrap_or_else(|| {
+    let value = option_value("--postgres")?;
+    Some(value.unwrap_or_else(|| {
         std::env::var("SAGA_DATABASE_URL")
             .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
     }))
+}
+
+/// The admin endpoint's address when the example was run with
+/// `--serve [ADDR]` (default `127.0.0.1:7070`).
+pub fn serve_addr() -> Option<String> {
+    Some(option_value("--serve")?.unwrap_or_else(|| "127.0.0.1:7070".to_owned()))
+}
+
+/// `Some(value)` when `flag` is on the command line, with the argument
+/// after it unless that is another flag.
+fn option_value(flag: &str) -> Option<Option<String>> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let at = args.iter().position(|a| a == flag)?;
+    Some(args.get(at + 1).filter(|a| !a.starts_with("--")).cloned())
 }

@@ -120,6 +120,7 @@ mod history;
 mod json;
 mod list;
 mod output;
+mod serve;
 mod show;
 mod watch;
 
@@ -132,6 +133,7 @@ use clap::Parser;
 pub use self::args::Args;
 use self::args::Command;
 pub use self::output::Colors;
+pub use self::serve::{Admin, AdminServer, ServeError, TOKEN_VAR, serve};
 use saga_runtime::{Codec, Engine};
 
 /// Parses `args` (the first one is the program name, as in
@@ -205,7 +207,7 @@ pub async fn execute_with_codec(
     dispatch(engine, args, out, colors, Some(codec)).await
 }
 
-async fn dispatch(
+pub(crate) async fn dispatch(
     engine: &Engine,
     args: &Args,
     out: &mut impl Write,
@@ -257,9 +259,9 @@ pub fn parse_failure(error: clap::Error, out: &mut impl Write) -> Result<(), Cli
 /// The commands alone, for [`run`]: the program name, then a command.
 #[derive(Parser)]
 #[command(name = "saga", about = "See, control and watch saga instances")]
-struct Embedded {
+pub(crate) struct Embedded {
     #[command(flatten)]
-    args: Args,
+    pub(crate) args: Args,
 }
 
 /// Why a command did not succeed: one line to show, and the process exit
@@ -276,6 +278,14 @@ impl CliError {
         CliError {
             message: message.into(),
             exit_code: 1,
+        }
+    }
+
+    /// An error with the exit code an admin endpoint answered.
+    pub fn with_code(message: impl Into<String>, exit_code: u8) -> Self {
+        CliError {
+            message: message.into(),
+            exit_code,
         }
     }
 

@@ -15,12 +15,18 @@
 //! (`$SAGA_DATABASE_URL`) with `--schema NAME` (`$SAGA_DATABASE_SCHEMA`,
 //! default `saga`); `--color auto|always|never` (auto honours `NO_COLOR`).
 //!
-//! It opens the store with no workflow registered: control commands write
+//! With `--url http://127.0.0.1:7070` (`$SAGA_ADMIN_URL`) the command runs
+//! on a running service's admin endpoint instead (`saga_cli::serve`), which
+//! reaches a sled store the service holds; control commands send
+//! `$SAGA_ADMIN_TOKEN`.
+//!
+//! Otherwise it opens the store with no workflow registered: control commands write
 //! their intent into the instance's journal, and the application's engine
 //! acts on it when it opens the store. A sled store is held by one process
 //! at a time; while the application runs, use the same commands embedded
 //! in it (`saga_cli::run`).
 
+mod remote;
 mod store;
 
 use std::io::Write;
@@ -56,6 +62,10 @@ struct SagaArgs {
     /// workers' `postgres_schema` [default: saga].
     #[arg(long, global = true, value_name = "NAME", env = "SAGA_DATABASE_SCHEMA")]
     schema: Option<String>,
+    /// A running service's admin endpoint (`saga_cli::serve`), instead of a
+    /// store: the command runs there, with the token of $SAGA_ADMIN_TOKEN.
+    #[arg(long, global = true, value_name = "URL", env = "SAGA_ADMIN_URL")]
+    url: Option<String>,
     #[command(flatten)]
     commands: cli::Args,
 }
@@ -77,6 +87,9 @@ fn main() -> ExitCode {
 }
 
 fn run(args: SagaArgs, out: &mut std::io::Stdout) -> Result<(), CliError> {
+    if let Some(url) = &args.url {
+        return remote::run(url, &command_line(), out);
+    }
     let backend = Backend::choose(args.db, args.database_url, args.schema);
     if args.commands.is_watch() && !backend.watches_from_another_process() {
         return Err(CliError::usage(format!(
@@ -97,4 +110,23 @@ fn run(args: SagaArgs, out: &mut std::io::Stdout) -> Result<(), CliError> {
         engine.close().await;
         result
     })
+}
+
+/// This process's command line without the program name and the options
+/// that choose a store or an endpoint: what the endpoint runs.
+fn command_line() -> Vec<String> {
+    const OWN: [&str; 4] = ["--url", "--db", "--database-url", "--schema"];
+    let mut kept = Vec::new();
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        if OWN.contains(&arg.as_str()) {
+            args.next();
+            continue;
+        }
+        if OWN.iter().any(|own| arg.starts_with(&format!("{own}="))) {
+            continue;
+        }
+        kept.push(arg);
+    }
+    kept
 }

@@ -146,6 +146,11 @@ impl Sealer {
         Sealer { codec: Some(codec) }
     }
 
+    /// Whether the engine has a codec (its payloads are sealed).
+    pub(crate) fn seals(&self) -> bool {
+        self.codec.is_some()
+    }
+
     /// The bytes of `record` for the store: its payloads sealed, behind the
     /// version that says whether it holds one the release before cannot read.
     ///

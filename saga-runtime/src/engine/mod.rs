@@ -490,6 +490,14 @@ impl Engine {
         self.runner().core.journal.read_only()
     }
 
+    /// Whether the engine was given a payload codec
+    /// ([`EngineBuilder::codec`]): then the values it stores are sealed,
+    /// and a tool that shows them (an admin endpoint) must not show them to
+    /// anyone who asks.
+    pub fn has_codec(&self) -> bool {
+        self.runner().core.journal.sealer().seals()
+    }
+
     /// A handle on an existing instance.
     ///
     /// # Cancel safety

@@ -1,0 +1,168 @@
+//! The admin endpoint (`saga_cli::serve`) on a running service that holds
+//! its sled store: every read and control command through the real
+//! binary's `saga --url`, a control command without the token (401,
+//! nothing changed), the token compared whole, and the loopback rule.
+
+mod support;
+
+use std::process::Command;
+use std::time::Duration;
+
+use saga_runtime::prelude::*;
+use saga_runtime::{Engine, TestClock};
+
+use support::{Order, TempDir, fulfil};
+
+const TOKEN: &str = "t0ken-for-tests";
+
+/// `saga --url <url> <args..>` with `token` as `$SAGA_ADMIN_TOKEN`, in UTC.
+fn saga_url(url: &str, token: Option<&str>, args: &[&str]) -> (i32, String, String) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_saga"));
+    command
+        .arg("--url")
+        .arg(url)
+        .args(args)
+        .env("TZ", "UTC")
+        .env_remove("SAGA_ADMIN_TOKEN")
+        .env_remove("SAGA_DATABASE_URL");
+    if let Some(token) = token {
+        command.env("SAGA_ADMIN_TOKEN", token);
+    }
+    let output = command.output().expect("the binary runs");
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// Runs the binary off the runtime's threads, which serve the endpoint.
+async fn saga(url: &str, token: Option<&str>, args: &[&str]) -> (i32, String, String) {
+    let (url, token) = (url.to_owned(), token.map(str::to_owned));
+    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        saga_url(&url, token.as_deref(), &args)
+    })
+    .await
+    .unwrap()
+}
+
+async fn status(engine: &Engine, id: &str) -> Status {
+    engine.instance(id).await.unwrap().status().await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn saga_url_reads_and_controls_a_running_services_sled_store() {
+    let dir = TempDir::new("serve");
+    let clock = TestClock::new();
+    let engine = Engine::builder()
+        .clock(clock.clone())
+        .register(fulfil())
+        .open(dir.path())
+        .unwrap();
+    let run = engine
+        .start(
+            fulfil(),
+            "order-7",
+            Order {
+                item: "lamp".into(),
+            },
+        )
+        .await
+        .unwrap();
+    clock.wait_for_sleepers(1).await;
+    let admin = saga_cli::Admin::new(&engine)
+        .token(TOKEN)
+        .bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let url = format!("http://{}", admin.local_addr());
+
+    // Reads need no token (this engine has no codec).
+    let (code, listed, _) = saga(&url, None, &["list"]).await;
+    assert_eq!(code, 0);
+    assert!(
+        listed.contains("order-7") && listed.contains("waiting"),
+        "{listed}"
+    );
+    let (code, shown, _) = saga(&url, None, &["show", "order-7", "--json"]).await;
+    assert_eq!(code, 0);
+    let shown: serde_json::Value = serde_json::from_str(&shown).unwrap();
+    assert_eq!(shown["instance"]["slots"][0]["name"], "reserve");
+    let (code, history, _) = saga(&url, None, &["history", "order-7"]).await;
+    assert_eq!(code, 0);
+    assert!(history.contains("sleep \"cool-off\""), "{history}");
+
+    // A control command without the token: 401, nothing changed.
+    let (code, _, error) = saga(&url, None, &["pause", "order-7"]).await;
+    assert_eq!(code, 1);
+    assert!(error.contains("needs the admin token"), "{error}");
+    let (code, _, error) = saga(&url, Some("t0ken-for-testz"), &["pause", "order-7"]).await;
+    assert_eq!(code, 1);
+    assert!(error.contains("not this endpoint's"), "{error}");
+    assert_eq!(status(&engine, "order-7").await, Status::Waiting);
+
+    // With it: pause, resume, an event, terminate with rollback, restart.
+    let token = Some(TOKEN);
+    assert_eq!(saga(&url, token, &["pause", "order-7"]).await.0, 0);
+    assert_eq!(status(&engine, "order-7").await, Status::Paused);
+    assert_eq!(saga(&url, token, &["resume", "order-7"]).await.0, 0);
+    clock.advance(Duration::from_secs(3600));
+    let (code, out, error) = saga(
+        &url,
+        token,
+        &["send-event", "order-7", "payment", "--json", "42"],
+    )
+    .await;
+    assert_eq!(code, 0, "{out}{error}");
+    let output: String = tokio::time::timeout(Duration::from_secs(30), run.result())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(output.ends_with("paid 42"), "{output}");
+    // A refused command answers as the binary would, exit code 1.
+    let (code, _, error) = saga(&url, token, &["terminate", "order-7"]).await;
+    assert_eq!(code, 1);
+    assert!(error.contains("complete"), "{error}");
+    assert_eq!(saga(&url, token, &["restart", "order-7"]).await.0, 0);
+    clock.wait_for_sleepers(1).await;
+    assert_eq!(
+        saga(&url, token, &["terminate", "--rollback", "order-7"])
+            .await
+            .0,
+        0
+    );
+    assert_eq!(status(&engine, "order-7").await, Status::Terminated);
+    let (code, _, error) = saga(&url, token, &["retry-rollback", "order-7"]).await;
+    assert_eq!(code, 1, "its rollback did not give up: {error}");
+    // Wrong usage is exit code 2; watch is not served.
+    assert_eq!(
+        saga(&url, token, &["list", "--status", "sleepy"]).await.0,
+        2
+    );
+    assert_eq!(saga(&url, token, &["watch"]).await.0, 2);
+    admin.shutdown().await;
+    engine.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_without_a_token_refuses_control_and_binds_loopback_only() {
+    let engine = Engine::temporary().unwrap();
+    let refused = saga_cli::Admin::new(&engine)
+        .bind("0.0.0.0:0".parse().unwrap())
+        .await
+        .err()
+        .expect("a non-loopback address is refused");
+    assert!(refused.to_string().contains("loopback"), "{refused}");
+    let admin = saga_cli::serve(&engine, "127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let url = format!("http://{}", admin.local_addr());
+    let (code, _, error) = saga(&url, Some("anything"), &["pause", "nobody"]).await;
+    assert_eq!(code, 1);
+    assert!(error.contains("has no token"), "{error}");
+    assert_eq!(saga(&url, None, &["list"]).await.0, 0);
+    drop(admin);
+    engine.close().await;
+}
