@@ -4,6 +4,7 @@
 //!
 //! One route runs a command as the command line would:
 //!
+//! - `GET /metrics`: Prometheus text, with [`Admin::with_prometheus`].
 //! - `POST /v1/command` with `{"args": ["show", "transfer-43", "--json"]}`
 //!   answers `{"code": 0, "output": "..."}` (the command's output, as the
 //!   binary prints it) or `{"code": 1, "error": "..."}`; the HTTP status is
@@ -35,7 +36,7 @@ use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{get, post};
 use clap::Parser;
 use saga_runtime::Engine;
 use serde_json::json;
@@ -66,7 +67,11 @@ pub struct Admin {
     token: Option<String>,
     reads_need_token: bool,
     remote: bool,
+    metrics: Option<Metrics>,
 }
+
+/// What renders `/metrics`.
+type Metrics = Arc<dyn Fn() -> String + Send + Sync>;
 
 /// Why the endpoint could not start.
 #[derive(Debug)]
@@ -130,7 +135,36 @@ impl Admin {
             token: std::env::var(TOKEN_VAR).ok().filter(|t| !t.is_empty()),
             reads_need_token: false,
             remote: false,
+            metrics: None,
         }
+    }
+
+    /// Serves `GET /metrics` with what `render` answers (Prometheus text
+    /// from the application's own recorder, for one). It is a read: it
+    /// needs the token when reads do.
+    pub fn metrics(mut self, render: impl Fn() -> String + Send + Sync + 'static) -> Admin {
+        self.metrics = Some(Arc::new(render));
+        self
+    }
+
+    /// Installs a Prometheus recorder as the process's `metrics` recorder
+    /// and serves its text at `GET /metrics`: every metric of the README's
+    /// table, for a scraper.
+    ///
+    /// # Errors
+    ///
+    /// Another recorder is installed already: give its output with
+    /// [`Admin::metrics`] instead.
+    #[cfg(feature = "prometheus")]
+    pub fn with_prometheus(self) -> Result<Admin, ServeError> {
+        let handle = metrics_exporter_prometheus::PrometheusBuilder::new()
+            .install_recorder()
+            .map_err(|e| {
+                ServeError(format!(
+                    "cannot install the Prometheus recorder ({e}): the process has a metrics recorder already; serve its output with Admin::metrics"
+                ))
+            })?;
+        Ok(self.metrics(move || handle.render()))
     }
 
     /// The bearer token control commands (and reads, when they need it)
@@ -182,9 +216,11 @@ impl Admin {
             engine: self.engine,
             token: self.token,
             reads_need_token,
+            metrics: self.metrics,
         });
         let app = Router::new()
             .route("/v1/command", post(command))
+            .route("/metrics", get(metrics))
             .layer(DefaultBodyLimit::max(BODY_LIMIT))
             .with_state(state);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -209,6 +245,28 @@ struct Served {
     engine: Engine,
     token: Option<String>,
     reads_need_token: bool,
+    metrics: Option<Metrics>,
+}
+
+async fn metrics(State(served): State<Arc<Served>>, headers: HeaderMap) -> Response {
+    if served.reads_need_token
+        && let Err(why) = authorized(served.token.as_deref(), &headers)
+    {
+        return refused(StatusCode::UNAUTHORIZED, 1, why);
+    }
+    match &served.metrics {
+        Some(render) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+            render(),
+        )
+            .into_response(),
+        None => refused(
+            StatusCode::NOT_FOUND,
+            1,
+            "this endpoint serves no metrics: Admin::with_prometheus (or Admin::metrics) turns them on",
+        ),
+    }
 }
 
 async fn command(State(served): State<Arc<Served>>, headers: HeaderMap, body: Bytes) -> Response {

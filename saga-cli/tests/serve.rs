@@ -166,3 +166,84 @@ async fn an_endpoint_without_a_token_refuses_control_and_binds_loopback_only() {
     drop(admin);
     engine.close().await;
 }
+
+/// `GET /metrics` of the endpoint at `addr`: the status line and body.
+fn get_metrics(addr: std::net::SocketAddr) -> (String, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        stream,
+        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap();
+    (head.lines().next().unwrap().to_owned(), body.to_owned())
+}
+
+/// Whether `text` is Prometheus text: comments, or `name{labels} value`.
+fn is_prometheus_text(text: &str) -> bool {
+    text.lines().filter(|l| !l.is_empty()).all(|line| {
+        if let Some(comment) = line.strip_prefix('#') {
+            return comment.starts_with(" HELP ") || comment.starts_with(" TYPE ");
+        }
+        let Some((series, value)) = line.rsplit_once(' ') else {
+            return false;
+        };
+        let name = series.split('{').next().unwrap_or("");
+        let name_ok = !name.is_empty()
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':');
+        let labels_ok = !series.contains('{') || series.ends_with('}');
+        name_ok && labels_ok && (value.parse::<f64>().is_ok() || value == "+Inf" || value == "NaN")
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_are_served_as_prometheus_text() {
+    let engine = Engine::builder()
+        .clock(TestClock::auto_advancing())
+        .register(fulfil())
+        .temporary()
+        .unwrap();
+    let admin = saga_cli::Admin::new(&engine)
+        .with_prometheus()
+        .unwrap()
+        .bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let run = engine
+        .start(
+            fulfil(),
+            "order-8",
+            Order {
+                item: "desk".into(),
+            },
+        )
+        .await
+        .unwrap();
+    engine.send_event("order-8", "payment", &7).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(30), run.result())
+        .await
+        .unwrap()
+        .unwrap();
+    let addr = admin.local_addr();
+    let (status, body) = tokio::task::spawn_blocking(move || get_metrics(addr))
+        .await
+        .unwrap();
+    assert!(status.contains("200"), "{status}");
+    assert!(is_prometheus_text(&body), "{body}");
+    assert!(
+        body.contains("saga_steps_completed_total{workflow=\"fulfil\",step=\"reserve\"} 1"),
+        "{body}"
+    );
+    assert!(body.contains("saga_workflows_ended_total"), "{body}");
+    assert!(
+        body.contains("# TYPE saga_step_duration_seconds summary"),
+        "{body}"
+    );
+    admin.shutdown().await;
+    engine.close().await;
+}

@@ -70,6 +70,7 @@ mod journal;
 #[cfg(feature = "encryption")]
 mod keyring;
 mod lock;
+mod metrics;
 mod model;
 mod names;
 mod panic;

@@ -244,5 +244,6 @@ fn convert_slot(slot: SlotRecord) -> Result<NewSlotRecord, String> {
         // as overlapping every other.
         began: 0,
         ended: None,
+        began_at: 0,
     })
 }

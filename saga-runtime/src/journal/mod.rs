@@ -500,6 +500,7 @@ impl Journal {
         }
         loaded.next_seq = seq + 1;
         let state = &loaded.state;
+        crate::metrics::written(state, status_before, &record.change, record.at);
         if state.status != status_before
             && (state.status.is_terminal() || state.status == Status::Blocked)
         {
@@ -578,6 +579,7 @@ impl Journal {
     /// on open, since their worker may have died between the two writes.
     pub(crate) async fn claim(&self, workflows: &[&str], limit: usize) -> Result<Vec<String>> {
         let claimed = self.store.claim(workflows, limit).await?;
+        crate::metrics::claimed(claimed.len());
         for id in &claimed {
             self.refresh_index(id).await;
         }

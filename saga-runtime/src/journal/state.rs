@@ -144,6 +144,10 @@ pub(crate) struct SlotRecord {
     pub(crate) began: u64,
     #[serde(skip)]
     pub(crate) ended: Option<u64>,
+    /// When it began (engine clock, milliseconds): step latency for the
+    /// metrics. Never encoded.
+    #[serde(skip)]
+    pub(crate) began_at: u64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -379,6 +383,7 @@ fn apply_to(
                         retry_at: None,
                     },
                     began: seq,
+                    began_at: at,
                     ended: None,
                 },
             );
@@ -459,6 +464,7 @@ fn apply_to(
                     input: None,
                     state: SlotState::Sleeping { wake_at: *wake_at },
                     began: seq,
+                    began_at: at,
                     ended: None,
                 },
             );
@@ -504,6 +510,7 @@ fn apply_to(
                         deadline: *deadline,
                     },
                     began: seq,
+                    began_at: at,
                     ended: None,
                 },
             );
@@ -575,6 +582,7 @@ fn apply_to(
                     input: None,
                     state: SlotState::Value { value: *value },
                     began: seq,
+                    began_at: at,
                     ended: Some(seq),
                 },
             );
@@ -719,6 +727,7 @@ fn apply_to(
                         workflow: workflow.clone(),
                     },
                     began: seq,
+                    began_at: at,
                     ended: None,
                 },
             );

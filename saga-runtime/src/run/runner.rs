@@ -230,6 +230,7 @@ impl Runner {
             }
             let live = Arc::new(Live::new());
             resident.driver = Some(live.clone());
+            crate::metrics::drivers(1.0);
             // A new driver: an earlier store failure is history.
             resident.store_failure = None;
             Some((live, waking))
@@ -518,7 +519,9 @@ impl Drop for Release {
         let store_failure = self.live.take_store_failure();
         let told = store_failure.is_some();
         self.runner.residents.with(&self.id, |resident| {
-            resident.driver = None;
+            if resident.driver.take().is_some() {
+                crate::metrics::drivers(-1.0);
+            }
             resident.task = None;
             resident.store_failure = store_failure;
         });

@@ -282,6 +282,7 @@ impl FlushQueue {
     fn finish(&self, target: u64, result: Result<()>) {
         self.flushes.fetch_add(1, Ordering::Relaxed);
         let mut state = self.lock();
+        let took = state.flushing_since.map(|since| since.elapsed());
         if let Err(e) = result {
             tracing::error!(error = %e, "saga store flush failed");
             state.failure = Some(Failed::of(&e));
@@ -290,6 +291,9 @@ impl FlushQueue {
         state.flushing_since = None;
         let outcome = state.outcome();
         let covered = state.waiters.partition_point(|(t, _)| *t <= target);
+        if let Some(took) = took {
+            crate::metrics::flushed(took, covered);
+        }
         for (_, done) in state.waiters.drain(..covered) {
             // A writer that stopped waiting is fine.
             let _ = done.send(outcome.clone());

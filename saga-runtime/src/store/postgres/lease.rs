@@ -97,6 +97,7 @@ pub(super) fn orphan(schema: &str) -> String {
 /// The error of a worker whose lease ran out (another worker may have
 /// claimed its instances).
 pub(super) fn fenced(schema: &str) -> Error {
+    crate::metrics::fenced();
     Error::Fenced {
         detail: format!(
             "its lease in schema {schema:?} ran out while it did not renew it, and other workers may have taken over its instances"

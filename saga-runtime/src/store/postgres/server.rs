@@ -1060,6 +1060,7 @@ impl Server {
     /// A new write connection, with every unflushed write applied again:
     /// the server may have restarted and lost them.
     async fn reconnect(&mut self) -> std::result::Result<(), Failure> {
+        crate::metrics::reconnected();
         let conn = self.target.connect_writer().await?;
         let conn = Arc::new(conn);
         for op in &self.unflushed {
