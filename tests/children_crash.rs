@@ -32,7 +32,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use crash_world::parent::{self, Launch, Trigger};
-use crash_world::{ENV_DIR, ENV_FINAL, ENV_RUN, ENV_SEED, Rng, mix};
+use crash_world::{ChildEnv, Rng, mix};
 use saga_runtime::prelude::*;
 use saga_runtime::{EventKind, ListFilter};
 
@@ -296,22 +296,8 @@ fn run_seed(seed: u64, runtime: &tokio::runtime::Runtime) -> Result<(u64, usize)
 /// The child role: opens the store, starts (again) the seed's trips, waits
 /// for them, and in the final run reports `DONE`.
 fn child_main() -> Option<ExitCode> {
-    let dir = PathBuf::from(std::env::var_os(ENV_DIR)?);
-    let number = |var: &str| -> u64 {
-        std::env::var(var)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("{var} must be set to a number"))
-    };
-    let seed = number(ENV_SEED);
-    let _ = number(ENV_RUN);
-    let last = std::env::var(ENV_FINAL).is_ok_and(|v| v == "1");
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a Tokio runtime");
-    Some(runtime.block_on(child(dir, seed, last)))
+    let env = ChildEnv::read()?;
+    Some(ChildEnv::run_on_runtime(child(env.dir, env.seed, env.last)))
 }
 
 fn error(what: String) -> ExitCode {
@@ -352,9 +338,7 @@ async fn child(dir: PathBuf, seed: u64, last: bool) -> ExitCode {
     .await
     .is_ok();
     if !last {
-        println!("IDLE");
-        tokio::time::sleep(Duration::from_secs(120)).await;
-        return error("a run that was to be killed was not".into());
+        return crash_world::idle_until_killed().await;
     }
     engine.close().await;
     if !ended {

@@ -19,10 +19,7 @@ use std::time::Duration;
 use saga_runtime::prelude::*;
 use saga_runtime::{BoxFuture, Error, StepFuture};
 
-use super::{
-    ENV_DIR, ENV_FINAL, ENV_RUN, ENV_SCENARIO, ENV_SEED, EVENT_TYPE, EventPlan, Plan, Scenario,
-    StepId, forward_key, program,
-};
+use super::{ChildEnv, EVENT_TYPE, EventPlan, Plan, Scenario, StepId, forward_key, program};
 
 /// How long the final run waits for every instance to end.
 const FINAL_PATIENCE_ENV: &str = "SAGA_CRASH_CHILD_PATIENCE_MS";
@@ -211,23 +208,11 @@ fn call(
 
 /// Runs the child role when this process is a child; `None` otherwise.
 pub fn main_if_child() -> Option<ExitCode> {
-    let dir = PathBuf::from(std::env::var_os(ENV_DIR)?);
-    let number = |var: &str| -> u64 {
-        std::env::var(var)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("{var} must be set to a number"))
-    };
-    let seed = number(ENV_SEED);
-    let run = number(ENV_RUN) as u32;
-    let last = std::env::var(ENV_FINAL).is_ok_and(|v| v == "1");
-    let scenario = Scenario::by_name(&std::env::var(ENV_SCENARIO).unwrap_or_default(), seed);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a Tokio runtime");
-    Some(runtime.block_on(child(dir, scenario, run, last)))
+    let env = ChildEnv::read()?;
+    let scenario = Scenario::by_name(&env.scenario, env.seed);
+    Some(ChildEnv::run_on_runtime(child(
+        env.dir, scenario, env.run, env.last,
+    )))
 }
 
 fn error(what: String) -> ExitCode {
@@ -277,9 +262,7 @@ async fn child(dir: PathBuf, scenario: Scenario, run: u32, last: bool) -> ExitCo
     .await
     .is_ok();
     if !last {
-        println!("IDLE");
-        tokio::time::sleep(Duration::from_secs(120)).await;
-        return error("a non-final run was not killed".into());
+        return super::idle_until_killed().await;
     }
     let mut stuck = !all_ended;
     for run in &runs {

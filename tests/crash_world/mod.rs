@@ -29,6 +29,57 @@ pub const ENV_SCENARIO: &str = "SAGA_CRASH_CHILD_SCENARIO";
 /// The event a waiting instance is sent.
 pub const EVENT_TYPE: &str = "approved";
 
+/// What a child process is told by its parent (`parent::Launch`), read
+/// from its environment; `None` when this process is not a child.
+pub struct ChildEnv {
+    pub dir: std::path::PathBuf,
+    pub seed: u64,
+    pub run: u32,
+    /// The last run, which must end by itself.
+    pub last: bool,
+    pub scenario: String,
+}
+
+impl ChildEnv {
+    pub fn read() -> Option<ChildEnv> {
+        let dir = std::path::PathBuf::from(std::env::var_os(ENV_DIR)?);
+        let number = |var: &str| -> u64 {
+            std::env::var(var)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("{var} must be set to a number"))
+        };
+        Some(ChildEnv {
+            dir,
+            seed: number(ENV_SEED),
+            run: number(ENV_RUN) as u32,
+            last: std::env::var(ENV_FINAL).is_ok_and(|v| v == "1"),
+            scenario: std::env::var(ENV_SCENARIO).unwrap_or_default(),
+        })
+    }
+
+    /// Runs `child` on the runtime child processes use.
+    pub fn run_on_runtime(
+        future: impl std::future::Future<Output = std::process::ExitCode>,
+    ) -> std::process::ExitCode {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("a Tokio runtime")
+            .block_on(future)
+    }
+}
+
+/// The end of a run that is to be killed: says it is idle, and waits for
+/// the kill (an error if it never comes).
+pub async fn idle_until_killed() -> std::process::ExitCode {
+    println!("IDLE");
+    tokio::time::sleep(std::time::Duration::from_secs(120)).await;
+    println!("ERROR a run that was to be killed was not");
+    std::process::ExitCode::from(2)
+}
+
 #[path = "../support/rng.rs"]
 mod rng;
 pub use rng::{Rng, mix};
