@@ -3,14 +3,12 @@
 //! or serve `/metrics` from `saga_cli`'s admin endpoint). Without a
 //! recorder installed every call here is a no-op.
 //!
-//! Counted where a record is written (`Journal::write_cached`), so replay,
-//! reads and other workers' records are never counted twice. Labels are
+//! A leaf module: the journal says what each record it writes counts for
+//! (`journal::metered`), so replay, reads and other workers' records are
+//! never counted twice. Labels are
 //! workflow, step and status names (literals of the code, so their number
 //! is bounded), never instance ids. The README's "Metrics" table lists
 //! every metric, its type and labels.
-
-use crate::journal::{Change, InstanceState};
-use crate::model::status::Status;
 
 /// A step began: `saga_steps_started_total{workflow, step}`.
 pub(crate) const STEPS_STARTED: &str = "saga_steps_started_total";
@@ -46,59 +44,55 @@ pub(crate) const FENCED: &str = "saga_postgres_fenced_total";
 /// The write connection was made again: `saga_postgres_reconnects_total`.
 pub(crate) const RECONNECTS: &str = "saga_postgres_reconnects_total";
 
-/// Counts what record `change`, just written at `at`, says; `state` is the
-/// instance after it, `before` its status before.
-pub(crate) fn written(state: &InstanceState, before: Status, change: &Change, at: u64) {
-    let workflow = state.workflow.clone();
-    let step = |slot: &u32| {
-        state
-            .slots
-            .get(slot)
-            .map(|s| (s.name.clone(), s.began_at))
-            .unwrap_or_default()
+/// Step `step` of `workflow` began.
+pub(crate) fn step_started(workflow: &str, step: &str) {
+    metrics::counter!(STEPS_STARTED, "workflow" => workflow.to_owned(), "step" => step.to_owned())
+        .increment(1);
+}
+
+/// Step `step` of `workflow` completed (or, `completed` false, gave up)
+/// `seconds` after it began.
+pub(crate) fn step_ended(workflow: &str, step: &str, completed: bool, seconds: f64) {
+    let (workflow, step) = (workflow.to_owned(), step.to_owned());
+    metrics::histogram!(STEP_DURATION, "workflow" => workflow.clone(), "step" => step.clone())
+        .record(seconds);
+    let name = if completed {
+        STEPS_COMPLETED
+    } else {
+        STEPS_FAILED
     };
-    match change {
-        Change::StepStarted { name, .. } => {
-            metrics::counter!(STEPS_STARTED, "workflow" => workflow, "step" => name.clone())
-                .increment(1);
-        }
-        Change::StepCompleted { slot, .. } => {
-            let (name, began) = step(slot);
-            metrics::histogram!(STEP_DURATION, "workflow" => workflow.clone(), "step" => name.clone())
-                .record(seconds(began, at));
-            metrics::counter!(STEPS_COMPLETED, "workflow" => workflow, "step" => name).increment(1);
-        }
-        Change::StepFailed { slot, .. } => {
-            let (name, began) = step(slot);
-            metrics::histogram!(STEP_DURATION, "workflow" => workflow.clone(), "step" => name.clone())
-                .record(seconds(began, at));
-            metrics::counter!(STEPS_FAILED, "workflow" => workflow, "step" => name).increment(1);
-        }
-        Change::StepRetrying { slot, .. } => {
-            let (name, _) = step(slot);
-            metrics::counter!(STEP_RETRIES, "workflow" => workflow, "step" => name).increment(1);
-        }
-        Change::CompensationCompleted { slot } | Change::CompensationFailed { slot, .. } => {
-            let (name, _) = step(slot);
-            let outcome = match change {
-                Change::CompensationCompleted { .. } => "completed",
-                _ => "failed",
-            };
-            metrics::counter!(COMPENSATIONS, "workflow" => workflow, "step" => name, "outcome" => outcome)
-                .increment(1);
-        }
-        Change::Blocked { .. } => {
-            metrics::counter!(BLOCKED, "workflow" => workflow).increment(1);
-        }
-        _ => {}
-    }
-    if state.status.is_terminal() && !before.is_terminal() {
-        let status = state.status.label();
-        metrics::histogram!(WORKFLOW_DURATION, "workflow" => state.workflow.clone(), "status" => status)
-            .record(seconds(state.created_at, at));
-        metrics::counter!(WORKFLOWS_ENDED, "workflow" => state.workflow.clone(), "status" => status)
-            .increment(1);
-    }
+    metrics::counter!(name, "workflow" => workflow, "step" => step).increment(1);
+}
+
+/// An attempt of step `step` of `workflow` failed and another is due.
+pub(crate) fn step_retried(workflow: &str, step: &str) {
+    metrics::counter!(STEP_RETRIES, "workflow" => workflow.to_owned(), "step" => step.to_owned())
+        .increment(1);
+}
+
+/// The compensation of step `step` of `workflow` ended.
+pub(crate) fn compensation_ended(workflow: &str, step: &str, completed: bool) {
+    let outcome = if completed { "completed" } else { "failed" };
+    metrics::counter!(
+        COMPENSATIONS,
+        "workflow" => workflow.to_owned(),
+        "step" => step.to_owned(),
+        "outcome" => outcome
+    )
+    .increment(1);
+}
+
+/// An instance of `workflow` was parked `Blocked`.
+pub(crate) fn blocked(workflow: &str) {
+    metrics::counter!(BLOCKED, "workflow" => workflow.to_owned()).increment(1);
+}
+
+/// An instance of `workflow` ended `status`, `seconds` after its creation.
+pub(crate) fn instance_ended(workflow: &str, status: &'static str, seconds: f64) {
+    metrics::histogram!(WORKFLOW_DURATION, "workflow" => workflow.to_owned(), "status" => status)
+        .record(seconds);
+    metrics::counter!(WORKFLOWS_ENDED, "workflow" => workflow.to_owned(), "status" => status)
+        .increment(1);
 }
 
 /// A driver began (`1`) or let go (`-1`) of an instance here.
@@ -129,9 +123,4 @@ pub(crate) fn fenced() {
 #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
 pub(crate) fn reconnected() {
     metrics::counter!(RECONNECTS).increment(1);
-}
-
-/// Seconds from `from` to `to`, milliseconds of the engine clock.
-fn seconds(from: u64, to: u64) -> f64 {
-    to.saturating_sub(from) as f64 / 1000.0
 }

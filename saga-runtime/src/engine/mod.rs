@@ -394,7 +394,7 @@ impl EngineBuilder {
         runner
             .core
             .kin
-            .set(Arc::new(crate::run::children::Family(Arc::downgrade(
+            .set(Arc::new(crate::instance::kin::Family(Arc::downgrade(
                 &runner,
             ))));
         runner.register_all(self.workflows)?;

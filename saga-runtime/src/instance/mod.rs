@@ -8,6 +8,7 @@
 pub(crate) mod filter;
 pub(crate) mod inbox;
 pub(crate) mod inspect;
+pub(crate) mod kin;
 pub(crate) mod post;
 pub(crate) mod send;
 

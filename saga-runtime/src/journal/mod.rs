@@ -18,6 +18,7 @@ mod facts;
 mod fold;
 mod index;
 pub(crate) mod legacy;
+mod metered;
 mod page;
 mod state;
 pub(crate) mod tags;
@@ -500,7 +501,7 @@ impl Journal {
         }
         loaded.next_seq = seq + 1;
         let state = &loaded.state;
-        crate::metrics::written(state, status_before, &record.change, record.at);
+        metered::written(state, status_before, &record.change, record.at);
         if state.status != status_before
             && (state.status.is_terminal() || state.status == Status::Blocked)
         {

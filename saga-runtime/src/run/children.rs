@@ -1,62 +1,26 @@
-//! The engine's side of child workflows (`workflow::child`): starting a
+//! The runner's side of child workflows (`workflow::child`): starting a
 //! child under its derived id, telling a parent that its child ended, and
-//! the commands a child's compensation asks of it. The workflow code below
-//! reaches it through `Kin`.
+//! whether an ancestor may still undo an instance. The commands go through
+//! `Kin` (implemented in `instance::kin`), which the workflow code below
+//! reaches too.
 
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 use crate::codec::Payload;
 use crate::error::Result;
-use crate::instance::Instance;
 use crate::journal::command::Command;
 use crate::names::id::InstanceId;
 use crate::run::runner::Runner;
-use crate::workflow::child::Kin;
-use crate::workflow::compensation::BoxFuture;
 
 /// How many parents up a retention sweep looks for one that has not
 /// finished (a chain deeper than this is kept as if one had not).
 const MAX_ANCESTORS: usize = 64;
 
-/// The runner as child workflows see it; holds it weakly (the runner's
-/// core holds this).
-pub(crate) struct Family(pub(crate) Weak<Runner>);
-
-impl Kin for Family {
-    fn registered(&self, name: &str) -> bool {
-        self.0.upgrade().is_some_and(|r| r.is_registered(name))
-    }
-
-    fn start_child(
-        &self,
-        parent: &InstanceId,
-        child: &InstanceId,
-        workflow: &str,
-        input: Payload,
-    ) -> BoxFuture<Result<()>> {
-        let runner = self.0.upgrade();
-        let (parent, child, workflow) = (parent.clone(), child.clone(), workflow.to_owned());
-        Box::pin(async move {
-            let runner = runner.ok_or(crate::Error::Closed)?;
-            start_child(&runner, &parent, &child, &workflow, input).await
-        })
-    }
-
-    fn command(&self, id: &InstanceId, command: Command) -> BoxFuture<Result<()>> {
-        let runner = self.0.upgrade();
-        let id = id.clone();
-        Box::pin(async move {
-            let runner = runner.ok_or(crate::Error::Closed)?;
-            Instance::new(runner, &id).command(command).await.map(drop)
-        })
-    }
-}
-
 /// Creates `child` unless it exists, recording `parent` with its creation,
 /// and gives it a driver; answers once its creation is durable. The
 /// parent's record of the call is made durable first, so no child exists
 /// that its parent's journal would not name after a crash.
-async fn start_child(
+pub(crate) async fn start_child(
     runner: &Arc<Runner>,
     parent: &InstanceId,
     child: &InstanceId,
@@ -94,7 +58,8 @@ impl Runner {
         let command = Command::ChildEnded {
             child: id.to_owned(),
         };
-        if let Err(e) = Instance::new(self.clone(), &parent).command(command).await {
+        let Some(kin) = self.core.kin() else { return };
+        if let Err(e) = kin.command(&InstanceId::stored(&parent), command).await {
             tracing::warn!(instance = %id, parent, error = %e, "could not tell the parent that its child ended; it looks again when it runs next");
         }
     }
