@@ -116,6 +116,7 @@
 mod args;
 mod check;
 mod control;
+mod dashboard;
 mod history;
 mod json;
 mod list;

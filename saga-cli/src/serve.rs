@@ -4,6 +4,7 @@
 //!
 //! One route runs a command as the command line would:
 //!
+//! - `GET /`: the web dashboard (`dashboard`).
 //! - `GET /metrics`: Prometheus text, with [`Admin::with_prometheus`].
 //! - `POST /v1/command` with `{"args": ["show", "transfer-43", "--json"]}`
 //!   answers `{"code": 0, "output": "..."}` (the command's output, as the
@@ -221,6 +222,9 @@ impl Admin {
         let app = Router::new()
             .route("/v1/command", post(command))
             .route("/metrics", get(metrics))
+            .route("/", get(crate::dashboard::index))
+            .route("/dashboard/app.js", get(crate::dashboard::script))
+            .route("/dashboard/app.css", get(crate::dashboard::style))
             .layer(DefaultBodyLimit::max(BODY_LIMIT))
             .with_state(state);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -1,0 +1,148 @@
+//! The web dashboard in a real browser (headless Chromium through
+//! chromedriver): it loads the list, opens a failed instance and finds its
+//! steps and its rollback in the page (the DOM, not pixels), and presses
+//! "terminate with rollback" on a waiting instance and sees its status
+//! change. Screenshots of the list and of the failed instance go to
+//! `target/dashboard-*.png` (the README shows them).
+
+mod support;
+
+use std::time::Duration;
+
+use saga_runtime::prelude::*;
+use saga_runtime::{Engine, Status};
+
+use support::webdriver::Browser;
+
+const TOKEN: &str = "dashboard-test-token";
+
+#[step(name = "reserve-seat", rollback = release_seat)]
+async fn reserve_seat(key: IdempotencyKey) -> Result<String, StepError> {
+    // Long enough to draw as a bar on the timeline.
+    tokio::time::sleep(Duration::from_millis(40)).await;
+    Ok(format!("seat {key}"))
+}
+
+#[rollback]
+async fn release_seat(ctx: RollbackContext<'_, String>) -> Result<(), StepError> {
+    let _ = ctx.key();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    Ok(())
+}
+
+#[step(
+    name = "charge-card",
+    retries = 2,
+    delay = "10 ms",
+    backoff = "constant"
+)]
+async fn charge_card(key: IdempotencyKey, card: String) -> Result<String, StepError> {
+    let _ = key;
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    Err(StepError::retryable(format!("card {card} declined")))
+}
+
+#[workflow(name = "booking")]
+async fn booking(ctx: WorkflowContext, card: String) -> Result<String, WorkflowError> {
+    let seat = reserve_seat(&ctx).await?;
+    charge_card(&ctx, card).await?;
+    Ok(seat)
+}
+
+#[workflow(name = "approval")]
+async fn approval(ctx: WorkflowContext, (): ()) -> Result<bool, WorkflowError> {
+    reserve_seat(&ctx).await?;
+    Ok(ctx
+        .wait_for_event("wait-approval", "approved", "1 day")
+        .await?)
+}
+
+fn screenshot_path(name: &str) -> std::path::PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .parent()
+                .unwrap()
+                .join("target")
+        });
+    target.join(format!("dashboard-{name}.png"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_shows_instances_and_controls_them_in_a_browser() {
+    let engine = Engine::builder()
+        .register(booking)
+        .register(approval)
+        .temporary()
+        .unwrap();
+    let failed = engine
+        .start(booking, "booking-7", "4000 0000 0000 0002".to_owned())
+        .await
+        .unwrap();
+    assert!(
+        tokio::time::timeout(Duration::from_secs(30), failed.result())
+            .await
+            .unwrap()
+            .is_err()
+    );
+    let waiting = engine.start(approval, "approval-3", ()).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while waiting.status().await.unwrap() != Status::Waiting {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await
+    .unwrap();
+    let admin = saga_cli::Admin::new(&engine)
+        .token(TOKEN)
+        .bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let url = format!("http://{}/", admin.local_addr());
+
+    tokio::task::spawn_blocking(move || {
+        let browser = Browser::start();
+        // The list, with both instances and their statuses.
+        browser.go(&url);
+        let row = browser.find("tr[data-id='booking-7']");
+        assert!(browser.text(&row).contains("errored"), "{}", browser.text(&row));
+        let list = browser.text(&browser.find("#instances"));
+        assert!(list.contains("approval-3") && list.contains("waiting"), "{list}");
+        std::fs::write(screenshot_path("list"), browser.screenshot()).unwrap();
+
+        // The failed instance: its steps, its retries, its rollback.
+        browser.click(&row);
+        browser.find("#rollback");
+        let steps = browser.text(&browser.find("#steps"));
+        assert!(steps.contains("reserve-seat") && steps.contains("charge-card"), "{steps}");
+        assert!(steps.contains("card 4000 0000 0000 0002 declined"), "{steps}");
+        let rollback = browser.text(&browser.find("#rollback"));
+        assert!(
+            rollback.contains("reserve-seat") && rollback.contains("booking-7:rollback:reserve-seat"),
+            "{rollback}"
+        );
+        browser.find("#timeline rect[data-compensates='reserve-seat']");
+        browser.find("#timeline rect[data-slot='charge-card'][data-state='failed']");
+        let outcome = browser.text(&browser.find("#outcome"));
+        assert!(outcome.contains("declined"), "{outcome}");
+        std::fs::write(screenshot_path("failed-instance"), browser.screenshot()).unwrap();
+        // Terminate the waiting one with rollback, with the token.
+        browser.go(&format!("{url}#/instance/approval-3"));
+        browser.find("[data-status='waiting']");
+        browser.run(&format!(
+            "document.getElementById('token').value = '{TOKEN}'; sessionStorage.setItem('saga-token', '{TOKEN}'); return true;"
+        ));
+        browser.click(&browser.find("button[data-control='terminate with rollback']"));
+        browser.accept_dialog();
+        browser.wait_for(
+            "the status to change",
+            "document.querySelector(\"#instance-title [data-status='terminated']\")",
+        );
+    })
+    .await
+    .unwrap();
+    assert_eq!(waiting.status().await.unwrap(), Status::Terminated);
+    admin.shutdown().await;
+    engine.close().await;
+}
