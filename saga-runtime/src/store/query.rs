@@ -74,6 +74,8 @@ pub struct IndexQuery<'a> {
     pub ended_until: Option<SystemTime>,
     pub rollback_failed: bool,
     pub failed_compensation: bool,
+    /// On this queue (`start_on`).
+    pub queue: Option<&'a str>,
     pub order: PageOrder,
     pub after: Option<&'a PagePosition>,
     /// At most this many entries.
