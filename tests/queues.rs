@@ -329,7 +329,7 @@ async fn keys_take_turns_so_a_busy_key_starves_no_other() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queued_instances_survive_a_reopen_in_order() {
-    let store = Reopenable::new("queues-reopen").await;
+    let store = Reopenable::new("queues_reopen").await;
     let queue = || Queue::new("bank-api").concurrency(1);
     let before = std::sync::Arc::new(Bank::new());
     let engine = store.open(|| with_queue(before.clone(), queue())).await;

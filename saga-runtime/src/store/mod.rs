@@ -33,7 +33,9 @@ pub(crate) use flusher::Flusher;
 pub(crate) use postgres::{DEFAULT_LEASE, DEFAULT_SCHEMA};
 #[cfg(feature = "postgres")]
 pub use postgres::{PgOptions, PgStore};
-pub use query::{Accept, IndexEntry, IndexFacts, IndexPage, IndexQuery, PageOrder, PagePosition};
+pub use query::{
+    Accept, IndexEntry, IndexFacts, IndexPage, IndexQuery, PageOrder, PagePosition, QueueFacts,
+};
 pub use sled_store::SledStore;
 pub(crate) use sled_store::{LegacyInstance, wait_until_released};
 

@@ -60,6 +60,7 @@ mod fault;
 mod lease;
 mod listen;
 mod page;
+mod queued;
 mod schema;
 mod server;
 mod ssl_options;
@@ -515,6 +516,16 @@ impl Store for PgStore {
                 reply,
             })
             .await
+        })
+    }
+
+    fn take_queued<'a>(&'a self, take: &'a super::QueueTake<'a>) -> StoreFuture<'a, Vec<String>> {
+        let take = queued::Take::of(take);
+        Box::pin(async move {
+            if self.read_only {
+                return Ok(Vec::new());
+            }
+            self.call(|reply| Job::TakeQueued { take, reply }).await
         })
     }
 
