@@ -1059,3 +1059,40 @@ async fn two_workers_sharing_a_queue_never_run_more_than_its_concurrency() {
     b.close().await;
     postgres::drop_schema(&schema).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_instance_sent_an_event_goes_back_to_its_queue() {
+    let schema = postgres::fresh_schema("queue_post").await;
+    let bank = bank();
+    let (here_a, here_b) = (here(), here());
+    let queue = || Queue::new("bank-api").concurrency(1);
+    let a = queue_worker(&schema, &bank, &here_a, queue()).await;
+    let b = queue_worker(&schema, &bank, &here_b, queue()).await;
+    let first = a
+        .start_on("bank-api", queued_transfer, "t-0", 0)
+        .await
+        .unwrap();
+    helpers::wait_until("the slot held", || async {
+        bank.running.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    let second = a
+        .start_on("bank-api", queued_transfer, "t-1", 1)
+        .await
+        .unwrap();
+    // Posted to no worker: one claims it to store the event, then lets go.
+    let sent = b.event("t-1", "note").send(&7).await.unwrap();
+    assert_ne!(sent, saga_runtime::Sent::Duplicate);
+    helpers::wait_until("the queued instance back in its queue", || async {
+        let info = second.info().await.unwrap();
+        info.status == Status::Queued && info.owner.is_none()
+    })
+    .await;
+    bank.gate.add_permits(2);
+    within("the first's end", first.result()).await.unwrap();
+    within("the second's end", second.result()).await.unwrap();
+    assert_eq!(bank.most.load(Ordering::SeqCst), 1);
+    a.close().await;
+    b.close().await;
+    postgres::drop_schema(&schema).await;
+}

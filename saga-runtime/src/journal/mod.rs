@@ -633,6 +633,26 @@ impl Journal {
         Ok(taken)
     }
 
+    /// Lets go of `id` if it waits in its queue, on a store shared by
+    /// workers (see [`Store::disown`]): decided under the instance's lock,
+    /// so no write of this worker's follows.
+    pub(crate) async fn disown_if_queued(&self, id: &str) -> Result<()> {
+        if !self.store.shared() || !self.store.owns(id) {
+            return Ok(());
+        }
+        let held = self.hold_loaded(id).await?;
+        let mut cached = held.cached();
+        let waits = cached
+            .loaded
+            .as_ref()
+            .is_some_and(|l| l.state.waits_in_queue());
+        if waits {
+            self.store.disown(id)?;
+            cached.invalidate();
+        }
+        Ok(())
+    }
+
     /// Posts an intent for `id` (see `intent`); its token.
     pub(crate) async fn post(&self, id: &str, intent: &[u8]) -> Result<String> {
         self.store.post(id, intent).await

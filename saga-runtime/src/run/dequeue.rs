@@ -27,6 +27,8 @@ use crate::run::runner::Runner;
 /// The declared queues and their waiting instances, held by the runner.
 pub(crate) struct Dispatch {
     queues: Queues,
+    /// On a store shared by workers the store keeps who waits.
+    shared: bool,
     /// By queue, on a store of one process.
     local: Mutex<HashMap<String, Local>>,
     /// Wakes the dispatcher: an instance waits, or one let go of a slot.
@@ -34,13 +36,14 @@ pub(crate) struct Dispatch {
 }
 
 impl Dispatch {
-    pub(crate) fn new(queues: Queues) -> Dispatch {
+    pub(crate) fn new(queues: Queues, shared: bool) -> Dispatch {
         let local = queues
             .all()
             .map(|q| (q.name.clone(), Local::default()))
             .collect();
         Dispatch {
             queues,
+            shared,
             local: Mutex::new(local),
             poke: Arc::new(tokio::sync::Notify::new()),
         }
@@ -60,6 +63,9 @@ impl Dispatch {
     /// get a driver: only once it holds a slot. One that waits is noted
     /// as waiting (on a store of one process), for the dispatcher.
     pub(crate) fn admits(&self, id: &str, spot: &QueueSpot, status: Status) -> bool {
+        if self.shared {
+            return spot.taken;
+        }
         let mut local = lock(&self.local);
         let queue = local.get_mut(&spot.queue);
         if spot.taken {

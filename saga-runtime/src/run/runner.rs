@@ -44,13 +44,13 @@ impl Runner {
         queues: crate::queue::Queues,
     ) -> Runner {
         Runner {
-            core,
             registry: RwLock::new(HashMap::new()),
             residents: Residents::default(),
             retention,
             sweeping: tokio::sync::Mutex::new(()),
             path,
-            queues: crate::run::dequeue::Dispatch::new(queues),
+            queues: crate::run::dequeue::Dispatch::new(queues, core.journal.shared()),
+            core,
         }
     }
 

@@ -275,6 +275,13 @@ pub trait Store: Send + Sync + 'static {
     /// crash in between leaves an index entry without a journal, which the
     /// journal module finishes removing on open).
     fn remove(&self, id: &str) -> Result<()>;
+    /// Lets go of instance `id`, which waits in its queue, on a store
+    /// shared by workers: this worker owned it only to act on what was
+    /// posted to it, and the worker that takes it from its queue owns it
+    /// next. Writes queued before go first; this worker writes it no more.
+    fn disown(&self, _id: &str) -> Result<()> {
+        Ok(())
+    }
     /// Blocks until every write made before the call is durable.
     fn flush(&self) -> Result<()>;
     /// Blocks until every write this engine has read so far is durable,

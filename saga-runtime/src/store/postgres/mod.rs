@@ -437,6 +437,13 @@ impl Store for PgStore {
         self.queue(Op::Remove { id: id.to_owned() })
     }
 
+    fn disown(&self, id: &str) -> Result<()> {
+        // Not this worker's from now on: later calls post to it, and the
+        // writes queued before go first.
+        lock(&self.owned).remove(id);
+        self.queue(Op::Disown { id: id.to_owned() })
+    }
+
     fn flush(&self) -> Result<()> {
         if self.read_only {
             // It wrote nothing.

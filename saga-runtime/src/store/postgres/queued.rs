@@ -6,8 +6,9 @@
 //! named after the schema and the queue, so the count of slots held that
 //! one reads stays true until it commits: two workers never exceed a
 //! limit. The rows taken are locked `FOR UPDATE SKIP LOCKED` as well. A
-//! waiting row names no owner (or one that is gone, or this worker): a
-//! worker that is alive keeps the rows it writes. Each taken row gets
+//! waiting row names no owner (or one that is gone): a worker that is
+//! alive keeps the rows it writes, and one that claimed a waiting
+//! instance to act on its posts lets go of it after (`Store::disown`). Each taken row gets
 //! this worker as owner, is marked taken, and gets its `Dequeued` record,
 //! all in the same transaction: the slot is in the row and in the
 //! journal at once, and a taker that dies leaves an instance that holds
@@ -92,7 +93,7 @@ async fn take_in_transaction(
     if room == 0 {
         return Ok(Vec::new());
     }
-    let waiting = waiting(client, s, worker, take, room.min(take.limits.per_key)).await?;
+    let waiting = waiting(client, s, take, room.min(take.limits.per_key)).await?;
     if waiting.is_empty() {
         return Ok(Vec::new());
     }
@@ -169,12 +170,12 @@ async fn slots_held(client: &Client, s: &str, worker: &str, queue: &str) -> Resu
 }
 
 /// The waiting instances of the queue this worker may take: of the
-/// workflows it runs, of a release it reads, owned by no live worker but
-/// this one; the first `per_group` of each priority and key.
+/// workflows it runs, of a release it reads, owned by no live worker (a
+/// worker acting on what was posted to one lets go of it after); the
+/// first `per_group` of each priority and key.
 async fn waiting(
     client: &Client,
     s: &str,
-    worker: &str,
     take: &Take,
     per_group: u32,
 ) -> Result<Vec<Waiting>, Failure> {
@@ -189,12 +190,12 @@ async fn waiting(
                      WHERE i.queue = $1 AND NOT i.queue_taken AND i.status = 'queued'
                        AND i.workflow = ANY($2)
                        AND i.needs & ~{NEEDS_SEALED} <= {}
-                       AND (i.owner = $3 OR {})
-                 ) c WHERE n <= $4 ORDER BY priority DESC, queue_order LIMIT {CANDIDATES}",
+                       AND {}
+                 ) c WHERE n <= $3 ORDER BY priority DESC, queue_order LIMIT {CANDIDATES}",
                 crate::codec::RECORD_KINDS,
                 lease::orphan(s)
             ),
-            &[&take.queue, &take.workflows, &worker, &i64::from(per_group)],
+            &[&take.queue, &take.workflows, &i64::from(per_group)],
         )
         .await?;
     Ok(rows

@@ -56,6 +56,11 @@ pub(super) enum Op {
     Remove {
         id: String,
     },
+    /// Lets go of an instance that waits in its queue (claimed for its
+    /// posts only): it is the worker's that takes it.
+    Disown {
+        id: String,
+    },
 }
 
 /// An index entry, owned (see `IndexRow`).
@@ -306,6 +311,7 @@ struct Conn {
     forget_post: Statement,
     owner_live: Statement,
     claim: Statement,
+    disown: Statement,
     unindexed: Statement,
     backfill: Statement,
     owner_of: Statement,
@@ -586,6 +592,12 @@ impl Target {
                 lease::orphan(s)
             ))
             .await?;
+        let disown = client
+            .prepare(&format!(
+                "UPDATE {s}.instances SET owner = NULL, owned_since = now()
+                 WHERE id = $1 AND owner = $2 AND queue IS NOT NULL AND NOT queue_taken"
+            ))
+            .await?;
         let unindexed = client
             .prepare(&format!(
                 "SELECT id FROM {s}.instances WHERE facts IS NULL ORDER BY id LIMIT $1"
@@ -614,6 +626,7 @@ impl Target {
             client,
             append_indexed,
             claim,
+            disown,
             post,
             posts,
             answer_post,
@@ -1244,6 +1257,10 @@ async fn apply(conn: Arc<Conn>, worker: Arc<str>, op: Op) -> std::result::Result
         Op::Remove { id } => {
             let row = c.query_one(&conn.remove, &[&id, &worker]).await?;
             Ok(row.get::<_, i64>(0) == 1)
+        }
+        Op::Disown { id } => {
+            c.execute(&conn.disown, &[&id, &worker]).await?;
+            Ok(true)
         }
     }
 }
