@@ -402,6 +402,36 @@ async fn a_paused_instance_keeps_its_slot() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_instance_waits_for_a_slot_again() {
+    let bank = std::sync::Arc::new(Bank::new());
+    let engine = fresh(with_queue(
+        bank.clone(),
+        Queue::new("bank-api").concurrency(1),
+    ))
+    .await;
+    let t = transfer_of("again", "a");
+    let again = engine
+        .start_on("bank-api", transfer, "again", t)
+        .await
+        .unwrap();
+    bank.gate.add_permits(1);
+    within("the first run", again.result()).await.unwrap();
+    hold_the_slot(&engine, &bank).await;
+    again.restart().await.unwrap();
+    helpers::until_status(&again, Status::Queued).await;
+    helpers::settle().await;
+    assert_eq!(
+        bank.began(),
+        ["again", "hold"],
+        "a restart skipped the queue"
+    );
+    bank.open_gate();
+    all_complete(&engine, &["hold".into(), "again".into()]).await;
+    assert_eq!(bank.began(), ["again", "hold", "again"]);
+    assert_eq!(bank.most(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plain_start_runs_at_once_beside_a_full_queue() {
     let bank = std::sync::Arc::new(Bank::new());
     let engine = fresh(with_queue(
