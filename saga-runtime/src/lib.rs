@@ -137,8 +137,8 @@ pub mod inspect {
 pub mod prelude {
     pub use crate::{
         Backoff, ChildFailed, Engine, Error, Failure, FailureKind, IdempotencyKey, Instance,
-        ListFilter, Page, Permanent, RollbackContext, RollbackInput, RollbackRegistration, Sent,
-        Service, Status, StepConfig, StepContext, StepError, StepFailed, WaitError, Workflow,
+        ListFilter, Page, Permanent, Queue, RollbackContext, RollbackInput, RollbackRegistration,
+        Sent, Service, Status, StepConfig, StepContext, StepError, StepFailed, WaitError, Workflow,
         WorkflowContext, WorkflowError, WorkflowFuture, workflow_fn,
     };
     #[cfg(feature = "macros")]
