@@ -973,7 +973,7 @@ fn here() -> Arc<Here> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_worker_takes_what_another_worker_queued() {
-    let schema = postgres::fresh_schema("queue_spread").await;
+    let schema = postgres::fresh_schema("qspread").await;
     let bank = bank();
     let (here_a, here_b) = (here(), here());
     let queue = || Queue::new("bank-api").per_worker(1);
@@ -1015,7 +1015,7 @@ async fn an_idle_worker_takes_what_another_worker_queued() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_workers_sharing_a_queue_never_run_more_than_its_concurrency() {
-    let schema = postgres::fresh_schema("queue_limit").await;
+    let schema = postgres::fresh_schema("qlimit").await;
     let bank = bank();
     let (here_a, here_b) = (here(), here());
     let queue = || Queue::new("bank-api").concurrency(3);
@@ -1062,7 +1062,7 @@ async fn two_workers_sharing_a_queue_never_run_more_than_its_concurrency() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_queued_instance_sent_an_event_goes_back_to_its_queue() {
-    let schema = postgres::fresh_schema("queue_post").await;
+    let schema = postgres::fresh_schema("qpost").await;
     let bank = bank();
     let (here_a, here_b) = (here(), here());
     let queue = || Queue::new("bank-api").concurrency(1);

@@ -126,11 +126,19 @@ async fn transfer(ctx: WorkflowContext, t: Transfer) -> Result<(), WorkflowError
     Ok(())
 }
 
+/// A batch of one transfer, made as a child workflow.
+#[workflow(name = "batch")]
+async fn batch(ctx: WorkflowContext, t: Transfer) -> Result<(), WorkflowError> {
+    ctx.child("one", transfer, t).await?;
+    Ok(())
+}
+
 fn with_queue(bank: std::sync::Arc<Bank>, queue: Queue) -> EngineBuilder {
     Engine::builder()
         .provide_arc(bank)
         .queue(queue)
         .register(transfer)
+        .register(batch)
 }
 
 async fn queued_on(engine: &Engine, queue: &str) -> usize {
@@ -329,7 +337,7 @@ async fn keys_take_turns_so_a_busy_key_starves_no_other() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queued_instances_survive_a_reopen_in_order() {
-    let store = Reopenable::new("queues_reopen").await;
+    let store = Reopenable::new("queuesreopen").await;
     let queue = || Queue::new("bank-api").concurrency(1);
     let before = std::sync::Arc::new(Bank::new());
     let engine = store.open(|| with_queue(before.clone(), queue())).await;
@@ -456,6 +464,27 @@ async fn a_plain_start_runs_at_once_beside_a_full_queue() {
     assert_eq!(info.queue, None);
     bank.open_gate();
     all_complete(&engine, &["hold".into(), "plain".into()]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_runs_outside_its_parents_queue() {
+    let bank = std::sync::Arc::new(Bank::new());
+    let engine = fresh(with_queue(
+        bank.clone(),
+        Queue::new("bank-api").concurrency(1),
+    ))
+    .await;
+    let t = transfer_of("child", "c");
+    let parent = engine
+        .start_on("bank-api", batch, "batch-1", t)
+        .await
+        .unwrap();
+    // The parent holds the queue's one slot; its child runs beside it.
+    wait_until("the child at the bank", || async { bank.running() == 1 }).await;
+    let child = engine.instance("batch-1.one").await.unwrap();
+    assert_eq!(child.info().await.unwrap().queue, None);
+    bank.open_gate();
+    within("the batch's end", parent.result()).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

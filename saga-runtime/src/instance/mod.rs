@@ -381,7 +381,14 @@ impl Instance {
     pub(crate) async fn command(&self, command: Command) -> Result<Answer> {
         let journal = self.journal();
         if journal.owns(&self.id) {
-            return self.act(command, None).await;
+            let answer = self.act(command, None).await;
+            // Restarted or resumed back into its queue: on a store shared
+            // by workers, any worker with room takes it (a post's is put
+            // back once answered, by the inbox).
+            if let Err(e) = journal.disown_if_queued(&self.id).await {
+                tracing::warn!(instance = %self.id, error = %e, "could not put a queued instance back in its queue");
+            }
+            return answer;
         }
         // An unknown instance is refused here, not posted.
         journal.read(&self.id, |_| ()).await?;

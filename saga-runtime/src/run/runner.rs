@@ -277,11 +277,6 @@ impl Runner {
             if let Some(spot) = spot
                 && !runner.queues.admits(&id, &spot, status)
             {
-                // Restarted or resumed into its queue here: on a store
-                // shared by workers, any worker with room takes it.
-                if let Err(e) = runner.core.journal.disown_if_queued(&id).await {
-                    tracing::warn!(instance = %id, error = %e, "could not put a queued instance back in its queue");
-                }
                 return;
             }
             // Lets go of the instance however the driver ends: done, a
