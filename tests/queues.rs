@@ -440,6 +440,38 @@ async fn a_restarted_instance_waits_for_a_slot_again() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_instance_paused_is_passed_over_until_resumed() {
+    let bank = std::sync::Arc::new(Bank::new());
+    let engine = fresh(with_queue(
+        bank.clone(),
+        Queue::new("bank-api").concurrency(1),
+    ))
+    .await;
+    hold_the_slot(&engine, &bank).await;
+    for name in ["paused", "next"] {
+        let t = transfer_of(name, name);
+        engine
+            .start_on("bank-api", transfer, name, t)
+            .await
+            .unwrap();
+    }
+    let paused = engine.instance("paused").await.unwrap();
+    paused.pause().await.unwrap();
+    assert_eq!(paused.status().await.unwrap(), Status::Paused);
+    bank.gate.add_permits(2);
+    let next = engine.instance("next").await.unwrap();
+    within("the next's end", next.result::<()>()).await.unwrap();
+    assert_eq!(bank.began(), ["hold", "next"]);
+    // Resumed, it waits in its queue again, and takes the free slot.
+    paused.resume().await.unwrap();
+    bank.open_gate();
+    within("the resumed one's end", paused.result::<()>())
+        .await
+        .unwrap();
+    assert_eq!(bank.began(), ["hold", "next", "paused"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plain_start_runs_at_once_beside_a_full_queue() {
     let bank = std::sync::Arc::new(Bank::new());
     let engine = fresh(with_queue(
