@@ -342,7 +342,7 @@ async fn queued_instances_survive_a_reopen_in_order() {
     let before = std::sync::Arc::new(Bank::new());
     let engine = store.open(|| with_queue(before.clone(), queue())).await;
     hold_the_slot(&engine, &before).await;
-    let names: Vec<String> = (1..=6).map(|n| format!("q-{n}")).collect();
+    let names: Vec<String> = (1..=50).map(|n| format!("q-{n}")).collect();
     for name in &names {
         let t = transfer_of(name, "k");
         engine
@@ -354,8 +354,8 @@ async fn queued_instances_survive_a_reopen_in_order() {
 
     let after = std::sync::Arc::new(Bank::new());
     let engine = store.open(|| with_queue(after.clone(), queue())).await;
-    wait_until("six queued after the reopen", || async {
-        queued_on(&engine, "bank-api").await == 6
+    wait_until("fifty queued after the reopen", || async {
+        queued_on(&engine, "bank-api").await == 50
     })
     .await;
     // The instance that held the slot holds it again, and runs again.

@@ -277,6 +277,18 @@ impl Runner {
             if let Some(spot) = spot
                 && !runner.queues.admits(&id, &spot, status)
             {
+                // The dispatcher may take it while this task still holds
+                // its driver's place, and its start then finds one: look
+                // again once the place is free.
+                drop(release);
+                let taken = runner
+                    .core
+                    .journal
+                    .read(&id, |s| s.queue.as_ref().is_some_and(|q| q.taken))
+                    .await;
+                if taken.unwrap_or(false) {
+                    runner.spawn_driver(&id);
+                }
                 return;
             }
             // Lets go of the instance however the driver ends: done, a
