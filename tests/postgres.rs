@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use saga_runtime::prelude::*;
-use saga_runtime::{Error, EventKind};
+use saga_runtime::{Error, EventKind, Queue};
 
 use helpers::{postgres, within};
 
@@ -910,5 +910,189 @@ async fn a_child_on_another_worker_tells_its_parent_through_the_store() {
     );
     legs.close().await;
     parents.close().await;
+    postgres::drop_schema(&schema).await;
+}
+
+/// The bank behind a queue, shared by every worker of a test: how many
+/// calls run at once, the most so far, and a gate each call waits at.
+struct Bank {
+    gate: tokio::sync::Semaphore,
+    running: AtomicU32,
+    most: AtomicU32,
+}
+
+/// The worker a call ran on, and how many ran there.
+struct Here {
+    ran: AtomicU32,
+}
+
+#[step(name = "call-bank", read_only)]
+async fn call_bank(bank: Service<Bank>, here: Service<Here>) -> Result<(), StepError> {
+    let now = bank.running.fetch_add(1, Ordering::SeqCst) + 1;
+    bank.most.fetch_max(now, Ordering::SeqCst);
+    here.ran.fetch_add(1, Ordering::SeqCst);
+    let permit = bank.gate.acquire().await.map_err(StepError::fatal)?;
+    permit.forget();
+    bank.running.fetch_sub(1, Ordering::SeqCst);
+    Ok(())
+}
+
+#[workflow(name = "queued-transfer")]
+async fn queued_transfer(ctx: WorkflowContext, _n: u32) -> Result<(), WorkflowError> {
+    call_bank(&ctx).await?;
+    Ok(())
+}
+
+async fn queue_worker(schema: &str, bank: &Arc<Bank>, here: &Arc<Here>, queue: Queue) -> Engine {
+    Engine::builder()
+        .postgres_schema(schema)
+        .lease_time(Duration::from_millis(500))
+        .poll_interval(Duration::from_millis(20))
+        .provide_arc(bank.clone())
+        .provide_arc(here.clone())
+        .queue(queue)
+        .register(queued_transfer)
+        .connect(&postgres::database_url())
+        .await
+        .unwrap_or_else(|e| postgres::missing(e))
+}
+
+fn bank() -> Arc<Bank> {
+    Arc::new(Bank {
+        gate: tokio::sync::Semaphore::new(0),
+        running: AtomicU32::new(0),
+        most: AtomicU32::new(0),
+    })
+}
+
+fn here() -> Arc<Here> {
+    Arc::new(Here {
+        ran: AtomicU32::new(0),
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_worker_takes_what_another_worker_queued() {
+    let schema = postgres::fresh_schema("qspread").await;
+    let bank = bank();
+    let (here_a, here_b) = (here(), here());
+    let queue = || Queue::new("bank-api").per_worker(1);
+    let a = queue_worker(&schema, &bank, &here_a, queue()).await;
+    let b = queue_worker(&schema, &bank, &here_b, queue()).await;
+    // Every start is on a; a has room for one, so b takes the next.
+    let mut runs = Vec::new();
+    for n in 0..3 {
+        let id = format!("t-{n}");
+        runs.push(
+            a.start_on("bank-api", queued_transfer, &id, n)
+                .await
+                .unwrap(),
+        );
+    }
+    helpers::wait_until("one call on each worker", || async {
+        here_a.ran.load(Ordering::SeqCst) == 1 && here_b.ran.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    // The third waits for a slot on either.
+    let third = a.instance("t-2").await.unwrap();
+    let info = third.info().await.unwrap();
+    assert_eq!(info.status, Status::Queued);
+    assert_eq!(info.queue.as_deref(), Some("bank-api"));
+    assert_eq!(info.owner, None, "a waiting instance is no worker's yet");
+    bank.gate.add_permits(3);
+    for run in &runs {
+        within("the transfer's end", run.result()).await.unwrap();
+    }
+    assert_eq!(
+        here_a.ran.load(Ordering::SeqCst) + here_b.ran.load(Ordering::SeqCst),
+        3
+    );
+    assert!(bank.most.load(Ordering::SeqCst) <= 2);
+    a.close().await;
+    b.close().await;
+    postgres::drop_schema(&schema).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_workers_sharing_a_queue_never_run_more_than_its_concurrency() {
+    let schema = postgres::fresh_schema("qlimit").await;
+    let bank = bank();
+    let (here_a, here_b) = (here(), here());
+    let queue = || Queue::new("bank-api").concurrency(3);
+    let a = queue_worker(&schema, &bank, &here_a, queue()).await;
+    let b = queue_worker(&schema, &bank, &here_b, queue()).await;
+    let mut runs = Vec::new();
+    for n in 0..16 {
+        let on = if n % 2 == 0 { &a } else { &b };
+        let id = format!("t-{n}");
+        runs.push(
+            on.start_on("bank-api", queued_transfer, &id, n)
+                .await
+                .unwrap(),
+        );
+    }
+    helpers::wait_until("three calls at the bank", || async {
+        bank.running.load(Ordering::SeqCst) == 3
+    })
+    .await;
+    helpers::settle().await;
+    assert_eq!(bank.running.load(Ordering::SeqCst), 3);
+    let queued = ListFilter::all().queue("bank-api").status(Status::Queued);
+    assert_eq!(a.list(&queued).await.unwrap().len(), 13);
+    // One at a time through the gate: each end frees a slot on either.
+    for _ in 0..16 {
+        bank.gate.add_permits(1);
+    }
+    for run in &runs {
+        within("the transfer's end", run.result()).await.unwrap();
+    }
+    assert_eq!(
+        bank.most.load(Ordering::SeqCst),
+        3,
+        "more than 3 ran at once"
+    );
+    assert_eq!(
+        here_a.ran.load(Ordering::SeqCst) + here_b.ran.load(Ordering::SeqCst),
+        16
+    );
+    a.close().await;
+    b.close().await;
+    postgres::drop_schema(&schema).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_instance_sent_an_event_goes_back_to_its_queue() {
+    let schema = postgres::fresh_schema("qpost").await;
+    let bank = bank();
+    let (here_a, here_b) = (here(), here());
+    let queue = || Queue::new("bank-api").concurrency(1);
+    let a = queue_worker(&schema, &bank, &here_a, queue()).await;
+    let b = queue_worker(&schema, &bank, &here_b, queue()).await;
+    let first = a
+        .start_on("bank-api", queued_transfer, "t-0", 0)
+        .await
+        .unwrap();
+    helpers::wait_until("the slot held", || async {
+        bank.running.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    let second = a
+        .start_on("bank-api", queued_transfer, "t-1", 1)
+        .await
+        .unwrap();
+    // Posted to no worker: one claims it to store the event, then lets go.
+    let sent = b.event("t-1", "note").send(&7).await.unwrap();
+    assert_ne!(sent, saga_runtime::Sent::Duplicate);
+    helpers::wait_until("the queued instance back in its queue", || async {
+        let info = second.info().await.unwrap();
+        info.status == Status::Queued && info.owner.is_none()
+    })
+    .await;
+    bank.gate.add_permits(2);
+    within("the first's end", first.result()).await.unwrap();
+    within("the second's end", second.result()).await.unwrap();
+    assert_eq!(bank.most.load(Ordering::SeqCst), 1);
+    a.close().await;
+    b.close().await;
     postgres::drop_schema(&schema).await;
 }

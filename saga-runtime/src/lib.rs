@@ -74,6 +74,7 @@ mod metrics;
 mod model;
 mod names;
 mod panic;
+mod queue;
 mod run;
 mod seal;
 #[doc(hidden)]
@@ -82,7 +83,7 @@ mod time;
 mod workflow;
 
 pub use crate::engine::listing::{InstancePage, UnreadableInstance};
-pub use crate::engine::start::StartOptions;
+pub use crate::engine::start::{StartOn, StartOptions};
 pub use crate::engine::subscription::{RecvError, Subscription};
 pub use crate::engine::{
     DEFAULT_MAX_JOURNAL_RECORDS, DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_MAX_PENDING_EVENTS,
@@ -101,6 +102,7 @@ pub use crate::keyring::{KEY_BYTES, Keyring};
 pub use crate::model::history::{Event, EventKind};
 pub use crate::model::status::Status;
 pub use crate::names::id::InstanceId;
+pub use crate::queue::Queue;
 pub use crate::seal::{Codec, CodecError, Sealed};
 pub use crate::store::PageOrder;
 pub use crate::time::clock::{Clock, Sleep, SystemClock, TestClock};
@@ -135,8 +137,8 @@ pub mod inspect {
 pub mod prelude {
     pub use crate::{
         Backoff, ChildFailed, Engine, Error, Failure, FailureKind, IdempotencyKey, Instance,
-        ListFilter, Page, Permanent, RollbackContext, RollbackInput, RollbackRegistration, Sent,
-        Service, Status, StepConfig, StepContext, StepError, StepFailed, WaitError, Workflow,
+        ListFilter, Page, Permanent, Queue, RollbackContext, RollbackInput, RollbackRegistration,
+        Sent, Service, Status, StepConfig, StepContext, StepError, StepFailed, WaitError, Workflow,
         WorkflowContext, WorkflowError, WorkflowFuture, workflow_fn,
     };
     #[cfg(feature = "macros")]

@@ -115,9 +115,37 @@ pub struct EngineBuilder {
     lease: Duration,
     poll: Duration,
     sealer: Sealer,
+    queues: Vec<crate::queue::Queue>,
 }
 
 impl EngineBuilder {
+    /// Declares a queue that [`Engine::start_on`] starts instances on,
+    /// with its limits (see [`Queue`](crate::Queue)). Declare the same
+    /// queues on every worker of a shared store. A bad declaration (a
+    /// name off the step-name grammar, a limit of 0, a queue declared
+    /// twice) is [`Error::InvalidQueue`] when the engine opens, before
+    /// anything is stored.
+    ///
+    /// ```
+    /// # use saga_runtime::prelude::*;
+    /// # use saga_runtime::Queue;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), saga_runtime::Error> {
+    /// let engine = Engine::builder()
+    ///     .queue(Queue::new("bank-api").concurrency(10).per_key(1))
+    ///     .temporary()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn queue(mut self, queue: crate::queue::Queue) -> Self {
+        self.queues.push(queue);
+        self
+    }
+
+    /// The declared queues, checked.
+    fn checked_queues(&self) -> Result<crate::queue::Queues> {
+        crate::queue::Queues::new(self.queues.clone())
+    }
+
     /// The clock the engine reads and sleeps on; [`crate::TestClock`] in tests.
     pub fn clock(mut self, clock: impl Clock) -> Self {
         self.clock = Arc::new(clock);
@@ -228,6 +256,7 @@ impl EngineBuilder {
     /// written by the first release (format version 1) is upgraded in
     /// place: each instance's records become one journal record.
     pub fn open(self, path: impl AsRef<Path>) -> Result<Engine> {
+        self.checked_queues()?;
         let runtime = Handle::try_current().map_err(|_| Error::NoRuntime)?;
         let store = Arc::new(SledStore::open(path.as_ref())?);
         let journal = Journal::new(store.clone(), self.clock.clone(), self.store_timeout)?;
@@ -283,6 +312,7 @@ impl EngineBuilder {
 
     #[cfg(feature = "postgres")]
     async fn connect_postgres(self, url: &str, read_only: bool) -> Result<Engine> {
+        self.checked_queues()?;
         let runtime = Handle::try_current().map_err(|_| Error::NoRuntime)?;
         let options = crate::store::PgOptions {
             url: url.to_owned(),
@@ -339,6 +369,7 @@ impl EngineBuilder {
 
     /// An engine on a temporary store, removed when the engine is dropped.
     pub fn temporary(self) -> Result<Engine> {
+        self.checked_queues()?;
         let runtime = Handle::try_current().map_err(|_| Error::NoRuntime)?;
         let store: Arc<dyn Store> = Arc::new(SledStore::temporary()?);
         let journal = Journal::new(store, self.clock.clone(), self.store_timeout)?;
@@ -349,12 +380,14 @@ impl EngineBuilder {
     /// does not know). Not a stable API: the store trait will change.
     #[doc(hidden)]
     pub fn open_store(self, store: Arc<dyn Store>) -> Result<Engine> {
+        self.checked_queues()?;
         let runtime = Handle::try_current().map_err(|_| Error::NoRuntime)?;
         let journal = Journal::new(store, self.clock.clone(), self.store_timeout)?;
         self.build(journal, runtime, None)
     }
 
     fn build(self, journal: Journal, runtime: Handle, path: Option<PathBuf>) -> Result<Engine> {
+        let queues = self.checked_queues()?;
         let journal = journal.with_caps(self.caps).with_sealer(self.sealer);
         // On a store shared by workers, an index entry is repaired by the
         // worker that claims its instance (and a reader repairs nothing).
@@ -385,7 +418,7 @@ impl EngineBuilder {
             self.services,
             self.poll,
         ));
-        let runner = Arc::new(Runner::new(core, self.retention, path));
+        let runner = Arc::new(Runner::new(core, self.retention, path, queues));
         let engine = Engine {
             handle: Arc::new(EngineHandle {
                 runner: runner.clone(),
@@ -402,6 +435,7 @@ impl EngineBuilder {
             crate::engine::retention::spawn_sweeper(&runner);
         }
         crate::instance::inbox::spawn_inbox_reader(&runner);
+        crate::run::dequeue::spawn_dispatcher(&runner);
         Ok(engine)
     }
 }
@@ -445,6 +479,7 @@ impl Engine {
             lease: crate::store::DEFAULT_LEASE,
             poll: DEFAULT_POLL,
             sealer: Sealer::default(),
+            queues: Vec::new(),
         }
     }
 
@@ -478,7 +513,7 @@ impl Engine {
         input: W::Input,
     ) -> Result<Run<W::Output>> {
         let runner = self.runner();
-        crate::instance::send::start(runner, workflow, id, input, |_| Ok((None, ()))).await?;
+        crate::instance::send::start(runner, workflow, id, input, None, |_| Ok((None, ()))).await?;
         runner.core.journal.flush().await?;
         Ok(Run::new(Instance::new(runner.clone(), id)))
     }

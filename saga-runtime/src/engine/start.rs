@@ -1,9 +1,13 @@
-//! `start_with`: a start with options (tags now; a parent when child
-//! workflows come).
+//! `start_with`: a start with options (tags, a parent); `start_on`: a
+//! start on a queue, with a key and a priority.
+
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
 
 use crate::engine::Engine;
 use crate::error::Result;
 use crate::instance::{Instance, Run};
+use crate::journal::queued::Enqueue;
 use crate::workflow::Workflow;
 
 /// What a start records beside the input: see [`Engine::start_with`].
@@ -99,7 +103,7 @@ impl Engine {
             });
         }
         let runner = self.runner();
-        crate::instance::send::start(runner, workflow, id, input, |state| {
+        crate::instance::send::start(runner, workflow, id, input, None, |state| {
             let parent = options.parent.as_deref();
             match crate::journal::tags::described(id, state, parent, &options.tags) {
                 // An instance that ended keeps the tags it had.
@@ -110,5 +114,130 @@ impl Engine {
         .await?;
         runner.core.journal.flush().await?;
         Ok(Run::new(Instance::new(runner.clone(), id)))
+    }
+}
+
+/// A start on a queue, made by [`Engine::start_on`]: give it a key and a
+/// priority, then `.await` it.
+#[must_use = "nothing is started until the start is awaited"]
+pub struct StartOn<'a, W: Workflow> {
+    engine: &'a Engine,
+    workflow: W,
+    id: String,
+    input: W::Input,
+    enqueue: Enqueue,
+}
+
+impl<W: Workflow> StartOn<'_, W> {
+    /// The instance's key (a customer, an account): at most the queue's
+    /// [`per_key`](crate::Queue::per_key) instances with one key hold a
+    /// slot at once, and within a priority keys take turns. The
+    /// instance-id grammar: 1-100 characters of `[A-Za-z0-9_-]`, not
+    /// starting with `-` ([`Error::InvalidQueueKey`](crate::Error::InvalidQueueKey)
+    /// otherwise, before anything is stored).
+    pub fn key(mut self, key: impl Into<String>) -> Self {
+        self.enqueue.key = Some(key.into());
+        self
+    }
+
+    /// Its priority (default 0): a waiting instance of a higher priority
+    /// takes a free slot before any of a lower one.
+    pub fn priority(mut self, priority: i32) -> Self {
+        self.enqueue.priority = priority;
+        self
+    }
+
+    async fn start(self) -> Result<Run<W::Output>> {
+        let runner = self.engine.runner();
+        runner.queues.queue(&self.enqueue.queue)?;
+        if let Some(key) = &self.enqueue.key {
+            crate::queue::check_key(key)?;
+        }
+        let id = self.id.as_str();
+        crate::instance::send::start(
+            runner,
+            self.workflow,
+            id,
+            self.input,
+            Some(&self.enqueue),
+            |_| Ok((None, ())),
+        )
+        .await?;
+        runner.core.journal.flush().await?;
+        runner.queues.poke();
+        Ok(Run::new(Instance::new(runner.clone(), id)))
+    }
+}
+
+impl<'a, W: Workflow> IntoFuture for StartOn<'a, W> {
+    type Output = Result<Run<W::Output>>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send + 'a>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(self.start())
+    }
+}
+
+impl Engine {
+    /// Starts an instance of `workflow` on the declared queue `queue`
+    /// (see [`EngineBuilder::queue`](crate::EngineBuilder::queue)): it is
+    /// stored `Queued` and gets a driver only when it takes a slot of the
+    /// queue, which it holds until it ends (paused, it keeps it). Give it
+    /// a [`key`](StartOn::key) and a [`priority`](StartOn::priority), then
+    /// await it. On a store shared by workers, any worker with room that
+    /// runs `workflow` takes it.
+    ///
+    /// As for [`Engine::start`], an id that exists returns that instance
+    /// (same workflow, equal input), wherever it runs. An undeclared
+    /// queue is [`Error::UnknownQueue`](crate::Error::UnknownQueue), a bad
+    /// key [`Error::InvalidQueueKey`](crate::Error::InvalidQueueKey), both
+    /// before anything is stored. Child workflows (`ctx.child`) are never
+    /// queued: they run outside their parent's queue.
+    ///
+    /// # Cancel safety
+    ///
+    /// The instance is stored, waiting in its queue, at the first poll;
+    /// dropping the future after that leaves it queued, and a start
+    /// again with the same id and input returns it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use saga_runtime::prelude::*;
+    /// # use saga_runtime::Queue;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), saga_runtime::Error> {
+    /// let transfer = workflow_fn("transfer", |_ctx: WorkflowContext, cents: u64| async move {
+    ///     Ok::<_, WorkflowError>(cents)
+    /// });
+    /// let engine = Engine::builder()
+    ///     .queue(Queue::new("bank-api").concurrency(10).per_key(1))
+    ///     .temporary()?;
+    /// let run = engine
+    ///     .start_on("bank-api", transfer, "transfer-1", 500)
+    ///     .key("customer-42")
+    ///     .priority(5)
+    ///     .await?;
+    /// assert_eq!(run.result().await?, 500);
+    /// # Ok(()) }
+    /// ```
+    pub fn start_on<W: Workflow>(
+        &self,
+        queue: &str,
+        workflow: W,
+        id: &str,
+        input: W::Input,
+    ) -> StartOn<'_, W> {
+        StartOn {
+            engine: self,
+            workflow,
+            id: id.to_owned(),
+            input,
+            enqueue: Enqueue {
+                queue: queue.to_owned(),
+                key: None,
+                priority: 0,
+            },
+        }
     }
 }

@@ -521,6 +521,45 @@ pub enum Error {
         limit: usize,
     },
 
+    /// A queue given to `EngineBuilder::queue` is not valid: its name does
+    /// not follow the step-name grammar, a limit is 0, or it is declared
+    /// twice. The engine did not open and nothing was stored: fix the
+    /// declaration.
+    #[error("invalid queue {queue:?}: {reason}")]
+    InvalidQueue {
+        /// The queue's name as given.
+        queue: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+
+    /// `start_on` named a queue this engine did not declare. Nothing was
+    /// stored. Declare it with `Engine::builder().queue(Queue::new(..))`
+    /// (on every worker), or check the name.
+    #[error(
+        "no queue {queue:?} is declared (declared: {known:?}); declare it with Engine::builder().queue(Queue::new({queue:?})) on every worker, or check the name"
+    )]
+    UnknownQueue {
+        /// The queue asked for.
+        queue: String,
+        /// The queues this engine declared.
+        known: Vec<String>,
+    },
+
+    /// The key given to `start_on(..).key(..)` is not 1-100 characters of
+    /// `[A-Za-z0-9_-]` (the instance-id grammar) not starting with `-`.
+    /// Nothing was stored: derive a shorter key (a customer number, a
+    /// hash of a longer one).
+    #[error(
+        "invalid queue key {key:?}: {reason}; use 1-100 characters of [A-Za-z0-9_-], not starting with '-'"
+    )]
+    InvalidQueueKey {
+        /// The key as given.
+        key: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+
     /// A stored value is sealed with a key the engine's codec does not hold
     /// (or the engine has no codec): nothing was changed, and the value is
     /// still stored. Open the engine with a codec that holds the key

@@ -35,6 +35,7 @@ pub struct ListFilter {
     ended_until: Option<SystemTime>,
     rollback_failed: bool,
     failed_compensation: bool,
+    queue: Option<String>,
 }
 
 impl ListFilter {
@@ -120,6 +121,14 @@ impl ListFilter {
         self
     }
 
+    /// Only instances started on queue `name` (`Engine::start_on`),
+    /// waiting, running or ended; with `.status(Status::Queued)`, those
+    /// that wait for a slot.
+    pub fn queue(mut self, name: impl Into<String>) -> Self {
+        self.queue = Some(name.into());
+        self
+    }
+
     /// The store's question for one page.
     pub(crate) fn query<'a>(&'a self, page: &'a Page) -> IndexQuery<'a> {
         IndexQuery {
@@ -134,6 +143,7 @@ impl ListFilter {
             ended_until: self.ended_until,
             rollback_failed: self.rollback_failed,
             failed_compensation: self.failed_compensation,
+            queue: self.queue.as_deref(),
             order: page.order,
             after: page.after.as_ref().map(|c| &c.position),
             limit: page.limit,
@@ -176,6 +186,10 @@ impl ListFilter {
             && within(summary.finished_at, self.ended_from, self.ended_until)
             && (!self.rollback_failed || summary.rollback_failure.is_some())
             && (!self.failed_compensation || facts.failed_compensation)
+            && self
+                .queue
+                .as_ref()
+                .is_none_or(|q| facts.queue.as_ref().is_some_and(|spot| spot.queue == *q))
     }
 }
 

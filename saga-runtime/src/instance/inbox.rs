@@ -106,6 +106,11 @@ async fn take(runner: &Arc<Runner>) -> Result<()> {
             }
         };
         journal.answer_post(n, &encode_record(&answer)).await?;
+        // Claimed only to act on its posts, an instance that waits in its
+        // queue goes back to it, for any worker to take.
+        if let Err(e) = journal.disown_if_queued(&id).await {
+            tracing::warn!(instance = %id, error = %e, "could not put a queued instance back in its queue");
+        }
     }
     Ok(())
 }

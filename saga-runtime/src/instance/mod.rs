@@ -69,8 +69,12 @@ pub struct InstanceInfo {
     /// Whether a compensation of it failed at least once.
     pub failed_compensation: bool,
     /// Who drives it while it is not finished: on PostgreSQL the worker
-    /// that owns it, on sled this process.
+    /// that owns it, on sled this process. `None` too for one that waits
+    /// in its queue on PostgreSQL: no worker has taken it yet.
     pub owner: Option<Owner>,
+    /// The queue it was started on (`Engine::start_on`); `status` is
+    /// `Queued` while it waits there for a slot.
+    pub queue: Option<String>,
 }
 
 /// The worker that drives an unfinished instance, and since when.
@@ -101,6 +105,7 @@ impl InstanceInfo {
                 .map(|(worker, since)| Owner { worker, since })
         };
         InstanceInfo {
+            queue: facts.queue.map(|spot| spot.queue),
             tags: facts.tags.into_iter().collect(),
             parent: facts.parent,
             failed_compensation: facts.failed_compensation,
@@ -376,7 +381,14 @@ impl Instance {
     pub(crate) async fn command(&self, command: Command) -> Result<Answer> {
         let journal = self.journal();
         if journal.owns(&self.id) {
-            return self.act(command, None).await;
+            let answer = self.act(command, None).await;
+            // Restarted or resumed back into its queue: on a store shared
+            // by workers, any worker with room takes it (a post's is put
+            // back once answered, by the inbox).
+            if let Err(e) = journal.disown_if_queued(&self.id).await {
+                tracing::warn!(instance = %self.id, error = %e, "could not put a queued instance back in its queue");
+            }
+            return answer;
         }
         // An unknown instance is refused here, not posted.
         journal.read(&self.id, |_| ()).await?;

@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 use crate::instance::post::Answer;
 use crate::instance::{Instance, Run};
 use crate::journal::command::{Command, admits_event};
+use crate::journal::queued::Enqueue;
 use crate::journal::{Change, InstanceState};
 use crate::run::runner::Runner;
 use crate::workflow::Workflow;
@@ -151,7 +152,7 @@ impl<'a> EventSender<'a> {
         let payload = self.checked(payload)?;
         let runner = self.runner;
         let id = self.instance.as_str();
-        let sent = start(runner, workflow, id, input, |state| {
+        let sent = start(runner, workflow, id, input, None, |state| {
             // It existed, and another worker drives it: the payload comes
             // back, to be posted below.
             if !runner.core.journal.owns(id) {
@@ -258,11 +259,15 @@ pub(crate) fn same_value(a: &Payload, b: &Payload) -> bool {
 /// must run the same workflow with an equal input), and under the same
 /// lock appends what `then` decides on. The driver starts after both are
 /// stored. Does not wait for durability.
+///
+/// With `queue`, a new instance waits in that queue for a slot instead
+/// (see `Engine::start_on`).
 pub(crate) async fn start<W: Workflow, R>(
     runner: &Arc<Runner>,
     workflow: W,
     id: &str,
     input: W::Input,
+    queue: Option<&Enqueue>,
     then: impl FnOnce(&InstanceState) -> Result<(Option<Change>, R)>,
 ) -> Result<R> {
     crate::names::validate_id(id)?;
@@ -278,12 +283,19 @@ pub(crate) async fn start<W: Workflow, R>(
     // even when this call is dropped while a server creates it.
     let cut_short = DriveIfCutShort { runner, id };
     let created = journal
-        .create_then(id, name, input.clone(), true, |state, created| {
-            if !created {
-                existing_matches(state, id, name, &input)?;
-            }
-            then(state)
-        })
+        .create_then(
+            id,
+            name,
+            input.clone(),
+            queue,
+            queue.is_none(),
+            |state, created| {
+                if !created {
+                    existing_matches(state, id, name, &input)?;
+                }
+                then(state)
+            },
+        )
         .await;
     std::mem::forget(cut_short);
     let (_, answer) = created?;

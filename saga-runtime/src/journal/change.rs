@@ -64,6 +64,8 @@ impl Change {
                 | Change::RecallEnded { .. }
                 | Change::PausedWithParent
                 | Change::WaitStartedWithRollback { .. }
+                | Change::CreatedOnQueue { .. }
+                | Change::Dequeued
         )
     }
 }
@@ -73,7 +75,7 @@ impl Change {
 impl CarriesPayloads for Entry {
     fn payloads_mut(&mut self) -> Vec<&mut Payload> {
         match &mut self.change {
-            Change::Created { input, .. } => vec![input],
+            Change::Created { input, .. } | Change::CreatedOnQueue { input, .. } => vec![input],
             Change::StepStarted { input, .. } => input.iter_mut().collect(),
             Change::StepCompleted { output, .. } => vec![output],
             Change::EventReceived { payload, .. } | Change::EventReceivedWithId { payload, .. } => {
@@ -114,7 +116,8 @@ impl CarriesPayloads for Entry {
             | Change::Recalled { .. }
             | Change::RecallEnded { .. }
             | Change::PausedWithParent
-            | Change::WaitStartedWithRollback { .. } => Vec::new(),
+            | Change::WaitStartedWithRollback { .. }
+            | Change::Dequeued => Vec::new(),
         }
     }
 }
@@ -301,6 +304,22 @@ pub(crate) enum Change {
         event_type: String,
         deadline: u64,
     },
+    /// `engine.start_on` stored the instance, as `Created` does, waiting
+    /// in `queue` for a slot: no driver runs it before `Dequeued`. `order`
+    /// is its place among its queue's instances of equal priority on a
+    /// store of one process (a store shared by workers orders them by a
+    /// sequence of its own).
+    CreatedOnQueue {
+        workflow: String,
+        input: Payload,
+        queue: String,
+        key: Option<String>,
+        priority: i32,
+        order: u64,
+    },
+    /// It took a slot of its queue, and holds it until it ends (a restart
+    /// puts it back in the queue).
+    Dequeued,
 }
 
 /// How an instance ended.
@@ -338,13 +357,7 @@ mod tests {
     /// variant appended without counting it fails here.
     #[test]
     fn the_last_kind_of_record_is_counted() {
-        let last = bytes(Change::WaitStartedWithRollback {
-            slot: 0,
-            name: "w".into(),
-            occurrence: 0,
-            event_type: "e".into(),
-            deadline: 0,
-        });
+        let last = bytes(Change::Dequeued);
         // The version, `at` (1000 as a varint: 251, 232, 3), then the kind.
         assert_eq!(u32::from(last[4]), Change::KINDS - 1);
         assert!(!crate::codec::from_newer_release(&last, 1, Change::KINDS));
@@ -374,6 +387,11 @@ mod tests {
                 change: Change::PausedWithParent,
             });
             assert_eq!(kinds_needed(&paused), 33, "at {at}");
+            let dequeued = encode_record(&Entry {
+                at,
+                change: Change::Dequeued,
+            });
+            assert_eq!(kinds_needed(&dequeued), 36, "at {at}");
             let started = encode_record(&Entry {
                 at,
                 change: Change::DriverStarted,
@@ -457,6 +475,20 @@ mod tests {
             }),
             [2, 251, 232, 3, 33, 2, 1, b'w', 0, 1, b'e', 9]
         );
+        assert_eq!(
+            bytes(Change::CreatedOnQueue {
+                workflow: "w".into(),
+                input: Payload::Json(b"7".to_vec()),
+                queue: "q".into(),
+                key: Some("k".into()),
+                priority: -1,
+                order: 3,
+            }),
+            [
+                2, 251, 232, 3, 34, 1, b'w', 1, 1, b'7', 1, b'q', 1, 1, b'k', 1, 3
+            ]
+        );
+        assert_eq!(bytes(Change::Dequeued), [2, 251, 232, 3, 35]);
     }
 
     /// The kinds this release adds are written with the index entry, which
@@ -485,6 +517,15 @@ mod tests {
                 rollback: Err(failure()),
             },
             Change::PausedWithParent,
+            Change::CreatedOnQueue {
+                workflow: "w".into(),
+                input: Payload::Json(b"null".to_vec()),
+                queue: "q".into(),
+                key: None,
+                priority: 0,
+                order: 0,
+            },
+            Change::Dequeued,
         ];
         for change in new_kinds {
             assert!(change.reindexes(), "{change:?}");

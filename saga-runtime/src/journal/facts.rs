@@ -5,6 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::queued::QueueSpot;
 use super::state::InstanceState;
 
 /// Encoded (with the format version) into each index entry's facts.
@@ -20,9 +21,20 @@ pub(crate) struct Facts {
     /// summary says `Complete` (the status the release before knows), and
     /// this says `Compensated`.
     pub(crate) compensated: bool,
+    /// Its place in a queue (`start_on`).
+    pub(crate) queue: Option<QueueSpot>,
 }
 
 /// The facts as the release before wrote them, without the fields since.
+#[derive(Deserialize)]
+struct FactsOfChildren {
+    tags: Vec<(String, String)>,
+    parent: Option<String>,
+    failed_compensation: bool,
+    compensated: bool,
+}
+
+/// The facts as the release before that wrote them.
 #[derive(Deserialize)]
 struct FactsBefore {
     tags: Vec<(String, String)>,
@@ -41,20 +53,32 @@ impl Facts {
             parent: state.parent.clone(),
             failed_compensation: state.failed_compensation,
             compensated: state.status == crate::model::status::Status::Compensated,
+            queue: state.queue.clone(),
         }
     }
 
-    /// Decodes index facts written by this release, by the release before
-    /// (without the fields added since), or by a newer one (fields
+    /// Decodes index facts written by this release, by the releases
+    /// before (without the fields added since), or by a newer one (fields
     /// appended, not read).
     pub(crate) fn decode(bytes: &[u8]) -> Result<Facts, String> {
-        crate::codec::decode_record_prefix::<Facts>(bytes).or_else(|newest| {
-            crate::codec::decode_record_prefix::<FactsBefore>(bytes)
+        use crate::codec::decode_record_prefix;
+        decode_record_prefix::<Facts>(bytes).or_else(|newest| {
+            decode_record_prefix::<FactsOfChildren>(bytes)
                 .map(|before| Facts {
                     tags: before.tags,
                     parent: before.parent,
                     failed_compensation: before.failed_compensation,
-                    compensated: false,
+                    compensated: before.compensated,
+                    queue: None,
+                })
+                .or_else(|_| {
+                    decode_record_prefix::<FactsBefore>(bytes).map(|before| Facts {
+                        tags: before.tags,
+                        parent: before.parent,
+                        failed_compensation: before.failed_compensation,
+                        compensated: false,
+                        queue: None,
+                    })
                 })
                 .map_err(|_| newest)
         })
@@ -95,20 +119,42 @@ mod tests {
             parent: Some("p".into()),
             failed_compensation: true,
             compensated: true,
+            queue: Some(QueueSpot {
+                queue: "q".into(),
+                key: None,
+                priority: 2,
+                order: 5,
+                taken: true,
+            }),
         };
         let bytes = encode_record(&facts);
-        assert_eq!(bytes, [2, 1, 1, b'k', 1, b'v', 1, 1, b'p', 1, 1]);
+        assert_eq!(
+            bytes,
+            [
+                2, 1, 1, b'k', 1, b'v', 1, 1, b'p', 1, 1, 1, 1, b'q', 0, 4, 5, 1
+            ]
+        );
         assert_eq!(decode_record::<Facts>(&bytes), Ok(facts.clone()));
         // A newer release's facts, with a field appended, still read.
         let mut newer = bytes.clone();
         newer.extend_from_slice(&[1, 7]);
         assert_eq!(Facts::decode(&newer), Ok(facts.clone()));
-        // The release before's, without `compensated`, read as not.
-        let before = &bytes[..bytes.len() - 1];
+        // The release before's, without `queue`, read as on none.
+        let children = [2, 1, 1, b'k', 1, b'v', 1, 1, b'p', 1, 1];
+        assert_eq!(
+            Facts::decode(&children),
+            Ok(Facts {
+                queue: None,
+                ..facts.clone()
+            })
+        );
+        // The one before that, without `compensated`, read as not.
+        let before = &children[..children.len() - 1];
         assert_eq!(
             Facts::decode(before),
             Ok(Facts {
                 compensated: false,
+                queue: None,
                 ..facts
             })
         );

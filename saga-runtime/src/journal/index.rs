@@ -9,7 +9,7 @@ use super::state::InstanceState;
 use crate::codec::encode_record;
 use crate::error::failure::Failure;
 use crate::model::status::Status;
-use crate::store::{IndexFacts, IndexRow};
+use crate::store::{IndexFacts, IndexRow, QueueFacts};
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) struct Summary {
@@ -89,6 +89,12 @@ impl Indexed {
                 tags: &self.facts.tags,
                 rollback_failed: summary.rollback_failure.is_some(),
                 failed_compensation: self.facts.failed_compensation,
+                queue: self.facts.queue.as_ref().map(|spot| QueueFacts {
+                    queue: &spot.queue,
+                    key: spot.key.as_deref(),
+                    priority: spot.priority,
+                    taken: spot.taken,
+                }),
             }),
         }
     }

@@ -192,6 +192,7 @@ pub(crate) fn import(legacy: &LegacyInstance) -> Result<Imported, String> {
         paused_with_parent: false,
         compensation_attempts: BTreeMap::new(),
         failed_compensation: false,
+        queue: None,
     };
     Ok(Imported { state, history })
 }

@@ -20,6 +20,7 @@ mod index;
 pub(crate) mod legacy;
 mod metered;
 mod page;
+pub(crate) mod queued;
 mod state;
 pub(crate) mod tags;
 mod tail;
@@ -70,6 +71,8 @@ pub(crate) struct Journal {
     patience: std::time::Duration,
     /// Seals the user values of every record written, opens them on read.
     sealer: Sealer,
+    /// The places of instances started on a queue.
+    places: queued::Places,
 }
 
 #[derive(Default)]
@@ -190,6 +193,7 @@ impl Journal {
             outcome_written: AtomicBool::new(false),
             patience: store_timeout,
             sealer: Sealer::default(),
+            places: queued::Places::default(),
         })
     }
 
@@ -348,22 +352,33 @@ impl Journal {
     /// and its event before a driver can run it. A new instance's state
     /// stays cached when `keep` (a driver is about to run it), so the
     /// driver does not fold its journal again.
+    ///
+    /// With `queue`, the instance is created waiting in that queue
+    /// (`CreatedOnQueue`): no driver runs it before it takes a slot.
     pub(crate) async fn create_then<R>(
         &self,
         id: &str,
         workflow: &str,
         input: Payload,
+        queue: Option<&queued::Enqueue>,
         keep: bool,
         then: impl FnOnce(&InstanceState, bool) -> Result<(Option<Change>, R)>,
     ) -> Result<(bool, R)> {
         let held = self.hold(id);
-        let record = Entry {
-            at: self.now_millis(),
-            change: Change::Created {
-                workflow: workflow.to_owned(),
+        let at = self.now_millis();
+        let workflow = workflow.to_owned();
+        let change = match queue {
+            None => Change::Created { workflow, input },
+            Some(queue) => Change::CreatedOnQueue {
+                workflow,
                 input,
+                queue: queue.queue.clone(),
+                key: queue.key.clone(),
+                priority: queue.priority,
+                order: self.places.next(at),
             },
         };
+        let record = Entry { at, change };
         let mut state = None;
         let events = state::apply(&mut state, 0, &record).map_err(|e| corrupt(id, 0, e))?;
         let Some(state) = state else {
@@ -585,6 +600,57 @@ impl Journal {
             self.refresh_index(id).await;
         }
         Ok(claimed)
+    }
+
+    /// Takes the queued instances of `queue` that may run on this worker
+    /// now, of the `workflows` it runs (see [`Store::take_queued`]): each
+    /// is this worker's from then on, its `Dequeued` record written in the
+    /// transaction that took it.
+    pub(crate) async fn take_queued(
+        &self,
+        queue: &crate::queue::Queue,
+        workflows: &[&str],
+    ) -> Result<Vec<String>> {
+        let record = self.sealer.encode_record(&Entry {
+            at: self.now_millis(),
+            change: Change::Dequeued,
+        })?;
+        let limits = queue.limits();
+        let take = crate::store::QueueTake {
+            queue: queue.name(),
+            concurrency: limits.concurrency,
+            per_key: limits.per_key,
+            per_worker: limits.per_worker,
+            workflows,
+            record: &record,
+        };
+        let taken = self.store.take_queued(&take).await?;
+        for id in &taken {
+            // Read again: the store wrote a record this engine did not.
+            self.hold(id).cached().invalidate();
+            self.refresh_index(id).await;
+        }
+        Ok(taken)
+    }
+
+    /// Lets go of `id` if it waits in its queue, on a store shared by
+    /// workers (see [`Store::disown`]): decided under the instance's lock,
+    /// so no write of this worker's follows.
+    pub(crate) async fn disown_if_queued(&self, id: &str) -> Result<()> {
+        if !self.store.shared() || !self.store.owns(id) {
+            return Ok(());
+        }
+        let held = self.hold_loaded(id).await?;
+        let mut cached = held.cached();
+        let waits = cached
+            .loaded
+            .as_ref()
+            .is_some_and(|l| l.state.waits_in_queue());
+        if waits {
+            self.store.disown(id)?;
+            cached.invalidate();
+        }
+        Ok(())
     }
 
     /// Posts an intent for `id` (see `intent`); its token.

@@ -63,6 +63,44 @@ pub(crate) struct InstanceState {
     /// (`inspect` reports them). Never encoded.
     #[serde(skip)]
     pub(crate) compensation_attempts: BTreeMap<u32, u32>,
+    /// Its place in a queue (`start_on`). Never encoded.
+    #[serde(skip)]
+    pub(crate) queue: Option<super::queued::QueueSpot>,
+}
+
+impl InstanceState {
+    /// The state of an instance just created, before its first run.
+    fn created(workflow: &str, input: &Payload, at: u64) -> InstanceState {
+        InstanceState {
+            workflow: workflow.to_owned(),
+            input: input.clone(),
+            status: Status::Queued,
+            created_at: at,
+            updated_at: at,
+            finished_at: None,
+            output: None,
+            failure: None,
+            rollback: None,
+            slots: BTreeMap::new(),
+            compensations: BTreeMap::new(),
+            pending: BTreeMap::new(),
+            generation: 0,
+            events: 1,
+            failure_value: None,
+            event_ids: BTreeMap::new(),
+            tags: BTreeMap::new(),
+            parent: None,
+            failed_compensation: false,
+            paused_with_parent: false,
+            compensation_attempts: BTreeMap::new(),
+            queue: None,
+        }
+    }
+
+    /// Whether it waits in a queue for a slot (no driver runs it).
+    pub(crate) fn waits_in_queue(&self) -> bool {
+        self.queue.as_ref().is_some_and(|q| q.waits(self.status))
+    }
 }
 
 /// An event sent with an id: what a second send with the id must match.
@@ -283,29 +321,28 @@ pub(crate) fn apply(
     let Some(s) = state else {
         return match change {
             Change::Created { workflow, input } => {
-                *state = Some(InstanceState {
+                *state = Some(InstanceState::created(workflow, input, at));
+                Ok(vec![EventKind::InstanceCreated {
                     workflow: workflow.clone(),
-                    input: input.clone(),
-                    status: Status::Queued,
-                    created_at: at,
-                    updated_at: at,
-                    finished_at: None,
-                    output: None,
-                    failure: None,
-                    rollback: None,
-                    slots: BTreeMap::new(),
-                    compensations: BTreeMap::new(),
-                    pending: BTreeMap::new(),
-                    generation: 0,
-                    events: 1,
-                    failure_value: None,
-                    event_ids: BTreeMap::new(),
-                    tags: BTreeMap::new(),
-                    parent: None,
-                    failed_compensation: false,
-                    paused_with_parent: false,
-                    compensation_attempts: BTreeMap::new(),
+                }])
+            }
+            Change::CreatedOnQueue {
+                workflow,
+                input,
+                queue,
+                key,
+                priority,
+                order,
+            } => {
+                let mut created = InstanceState::created(workflow, input, at);
+                created.queue = Some(super::queued::QueueSpot {
+                    queue: queue.clone(),
+                    key: key.clone(),
+                    priority: *priority,
+                    order: *order,
+                    taken: false,
                 });
+                *state = Some(created);
                 Ok(vec![EventKind::InstanceCreated {
                     workflow: workflow.clone(),
                 }])
@@ -343,8 +380,16 @@ fn apply_to(
     change: &Change,
 ) -> Result<Vec<EventKind>, String> {
     let event = match change {
-        Change::Created { .. } | Change::Imported(_) => {
+        Change::Created { .. } | Change::Imported(_) | Change::CreatedOnQueue { .. } => {
             return Err(format!("record {seq} creates an instance that exists"));
+        }
+        Change::Dequeued => {
+            let Some(spot) = &mut s.queue else {
+                return Err(format!("record {seq} takes a slot of no queue"));
+            };
+            spot.taken = true;
+            // No event yet: `subscribe()` is not told of dequeues.
+            return Ok(Vec::new());
         }
         Change::DriverStarted => {
             // A value written before a crash belongs to no failure: the
@@ -601,6 +646,11 @@ fn apply_to(
         Change::Unpaused => {
             s.paused_with_parent = false;
             s.status = Status::Running;
+            // Paused while it waited in its queue: it waits again.
+            if s.queue.as_ref().is_some_and(|q| !q.taken) {
+                s.status = Status::Queued;
+                return Ok(vec![EventKind::Resumed]);
+            }
             // Paused in a sleep or a wait, it is back in it: replay records
             // no new start for it, so its status says so here.
             let in_a_wait = s.slots.values().any(|r| {
@@ -902,6 +952,11 @@ fn restart(s: &mut InstanceState, seq: u64, at: u64, from_slot: u32) {
     s.paused_with_parent = false;
     s.generation = s.generation.saturating_add(1);
     s.status = Status::Queued;
+    // A new generation waits for a slot of its queue again: the one it
+    // held (if any) was given back when it ended, or is given back now.
+    if let Some(spot) = &mut s.queue {
+        spot.taken = false;
+    }
     s.finished_at = None;
     s.output = None;
     s.failure = None;

@@ -10,7 +10,9 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[non_exhaustive]
 pub enum Status {
-    /// Stored, not yet picked up (its workflow may not be registered yet).
+    /// Stored, not yet picked up (its workflow may not be registered yet);
+    /// or started on a queue (`Engine::start_on`) and waiting there for a
+    /// slot, with no driver until it takes one.
     Queued,
     /// Running its workflow code.
     Running,
@@ -68,6 +70,8 @@ impl Status {
     }
 
     /// Whether a process that opens the store should resume this instance.
+    /// A `Queued` instance that waits in a queue is the runner's to hold
+    /// back until it takes a slot (`run::dequeue`).
     pub(crate) fn resumes_on_open(self) -> bool {
         matches!(
             self,

@@ -30,7 +30,7 @@ pub(crate) async fn start_child(
     let journal = &runner.core.journal;
     journal.flush().await?;
     journal
-        .create_then(child, workflow, input, true, |state, created| {
+        .create_then(child, workflow, input, None, true, |state, created| {
             // Found by its id: the call was made before a crash.
             if !created {
                 return Ok((None, ()));

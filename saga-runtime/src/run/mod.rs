@@ -4,6 +4,7 @@
 //! what the engine does for child workflows (`children`).
 
 pub(crate) mod children;
+pub(crate) mod dequeue;
 pub(crate) mod driver;
 pub(crate) mod resident;
 pub(crate) mod rollback;

@@ -31,17 +31,26 @@ pub(crate) struct Runner {
     pub(crate) sweeping: tokio::sync::Mutex<()>,
     /// The store's directory (`None` for a temporary store).
     pub(crate) path: Option<PathBuf>,
+    /// The queues declared, and (on a store of one process) who waits in
+    /// them and who holds their slots: see `run::dequeue`.
+    pub(crate) queues: crate::run::dequeue::Dispatch,
 }
 
 impl Runner {
-    pub(crate) fn new(core: Arc<Core>, retention: Duration, path: Option<PathBuf>) -> Runner {
+    pub(crate) fn new(
+        core: Arc<Core>,
+        retention: Duration,
+        path: Option<PathBuf>,
+        queues: crate::queue::Queues,
+    ) -> Runner {
         Runner {
-            core,
             registry: RwLock::new(HashMap::new()),
             residents: Residents::default(),
             retention,
             sweeping: tokio::sync::Mutex::new(()),
             path,
+            queues: crate::run::dequeue::Dispatch::new(queues, core.journal.shared()),
+            core,
         }
     }
 
@@ -250,14 +259,38 @@ impl Runner {
         let runner = self.clone();
         let id = release.id.clone();
         let task = self.core.runtime.spawn(async move {
-            let workflow = match runner.core.journal.read(&id, |s| s.workflow.clone()).await {
-                Ok(name) => runner.workflow(&name),
+            let read = runner
+                .core
+                .journal
+                .read(&id, |s| (s.workflow.clone(), s.queue.clone(), s.status))
+                .await;
+            let (workflow, spot, status) = match read {
+                Ok((name, spot, status)) => (runner.workflow(&name), spot, status),
                 Err(e) => {
                     tracing::error!(instance = %id, error = %e, "cannot run an instance whose journal does not read");
                     return;
                 }
             };
             let Some(workflow) = workflow else { return };
+            // An instance on a queue runs only once it holds a slot: one
+            // that waits is the dispatcher's to take.
+            if let Some(spot) = spot
+                && !runner.queues.admits(&id, &spot, status)
+            {
+                // The dispatcher may take it while this task still holds
+                // its driver's place, and its start then finds one: look
+                // again once the place is free.
+                drop(release);
+                let taken = runner
+                    .core
+                    .journal
+                    .read(&id, |s| s.queue.as_ref().is_some_and(|q| q.taken))
+                    .await;
+                if taken.unwrap_or(false) {
+                    runner.spawn_driver(&id);
+                }
+                return;
+            }
             // Lets go of the instance however the driver ends: done, a
             // panic, or aborted by shutdown (then `Drop` runs it).
             let exit =
@@ -296,6 +329,7 @@ impl Runner {
                 }
                 Ok(Exit::Hibernated(_)) => {}
                 Ok(Exit::Ended) => {
+                    runner.queues.poke();
                     runner.tell_parent(&id).await;
                     runner.spawn_driver_if_runnable(&id).await;
                 }

@@ -33,7 +33,9 @@ pub(crate) use flusher::Flusher;
 pub(crate) use postgres::{DEFAULT_LEASE, DEFAULT_SCHEMA};
 #[cfg(feature = "postgres")]
 pub use postgres::{PgOptions, PgStore};
-pub use query::{Accept, IndexEntry, IndexFacts, IndexPage, IndexQuery, PageOrder, PagePosition};
+pub use query::{
+    Accept, IndexEntry, IndexFacts, IndexPage, IndexQuery, PageOrder, PagePosition, QueueFacts,
+};
 pub use sled_store::SledStore;
 pub(crate) use sled_store::{LegacyInstance, wait_until_released};
 
@@ -139,6 +141,25 @@ pub enum Told {
     Posts,
     /// An instance stopped needing a driver: it ended, or was paused.
     Stops,
+}
+
+/// What a worker asks of a store shared by workers when it takes queued
+/// instances ([`Store::take_queued`]); a limit of `u32::MAX` is none.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug)]
+pub struct QueueTake<'a> {
+    /// The queue.
+    pub queue: &'a str,
+    /// Instances of the queue holding a slot, across workers.
+    pub concurrency: u32,
+    /// Of them, with one key.
+    pub per_key: u32,
+    /// Of them, on this worker.
+    pub per_worker: u32,
+    /// The workflows this worker runs: it takes only their instances.
+    pub workflows: &'a [&'a str],
+    /// The `Dequeued` record to append to each instance taken.
+    pub record: &'a [u8],
 }
 
 /// Durable storage of journals and the index. Not yet a stable API.
@@ -254,6 +275,13 @@ pub trait Store: Send + Sync + 'static {
     /// crash in between leaves an index entry without a journal, which the
     /// journal module finishes removing on open).
     fn remove(&self, id: &str) -> Result<()>;
+    /// Lets go of instance `id`, which waits in its queue, on a store
+    /// shared by workers: this worker owned it only to act on what was
+    /// posted to it, and the worker that takes it from its queue owns it
+    /// next. Writes queued before go first; this worker writes it no more.
+    fn disown(&self, _id: &str) -> Result<()> {
+        Ok(())
+    }
     /// Blocks until every write made before the call is durable.
     fn flush(&self) -> Result<()>;
     /// Blocks until every write this engine has read so far is durable,
@@ -313,6 +341,16 @@ pub trait Store: Send + Sync + 'static {
         _workflows: &'a [&'a str],
         _limit: usize,
     ) -> StoreFuture<'a, Vec<String>> {
+        answered(Ok(Vec::new()))
+    }
+    /// Takes queued instances of `take.queue` that may run now: the
+    /// highest priority first, keys in turn, first come first served,
+    /// without going past a limit, which it checks in the transaction
+    /// that takes them (so two workers never exceed one). Each taken
+    /// instance is this worker's, with the `Dequeued` record appended.
+    /// Only a shared store has any: a store of one process leaves the
+    /// engine to hand out slots in memory.
+    fn take_queued<'a>(&'a self, _take: &'a QueueTake<'a>) -> StoreFuture<'a, Vec<String>> {
         answered(Ok(Vec::new()))
     }
     /// Posts an intent for instance `id` (an event, a control call) to the

@@ -32,6 +32,21 @@ pub struct IndexFacts<'a> {
     pub rollback_failed: bool,
     /// A compensation of it failed, once at least.
     pub failed_compensation: bool,
+    /// The queue it was started on, its key and priority, and whether it
+    /// holds a slot of it (taken, whether ended or not).
+    pub queue: Option<QueueFacts<'a>>,
+}
+
+/// Where an instance stands in its queue, for a store that keeps it in
+/// columns (see [`IndexFacts::queue`]).
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug)]
+pub struct QueueFacts<'a> {
+    pub queue: &'a str,
+    pub key: Option<&'a str>,
+    pub priority: i32,
+    /// It took a slot (`Dequeued`) and was not put back since.
+    pub taken: bool,
 }
 
 /// The order of a walk through the instances.
@@ -74,6 +89,8 @@ pub struct IndexQuery<'a> {
     pub ended_until: Option<SystemTime>,
     pub rollback_failed: bool,
     pub failed_compensation: bool,
+    /// On this queue (`start_on`).
+    pub queue: Option<&'a str>,
     pub order: PageOrder,
     pub after: Option<&'a PagePosition>,
     /// At most this many entries.

@@ -60,6 +60,7 @@ mod fault;
 mod lease;
 mod listen;
 mod page;
+mod queued;
 mod schema;
 mod server;
 mod ssl_options;
@@ -436,6 +437,13 @@ impl Store for PgStore {
         self.queue(Op::Remove { id: id.to_owned() })
     }
 
+    fn disown(&self, id: &str) -> Result<()> {
+        // Not this worker's from now on: later calls post to it, and the
+        // writes queued before go first.
+        lock(&self.owned).remove(id);
+        self.queue(Op::Disown { id: id.to_owned() })
+    }
+
     fn flush(&self) -> Result<()> {
         if self.read_only {
             // It wrote nothing.
@@ -515,6 +523,16 @@ impl Store for PgStore {
                 reply,
             })
             .await
+        })
+    }
+
+    fn take_queued<'a>(&'a self, take: &'a super::QueueTake<'a>) -> StoreFuture<'a, Vec<String>> {
+        let take = queued::Take::of(take);
+        Box::pin(async move {
+            if self.read_only {
+                return Ok(Vec::new());
+            }
+            self.call(|reply| Job::TakeQueued { take, reply }).await
         })
     }
 

@@ -38,6 +38,17 @@ pub(super) fn fact_sets(n: usize) -> String {
     )
 }
 
+/// `column = value` of the queue columns (migration 7), from parameter
+/// `$n` on: queue, key, priority, whether it took a slot.
+pub(super) fn queue_sets(n: usize) -> String {
+    format!(
+        "queue = ${n}, queue_key = ${}, priority = ${}, queue_taken = ${}",
+        n + 1,
+        n + 2,
+        n + 3
+    )
+}
+
 /// Tags as a JSON object (for `@>` on the GIN index).
 pub(super) fn tags_json(tags: &[(String, String)]) -> String {
     let object: serde_json::Map<String, serde_json::Value> = tags
@@ -126,6 +137,9 @@ impl PageSql {
         }
         if query.failed_compensation {
             conditions.push("failed_compensation".to_owned());
+        }
+        if let Some(queue) = query.queue {
+            conditions.push(format!("queue = {}", bind(&mut page, text(queue))));
         }
         let order = match query.order {
             PageOrder::Started => {

@@ -131,6 +131,29 @@ const MIGRATIONS: &[&str] = &[
      CREATE INDEX instances_failed_compensation ON {s}.instances (started_at)
          WHERE failed_compensation;
      CREATE INDEX instances_unindexed ON {s}.instances (id) WHERE facts IS NULL;",
+    // 7: queues. Each instance started on a queue has its queue, key and
+    // priority in columns, its place (a sequence: first come, first
+    // served across workers) and whether it took a slot; the slots held
+    // are the rows taken and not ended, so none outlives its instance.
+    // A waiting row names no owner until a worker takes it. When each
+    // key of a queue was last served, for keys to take turns.
+    "CREATE SEQUENCE {s}.queue_order;
+     ALTER TABLE {s}.instances
+         ADD COLUMN queue text,
+         ADD COLUMN queue_key text,
+         ADD COLUMN priority integer,
+         ADD COLUMN queue_taken boolean,
+         ADD COLUMN queue_order bigint;
+     CREATE INDEX instances_queue_waiting ON {s}.instances (queue, priority DESC, queue_order)
+         WHERE queue IS NOT NULL AND NOT queue_taken;
+     CREATE INDEX instances_queue_held ON {s}.instances (queue, queue_key)
+         WHERE queue_taken AND ended_at IS NULL;
+     CREATE TABLE {s}.queue_turns (
+         queue text NOT NULL,
+         key text NOT NULL,
+         turn bigint NOT NULL,
+         PRIMARY KEY (queue, key)
+     );",
 ];
 
 /// The newest schema version this release knows.

@@ -22,7 +22,7 @@ use super::{PgOptions, lease, schema, tls};
 
 /// The most jobs taken from the queue at once.
 const MAX_BATCH: usize = 1024;
-use super::page::{fact_sets, fact_values};
+use super::page::{fact_sets, fact_values, queue_sets};
 use crate::codec::{NEEDS_SEALED, SEALED_FORMAT_VERSION};
 use crate::error::{Error, Result};
 use crate::lock::lock;
@@ -56,6 +56,11 @@ pub(super) enum Op {
     Remove {
         id: String,
     },
+    /// Lets go of an instance that waits in its queue (claimed for its
+    /// posts only): it is the worker's that takes it.
+    Disown {
+        id: String,
+    },
 }
 
 /// An index entry, owned (see `IndexRow`).
@@ -74,11 +79,17 @@ pub(super) struct Row {
     pub(super) tags: Option<String>,
     pub(super) rollback_failed: Option<bool>,
     pub(super) failed_compensation: Option<bool>,
+    /// The queue columns (migration 7): all NULL off a queue.
+    pub(super) queue: Option<String>,
+    pub(super) queue_key: Option<String>,
+    pub(super) priority: Option<i32>,
+    pub(super) queue_taken: Option<bool>,
 }
 
 impl Row {
     pub(super) fn of(index: &crate::store::IndexRow<'_>) -> Row {
         let facts = index.facts.as_ref();
+        let queue = facts.and_then(|f| f.queue);
         Row {
             summary: index.summary.to_vec(),
             workflow: index.workflow.to_owned(),
@@ -94,7 +105,17 @@ impl Row {
                 .map(|f| super::page::tags_json(f.tags)),
             rollback_failed: facts.map(|f| f.rollback_failed),
             failed_compensation: facts.map(|f| f.failed_compensation),
+            queue: queue.map(|q| q.queue.to_owned()),
+            queue_key: queue.and_then(|q| q.key.map(str::to_owned)),
+            priority: queue.map(|q| q.priority),
+            queue_taken: queue.map(|q| q.taken),
         }
+    }
+
+    /// Whether it is created waiting in a queue: no worker owns it until
+    /// one takes it.
+    pub(super) fn waits_in_queue(&self) -> bool {
+        self.queue.is_some() && self.queue_taken == Some(false)
     }
 }
 
@@ -194,6 +215,12 @@ pub(super) enum Job {
         limit: i64,
         reply: oneshot::Sender<Result<Vec<String>>>,
     },
+    /// Takes queued instances of a queue, within its limits (see
+    /// `queued`); flushed before it answers, as a claim is.
+    TakeQueued {
+        take: super::queued::Take,
+        reply: oneshot::Sender<Result<Vec<String>>>,
+    },
     /// Flush, end the lease (other workers claim what is left), and stop.
     Release {
         reply: SyncSender<Result<()>>,
@@ -284,6 +311,7 @@ struct Conn {
     forget_post: Statement,
     owner_live: Statement,
     claim: Statement,
+    disown: Statement,
     unindexed: Statement,
     backfill: Statement,
     owner_of: Statement,
@@ -351,8 +379,13 @@ impl Target {
         let create = client
             .prepare(&format!(
                 "WITH i AS (INSERT INTO {s}.instances (id, summary, workflow, status, active, owner,
-                                                       needs, {})
-                            VALUES ($1, $2, $4, $5, $6, $7, {sealed_needs}, {})
+                                                       needs, {}, queue, queue_key, priority,
+                                                       queue_taken, queue_order)
+                            VALUES ($1, $2, $4, $5, $6,
+                                    CASE WHEN $14::text IS NULL OR $17::boolean THEN $7::text END,
+                                    $18::integer | {sealed_needs}, {},
+                                    $14, $15, $16, $17,
+                                    CASE WHEN $14::text IS NOT NULL THEN nextval('{s}.queue_order') END)
                             ON CONFLICT (id) DO NOTHING RETURNING id),
                  j AS (INSERT INTO {s}.journal (id, seq, record)
                        SELECT id, 0, $3 FROM i ON CONFLICT DO NOTHING RETURNING 1)
@@ -391,14 +424,15 @@ impl Target {
                                    needs = GREATEST(needs & ~{NEEDS_SEALED}, $15::integer)
                                            | (needs & {NEEDS_SEALED})
                                            | (CASE WHEN {sealed_record} THEN {NEEDS_SEALED} ELSE 0 END),
-                                   {}
+                                   {}, {}
                             WHERE id = $1 AND owner = $4 RETURNING 1),
                  j AS (INSERT INTO {s}.journal (id, seq, record)
                        SELECT $1, $2, $3 FROM u ON CONFLICT DO NOTHING RETURNING 1)
                  SELECT (SELECT count(*) FROM u), (SELECT count(*) FROM j),
                         (SELECT record = $3 FROM {s}.journal WHERE id = $1 AND seq = $2),
                         (SELECT count(pg_notify('{channel}', 'stopped')) FROM u WHERE NOT $8)",
-                fact_sets(9)
+                fact_sets(9),
+                queue_sets(16)
             ))
             .await?;
         // Many appends in one statement; the fence has a row per instance.
@@ -438,9 +472,10 @@ impl Target {
         // Derived data: written only while owned, and otherwise dropped.
         let put_index = client
             .prepare(&format!(
-                "UPDATE {s}.instances SET summary = $2, workflow = $3, status = $4, active = $5, {}
+                "UPDATE {s}.instances SET summary = $2, workflow = $3, status = $4, active = $5, {}, {}
                  WHERE id = $1 AND owner = $6",
-                fact_sets(7)
+                fact_sets(7),
+                queue_sets(13)
             ))
             .await?;
         // An instance of this worker's, or of no live worker's (a finished
@@ -543,7 +578,8 @@ impl Target {
         let claim = client
             .prepare(&format!(
                 "WITH c AS (SELECT i.id FROM {s}.instances i
-                            WHERE i.id IN (SELECT id FROM {s}.instances WHERE active
+                            WHERE i.id IN (SELECT id FROM {s}.instances
+                                           WHERE active AND (queue IS NULL OR queue_taken)
                                            UNION SELECT id FROM {s}.inbox WHERE answer IS NULL)
                               AND (i.workflow IS NULL OR i.workflow = ANY($2))
                               AND i.needs & ~{NEEDS_SEALED} <= {}
@@ -554,6 +590,12 @@ impl Target {
                  FROM c WHERE i.id = c.id RETURNING i.id",
                 crate::codec::RECORD_KINDS,
                 lease::orphan(s)
+            ))
+            .await?;
+        let disown = client
+            .prepare(&format!(
+                "UPDATE {s}.instances SET owner = NULL, owned_since = now()
+                 WHERE id = $1 AND owner = $2 AND queue IS NOT NULL AND NOT queue_taken"
             ))
             .await?;
         let unindexed = client
@@ -584,6 +626,7 @@ impl Target {
             client,
             append_indexed,
             claim,
+            disown,
             post,
             posts,
             answer_post,
@@ -746,7 +789,7 @@ impl Server {
                     Job::Read { read, reply } => {
                         let _ = reply.send(self.read_now(&read).await);
                     }
-                    Job::Claim { reply, .. } => {
+                    Job::Claim { reply, .. } | Job::TakeQueued { reply, .. } => {
                         let _ = reply.send(Ok(Vec::new()));
                     }
                     Job::Write { reply, .. } => {
@@ -846,6 +889,9 @@ impl Server {
                     } => {
                         let _ = reply.send(self.claim(workflows, limit).await);
                     }
+                    Job::TakeQueued { take, reply } => {
+                        let _ = reply.send(self.take_queued(take).await);
+                    }
                     Job::Release { reply } => {
                         let _ = reply.send(self.release().await);
                         return;
@@ -901,7 +947,8 @@ impl Server {
             .with_writer(deadline, |conn, worker| apply(conn, worker, op.clone()))
             .await?;
         match &op {
-            Op::Create { id, .. } if done => {
+            // One created waiting in a queue is the worker's that takes it.
+            Op::Create { id, index, .. } if done && !index.waits_in_queue() => {
                 lock(&self.owned).insert(id.clone());
             }
             Op::Remove { id } => {
@@ -957,6 +1004,28 @@ impl Server {
             "claimed instances whose worker is gone; resuming them"
         );
         Ok(claimed)
+    }
+
+    /// Takes the queued instances `take` allows, in one transaction, then
+    /// flushes; they are this worker's from then on.
+    async fn take_queued(&mut self, take: super::queued::Take) -> Result<Vec<String>> {
+        if let Some(failed) = &self.failed {
+            return Err(Error::Store(failed.clone()));
+        }
+        let deadline = Instant::now() + self.timeout;
+        let schema = self.target.schema.clone();
+        let taken = self
+            .with_writer(deadline, |conn, worker| {
+                let (take, schema) = (take.clone(), schema.clone());
+                async move { super::queued::take(&conn.client, &schema, &worker, &take).await }
+            })
+            .await?;
+        if taken.is_empty() {
+            return Ok(taken);
+        }
+        self.flush().await?;
+        lock(&self.owned).extend(taken.iter().cloned());
+        Ok(taken)
     }
 
     async fn release(&mut self) -> Result<()> {
@@ -1078,6 +1147,9 @@ async fn apply(conn: Arc<Conn>, worker: Arc<str>, op: Op) -> std::result::Result
     let c = &conn.client;
     match op {
         Op::Create { id, index, record } => {
+            // A first record of a kind the release before does not know
+            // (a start on a queue) keeps its workers off the instance.
+            let needs = crate::codec::kinds_needed(&record).min(0xFFFF) as i32;
             let row = c
                 .query_one(
                     &conn.create,
@@ -1095,6 +1167,11 @@ async fn apply(conn: Arc<Conn>, worker: Arc<str>, op: Op) -> std::result::Result
                         &index.tags,
                         &index.rollback_failed,
                         &index.failed_compensation,
+                        &index.queue,
+                        &index.queue_key,
+                        &index.priority,
+                        &index.queue_taken,
+                        &needs,
                     ],
                 )
                 .await?;
@@ -1143,6 +1220,10 @@ async fn apply(conn: Arc<Conn>, worker: Arc<str>, op: Op) -> std::result::Result
                         &index.rollback_failed,
                         &index.failed_compensation,
                         &needs,
+                        &index.queue,
+                        &index.queue_key,
+                        &index.priority,
+                        &index.queue_taken,
                     ],
                 )
                 .await?;
@@ -1164,6 +1245,10 @@ async fn apply(conn: Arc<Conn>, worker: Arc<str>, op: Op) -> std::result::Result
                     &index.tags,
                     &index.rollback_failed,
                     &index.failed_compensation,
+                    &index.queue,
+                    &index.queue_key,
+                    &index.priority,
+                    &index.queue_taken,
                 ],
             )
             .await?;
@@ -1172,6 +1257,10 @@ async fn apply(conn: Arc<Conn>, worker: Arc<str>, op: Op) -> std::result::Result
         Op::Remove { id } => {
             let row = c.query_one(&conn.remove, &[&id, &worker]).await?;
             Ok(row.get::<_, i64>(0) == 1)
+        }
+        Op::Disown { id } => {
+            c.execute(&conn.disown, &[&id, &worker]).await?;
+            Ok(true)
         }
     }
 }

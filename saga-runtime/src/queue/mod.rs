@@ -1,0 +1,214 @@
+//! Flow control: the queues an engine declares, and the order in which
+//! their waiting instances take slots.
+//!
+//! A queue is declared on the builder, the same on every worker:
+//! `Engine::builder().queue(Queue::new("bank-api").concurrency(10))`.
+//! `Engine::start_on` creates an instance waiting in a queue; it gets a
+//! driver only when it takes a slot, and holds the slot until it ends.
+//! Slots are derived from the instances' journals (taken, not finished),
+//! so a crash never leaks one.
+//!
+//! Also here: `order`, which waiting instance goes next (priority, then
+//! keys in turn, then first come first served).
+
+pub(crate) mod order;
+
+use std::collections::HashMap;
+
+use crate::error::{Error, Result};
+
+/// A queue of instances waiting for a slot, with its limits; declared with
+/// [`EngineBuilder::queue`](crate::EngineBuilder::queue), started on with
+/// [`Engine::start_on`](crate::Engine::start_on).
+///
+/// Without limits, every queued instance runs at once. A limit of 0 is
+/// refused when the engine opens ([`Error::InvalidQueue`]).
+///
+/// ```
+/// # use saga_runtime::Queue;
+/// // At most 10 transfers against the bank's API at once, one per
+/// // customer, and 4 on any one worker.
+/// let bank = Queue::new("bank-api").concurrency(10).per_key(1).per_worker(4);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[must_use]
+pub struct Queue {
+    pub(crate) name: String,
+    concurrency: Option<u32>,
+    per_key: Option<u32>,
+    per_worker: Option<u32>,
+}
+
+impl Queue {
+    /// A queue named `name` (the step-name grammar: 1-64 characters of
+    /// `[a-z0-9-]`), without limits.
+    pub fn new(name: impl Into<String>) -> Queue {
+        Queue {
+            name: name.into(),
+            concurrency: None,
+            per_key: None,
+            per_worker: None,
+        }
+    }
+
+    /// At most `n` instances of the queue hold a slot at once, across all
+    /// workers.
+    pub fn concurrency(mut self, n: u32) -> Queue {
+        self.concurrency = Some(n);
+        self
+    }
+
+    /// At most `n` instances started with one key
+    /// ([`StartOn::key`](crate::StartOn::key)) hold a slot at once.
+    /// Instances started without a key are not limited by it.
+    pub fn per_key(mut self, n: u32) -> Queue {
+        self.per_key = Some(n);
+        self
+    }
+
+    /// At most `n` instances of the queue run on one worker at once: its
+    /// capacity. On a store of one process it is one more global limit.
+    pub fn per_worker(mut self, n: u32) -> Queue {
+        self.per_worker = Some(n);
+        self
+    }
+
+    /// The queue's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Its limits, once checked (see [`Queues::new`]).
+    pub(crate) fn limits(&self) -> Limits {
+        Limits {
+            concurrency: self.concurrency.unwrap_or(u32::MAX),
+            per_key: self.per_key.unwrap_or(u32::MAX),
+            per_worker: self.per_worker.unwrap_or(u32::MAX),
+        }
+    }
+
+    /// Refuses a bad name or a limit of 0.
+    fn check(&self) -> Result<()> {
+        let invalid = |reason: String| Error::InvalidQueue {
+            queue: self.name.clone(),
+            reason,
+        };
+        crate::names::check_name("queue", &self.name).map_err(invalid)?;
+        for (what, limit) in [
+            ("concurrency", self.concurrency),
+            ("per_key", self.per_key),
+            ("per_worker", self.per_worker),
+        ] {
+            if limit == Some(0) {
+                return Err(invalid(format!(
+                    "its {what} limit is 0, so nothing would ever run; give at least 1, or leave the limit out"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The limits of a queue; `u32::MAX` where none was given.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Limits {
+    pub(crate) concurrency: u32,
+    pub(crate) per_key: u32,
+    pub(crate) per_worker: u32,
+}
+
+/// The queues an engine declared, by name.
+#[derive(Debug, Default)]
+pub(crate) struct Queues {
+    declared: HashMap<String, Queue>,
+}
+
+impl Queues {
+    /// Checks `queues` (each valid, no name twice).
+    pub(crate) fn new(queues: Vec<Queue>) -> Result<Queues> {
+        let mut declared = HashMap::new();
+        for queue in queues {
+            queue.check()?;
+            if declared.contains_key(&queue.name) {
+                return Err(Error::InvalidQueue {
+                    queue: queue.name,
+                    reason: "it is declared twice; declare each queue once".into(),
+                });
+            }
+            declared.insert(queue.name.clone(), queue);
+        }
+        Ok(Queues { declared })
+    }
+
+    /// The queue named `name`, or [`Error::UnknownQueue`].
+    pub(crate) fn get(&self, name: &str) -> Result<&Queue> {
+        self.declared.get(name).ok_or_else(|| {
+            let mut known: Vec<String> = self.declared.keys().cloned().collect();
+            known.sort();
+            Error::UnknownQueue {
+                queue: name.to_owned(),
+                known,
+            }
+        })
+    }
+
+    /// Every declared queue.
+    pub(crate) fn all(&self) -> impl Iterator<Item = &Queue> {
+        self.declared.values()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.declared.is_empty()
+    }
+}
+
+/// Checks a key given to [`StartOn::key`](crate::StartOn::key): the
+/// instance-id grammar (1-100 characters of `[A-Za-z0-9_-]`, not starting
+/// with `-`).
+pub(crate) fn check_key(key: &str) -> Result<()> {
+    crate::names::validate_id(key).map_err(|e| Error::InvalidQueueKey {
+        key: key.to_owned(),
+        reason: match e {
+            Error::InvalidInstanceId { reason, .. } => reason.to_owned(),
+            other => other.to_string(),
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_declarations_are_refused() {
+        assert!(Queues::new(vec![Queue::new("bank-api").concurrency(3)]).is_ok());
+        for bad in [
+            Queue::new("Bank"),
+            Queue::new(""),
+            Queue::new("q").concurrency(0),
+            Queue::new("q").per_key(0),
+            Queue::new("q").per_worker(0),
+        ] {
+            assert!(
+                matches!(
+                    Queues::new(vec![bad.clone()]),
+                    Err(Error::InvalidQueue { .. })
+                ),
+                "{bad:?}"
+            );
+        }
+        let twice = Queues::new(vec![Queue::new("q"), Queue::new("q")]);
+        assert!(matches!(twice, Err(Error::InvalidQueue { .. })));
+    }
+
+    #[test]
+    fn keys_follow_the_id_grammar() {
+        assert!(check_key("customer-42").is_ok());
+        assert!(matches!(check_key(""), Err(Error::InvalidQueueKey { .. })));
+        let long = "k".repeat(101);
+        assert!(matches!(
+            check_key(&long),
+            Err(Error::InvalidQueueKey { .. })
+        ));
+    }
+}

@@ -1,0 +1,263 @@
+//! The dispatcher: the task that hands the free slots of each declared
+//! queue to waiting instances (in the order of `queue::order`) and starts
+//! their drivers. An instance on a queue gets a driver only once it holds
+//! a slot ([`Dispatch::admits`] says so to the runner), and holds it until
+//! it ends; its `Dequeued` record is the slot, so the slots held are
+//! derived from the journals and a crash leaks none.
+//!
+//! On a store of one process the waiting instances and the holders of
+//! slots are kept in memory ([`Local`]), rebuilt from the journals when
+//! the engine opens. On a store shared by workers the store takes them,
+//! checking every limit in the transaction that takes them
+//! ([`Store::take_queued`](crate::store::Store::take_queued)), so any
+//! worker with room takes any worker's queued instances.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use crate::error::Result;
+use crate::journal::Change;
+use crate::journal::queued::QueueSpot;
+use crate::lock::lock;
+use crate::model::status::Status;
+use crate::queue::order::{Local, Waiting};
+use crate::queue::{Queue, Queues};
+use crate::run::runner::Runner;
+
+/// The declared queues and their waiting instances, held by the runner.
+pub(crate) struct Dispatch {
+    queues: Queues,
+    /// On a store shared by workers the store keeps who waits.
+    shared: bool,
+    /// By queue, on a store of one process.
+    local: Mutex<HashMap<String, Local>>,
+    /// Wakes the dispatcher: an instance waits, or one let go of a slot.
+    poke: Arc<tokio::sync::Notify>,
+}
+
+impl Dispatch {
+    pub(crate) fn new(queues: Queues, shared: bool) -> Dispatch {
+        let local = queues
+            .all()
+            .map(|q| (q.name.clone(), Local::default()))
+            .collect();
+        Dispatch {
+            queues,
+            shared,
+            local: Mutex::new(local),
+            poke: Arc::new(tokio::sync::Notify::new()),
+        }
+    }
+
+    /// The declared queue `name`, or [`Error::UnknownQueue`](crate::Error::UnknownQueue).
+    pub(crate) fn queue(&self, name: &str) -> Result<&Queue> {
+        self.queues.get(name)
+    }
+
+    /// Wakes the dispatcher to look at the queues again.
+    pub(crate) fn poke(&self) {
+        self.poke.notify_one();
+    }
+
+    /// Whether instance `id`, on the queue of `spot` and in `status`, may
+    /// get a driver: only once it holds a slot. One that waits is noted
+    /// as waiting (on a store of one process), for the dispatcher.
+    pub(crate) fn admits(&self, id: &str, spot: &QueueSpot, status: Status) -> bool {
+        if self.shared {
+            return spot.taken;
+        }
+        let mut local = lock(&self.local);
+        let queue = local.get_mut(&spot.queue);
+        if spot.taken {
+            if let Some(queue) = queue {
+                queue.hold(id, spot.key.clone());
+            }
+            return true;
+        }
+        if let Some(queue) = queue
+            && status == Status::Queued
+        {
+            queue.wait(waiting(id, spot));
+        }
+        drop(local);
+        self.poke();
+        false
+    }
+}
+
+fn waiting(id: &str, spot: &QueueSpot) -> Waiting {
+    Waiting {
+        id: id.to_owned(),
+        key: spot.key.clone(),
+        priority: spot.priority,
+        order: spot.order,
+    }
+}
+
+/// Starts the dispatcher, when the engine declared queues and writes.
+pub(crate) fn spawn_dispatcher(runner: &Arc<Runner>) {
+    if runner.queues.queues.is_empty() || runner.core.journal.read_only() {
+        return;
+    }
+    let weak = Arc::downgrade(runner);
+    let poke = runner.queues.poke.clone();
+    let mut ends = runner.core.journal.subscribe_ends();
+    // Other workers' instances that end free slots too.
+    let mut told = runner.core.journal.changes(crate::store::Told::Stops);
+    let poll = runner.core.poll;
+    let shared = runner.core.journal.shared();
+    let task = runner.core.runtime.spawn(async move {
+        if !shared {
+            let Some(runner) = weak.upgrade() else { return };
+            if let Err(e) = rebuild(&runner).await {
+                tracing::error!(error = %e, "could not read the queued instances; they wait until the engine opens again");
+                return;
+            }
+        }
+        // Real time: on a shared store, how often to look at other
+        // workers' queued instances and ends.
+        let mut every = tokio::time::interval(poll);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            {
+                let Some(runner) = weak.upgrade() else { return };
+                if runner.core.is_closed() || runner.core.is_draining() {
+                    return;
+                }
+                let taken = if shared {
+                    take_shared(&runner).await
+                } else {
+                    take_local(&runner).await
+                };
+                if let Err(e) = taken {
+                    tracing::warn!(error = %e, "could not hand out the slots of queues; trying again");
+                }
+            }
+            tokio::select! {
+                () = poke.notified() => {}
+                changed = ends.changed() => if changed.is_err() { return },
+                Some(()) = crate::journal::told_of_change(&mut told) => {}
+                _ = every.tick() => {}
+            }
+        }
+    });
+    runner.core.track(task);
+}
+
+/// On open (a store of one process): who waits in each queue, in order,
+/// and who holds its slots, from the journals of the unfinished
+/// instances.
+async fn rebuild(runner: &Arc<Runner>) -> Result<()> {
+    let journal = &runner.core.journal;
+    for (id, summary) in journal.summaries().await? {
+        let Ok(summary) = summary else { continue };
+        if summary.status.is_terminal() {
+            continue;
+        }
+        let read = journal.read(&id, |s| (s.queue.clone(), s.status)).await;
+        let Ok((Some(spot), status)) = read else {
+            continue;
+        };
+        let mut local = lock(&runner.queues.local);
+        let Some(queue) = local.get_mut(&spot.queue) else {
+            tracing::warn!(instance = %id, queue = %spot.queue, "an instance waits in a queue this engine does not declare; it runs once the queue is declared");
+            continue;
+        };
+        if spot.holds_slot(status) {
+            queue.hold(&id, spot.key.clone());
+        } else if status == Status::Queued && runner.is_registered(&summary.workflow) {
+            queue.wait(waiting(&id, &spot));
+        }
+    }
+    Ok(())
+}
+
+/// Hands out the free slots of every queue, on a store of one process.
+async fn take_local(runner: &Arc<Runner>) -> Result<()> {
+    let journal = &runner.core.journal;
+    for queue in runner.queues.queues.all() {
+        // Holders that ended (or were put back, or removed) let go.
+        let holders = match lock(&runner.queues.local).get(&queue.name) {
+            Some(local) => local.holders(),
+            None => continue,
+        };
+        for id in holders {
+            let holds = journal
+                .read(&id, |s| {
+                    s.queue.as_ref().is_some_and(|q| q.holds_slot(s.status))
+                })
+                .await;
+            if !matches!(holds, Ok(true)) {
+                forget(runner, &queue.name, &id);
+            }
+        }
+        loop {
+            let picked = match lock(&runner.queues.local).get_mut(&queue.name) {
+                Some(local) => local.pick(queue.limits(), |_| true),
+                None => Vec::new(),
+            };
+            if picked.is_empty() {
+                break;
+            }
+            let mut refused = false;
+            for id in picked {
+                if take(runner, &id).await {
+                    runner.spawn_driver(&id);
+                } else {
+                    // Ended, paused or removed while it waited: its slot
+                    // goes to the next.
+                    forget(runner, &queue.name, &id);
+                    refused = true;
+                }
+            }
+            if !refused {
+                break;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Records that instance `id` took its slot, if it still waits for one.
+async fn take(runner: &Runner, id: &str) -> bool {
+    let took = runner
+        .core
+        .journal
+        .write(id, |s| {
+            if s.waits_in_queue() && s.status == Status::Queued {
+                Ok((Some(Change::Dequeued), true))
+            } else {
+                Ok((None, false))
+            }
+        })
+        .await;
+    match took {
+        Ok(took) => took,
+        Err(e) => {
+            tracing::debug!(instance = %id, error = %e, "a queued instance could not take its slot");
+            false
+        }
+    }
+}
+
+fn forget(runner: &Runner, queue: &str, id: &str) {
+    if let Some(local) = lock(&runner.queues.local).get_mut(queue) {
+        local.forget(id);
+    }
+}
+
+/// Takes, for every queue, the queued instances that may run on this
+/// worker now, on a store shared by workers; each is this worker's from
+/// then on, and runs here.
+async fn take_shared(runner: &Arc<Runner>) -> Result<()> {
+    let workflows = runner.workflow_names();
+    if workflows.is_empty() {
+        return Ok(());
+    }
+    for queue in runner.queues.queues.all() {
+        for id in runner.core.journal.take_queued(queue, &workflows).await? {
+            runner.spawn_driver(&id);
+        }
+    }
+    Ok(())
+}

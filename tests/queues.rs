@@ -1,0 +1,598 @@
+//! Queues, rule by rule: an instance started on a queue waits `Queued`
+//! until it takes a slot, and holds it until it ends; the queue's
+//! concurrency and per-key limits are never exceeded; higher priorities
+//! go first, first come first served within one, and keys take turns;
+//! the queue survives a reopen in order; bad declarations and starts are
+//! refused before anything is stored.
+//!
+//! The workflow is a bank transfer, written with `#[workflow]` and
+//! `#[step]` as users write them. Its one step notes in the test's
+//! [`Bank`] (a service the engine provides) that it runs, then waits for
+//! the test to let it through: the test reads how many ran at once, and
+//! in which order they began.
+
+#[path = "support/helpers.rs"]
+mod helpers;
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use saga_runtime::prelude::*;
+use saga_runtime::{Engine, EngineBuilder, Error, Queue};
+use tokio::sync::Semaphore;
+
+use helpers::{Reopenable, fresh, wait_until, within};
+
+/// What the bank saw: who runs now, the most at once (in all and per
+/// key), and the order calls began in. Calls wait for a permit of `gate`.
+struct Bank {
+    gate: Semaphore,
+    seen: Mutex<Seen>,
+}
+
+#[derive(Default)]
+struct Seen {
+    running: usize,
+    most: usize,
+    by_key: HashMap<String, (usize, usize)>,
+    began: Vec<String>,
+}
+
+impl Bank {
+    fn new() -> Bank {
+        Bank {
+            gate: Semaphore::new(0),
+            seen: Mutex::new(Seen::default()),
+        }
+    }
+
+    fn enter(&self, t: &Transfer) {
+        let mut seen = self.seen.lock().unwrap();
+        seen.running += 1;
+        seen.most = seen.most.max(seen.running);
+        let key = seen.by_key.entry(t.key.clone()).or_default();
+        key.0 += 1;
+        key.1 = key.1.max(key.0);
+        seen.began.push(t.name.clone());
+    }
+
+    fn leave(&self, t: &Transfer) {
+        let mut seen = self.seen.lock().unwrap();
+        seen.running -= 1;
+        if let Some(key) = seen.by_key.get_mut(&t.key) {
+            key.0 -= 1;
+        }
+    }
+
+    fn running(&self) -> usize {
+        self.seen.lock().unwrap().running
+    }
+
+    fn most(&self) -> usize {
+        self.seen.lock().unwrap().most
+    }
+
+    fn most_per_key(&self) -> usize {
+        let seen = self.seen.lock().unwrap();
+        seen.by_key
+            .values()
+            .map(|(_, most)| *most)
+            .max()
+            .unwrap_or(0)
+    }
+
+    fn began(&self) -> Vec<String> {
+        self.seen.lock().unwrap().began.clone()
+    }
+
+    /// Lets every call through, now and later.
+    fn open_gate(&self) {
+        self.gate.add_permits(Semaphore::MAX_PERMITS / 2);
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct Transfer {
+    name: String,
+    key: String,
+}
+
+fn transfer_of(name: &str, key: &str) -> Transfer {
+    Transfer {
+        name: name.into(),
+        key: key.into(),
+    }
+}
+
+#[step(name = "call-bank", read_only)]
+async fn call_bank(bank: Service<Bank>, t: Transfer) -> Result<(), StepError> {
+    bank.enter(&t);
+    let permit = bank.gate.acquire().await.map_err(StepError::fatal)?;
+    permit.forget();
+    bank.leave(&t);
+    Ok(())
+}
+
+/// After the bank call: a boundary where a paused transfer parks.
+#[step(name = "confirm", read_only)]
+async fn confirm() -> Result<(), StepError> {
+    Ok(())
+}
+
+#[workflow(name = "transfer")]
+async fn transfer(ctx: WorkflowContext, t: Transfer) -> Result<(), WorkflowError> {
+    call_bank(&ctx, t).await?;
+    confirm(&ctx).await?;
+    Ok(())
+}
+
+/// A batch of one transfer, made as a child workflow.
+#[workflow(name = "batch")]
+async fn batch(ctx: WorkflowContext, t: Transfer) -> Result<(), WorkflowError> {
+    ctx.child("one", transfer, t).await?;
+    Ok(())
+}
+
+fn with_queue(bank: std::sync::Arc<Bank>, queue: Queue) -> EngineBuilder {
+    Engine::builder()
+        .provide_arc(bank)
+        .queue(queue)
+        .register(transfer)
+        .register(batch)
+}
+
+async fn queued_on(engine: &Engine, queue: &str) -> usize {
+    let filter = ListFilter::all().queue(queue).status(Status::Queued);
+    engine.list(&filter).await.unwrap().len()
+}
+
+async fn all_complete(engine: &Engine, ids: &[String]) {
+    for id in ids {
+        let run = engine.instance(id).await.unwrap();
+        within("the transfer's end", run.result::<()>())
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_never_runs_more_than_its_concurrency() {
+    let bank = std::sync::Arc::new(Bank::new());
+    let engine = fresh(with_queue(
+        bank.clone(),
+        Queue::new("bank-api").concurrency(3),
+    ))
+    .await;
+    let mut ids = Vec::new();
+    for n in 0..10 {
+        let id = format!("t-{n}");
+        let t = transfer_of(&id, "any");
+        engine.start_on("bank-api", transfer, &id, t).await.unwrap();
+        ids.push(id);
+    }
+    wait_until("three transfers at the bank", || async {
+        bank.running() == 3
+    })
+    .await;
+    // The others wait, seen as queued on the queue.
+    wait_until("seven queued", || async {
+        queued_on(&engine, "bank-api").await == 7
+    })
+    .await;
+    helpers::settle().await;
+    assert_eq!(bank.running(), 3);
+    let info = engine.instance("t-9").await.unwrap().info().await.unwrap();
+    assert_eq!(info.queue.as_deref(), Some("bank-api"));
+    // One at a time through the gate: each end lets the next in.
+    for _ in 0..10 {
+        bank.gate.add_permits(1);
+    }
+    all_complete(&engine, &ids).await;
+    assert_eq!(bank.most(), 3, "the queue ran more than its concurrency");
+    assert_eq!(bank.began().len(), 10);
+    assert_eq!(queued_on(&engine, "bank-api").await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_key_holds_at_most_its_per_key_slots() {
+    let bank = std::sync::Arc::new(Bank::new());
+    let queue = Queue::new("bank-api").concurrency(10).per_key(1);
+    let engine = fresh(with_queue(bank.clone(), queue)).await;
+    let mut ids = Vec::new();
+    for key in ["alice", "bob", "carol"] {
+        for n in 0..3 {
+            let id = format!("{key}-{n}");
+            let t = transfer_of(&id, key);
+            engine
+                .start_on("bank-api", transfer, &id, t)
+                .key(key)
+                .await
+                .unwrap();
+            ids.push(id);
+        }
+    }
+    wait_until("one transfer per customer", || async {
+        bank.running() == 3
+    })
+    .await;
+    helpers::settle().await;
+    assert_eq!(bank.running(), 3);
+    bank.open_gate();
+    all_complete(&engine, &ids).await;
+    assert_eq!(bank.most_per_key(), 1, "a key ran more than its limit");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_takes_no_more_than_its_capacity() {
+    let bank = std::sync::Arc::new(Bank::new());
+    let engine = fresh(with_queue(
+        bank.clone(),
+        Queue::new("bank-api").per_worker(2),
+    ))
+    .await;
+    let mut ids = Vec::new();
+    for n in 0..5 {
+        let id = format!("t-{n}");
+        let t = transfer_of(&id, "any");
+        engine.start_on("bank-api", transfer, &id, t).await.unwrap();
+        ids.push(id);
+    }
+    wait_until("two transfers at the bank", || async {
+        bank.running() == 2
+    })
+    .await;
+    helpers::settle().await;
+    assert_eq!(bank.running(), 2);
+    bank.open_gate();
+    all_complete(&engine, &ids).await;
+    assert_eq!(bank.most(), 2);
+}
+
+/// Starts `hold` on a queue of concurrency 1 and waits until it holds the
+/// slot, so what is started next waits, and is taken in the queue's order.
+async fn hold_the_slot(engine: &Engine, bank: &Bank) {
+    let t = transfer_of("hold", "h");
+    engine
+        .start_on("bank-api", transfer, "hold", t)
+        .key("h")
+        .await
+        .unwrap();
+    wait_until("the slot held", || async { bank.running() == 1 }).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn higher_priorities_go_first_then_first_come_first_served() {
+    let bank = std::sync::Arc::new(Bank::new());
+    let engine = fresh(with_queue(
+        bank.clone(),
+        Queue::new("bank-api").concurrency(1),
+    ))
+    .await;
+    hold_the_slot(&engine, &bank).await;
+    let mut ids = vec!["hold".to_owned()];
+    for (name, priority) in [
+        ("low-1", 0),
+        ("high-1", 5),
+        ("low-2", 0),
+        ("high-2", 5),
+        ("mid", 1),
+    ] {
+        let t = transfer_of(name, name);
+        engine
+            .start_on("bank-api", transfer, name, t)
+            .priority(priority)
+            .await
+            .unwrap();
+        ids.push(name.to_owned());
+    }
+    wait_until("five queued", || async {
+        queued_on(&engine, "bank-api").await == 5
+    })
+    .await;
+    bank.open_gate();
+    all_complete(&engine, &ids).await;
+    assert_eq!(
+        bank.began(),
+        ["hold", "high-1", "high-2", "mid", "low-1", "low-2"]
+    );
+    assert_eq!(bank.most(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_take_turns_so_a_busy_key_starves_no_other() {
+    let bank = std::sync::Arc::new(Bank::new());
+    let engine = fresh(with_queue(
+        bank.clone(),
+        Queue::new("bank-api").concurrency(1),
+    ))
+    .await;
+    hold_the_slot(&engine, &bank).await;
+    let mut ids = vec!["hold".to_owned()];
+    let busy = (1..=20).map(|n| (format!("busy-{n}"), "busy"));
+    let quiet = (1..=2).map(|n| (format!("quiet-{n}"), "quiet"));
+    for (name, key) in busy.chain(quiet) {
+        let t = transfer_of(&name, key);
+        engine
+            .start_on("bank-api", transfer, &name, t)
+            .key(key)
+            .await
+            .unwrap();
+        ids.push(name);
+    }
+    bank.open_gate();
+    all_complete(&engine, &ids).await;
+    let began = bank.began();
+    assert_eq!(
+        began[..6],
+        ["hold", "busy-1", "quiet-1", "busy-2", "quiet-2", "busy-3"],
+        "the quiet key waited behind the busy one: {began:?}"
+    );
+    let busy: Vec<String> = (1..=20).map(|n| format!("busy-{n}")).collect();
+    let busy_began: Vec<&String> = began.iter().filter(|b| b.starts_with("busy")).collect();
+    assert!(
+        busy_began.iter().copied().eq(busy.iter()),
+        "FIFO within a key"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_instances_survive_a_reopen_in_order() {
+    let store = Reopenable::new("queuesreopen").await;
+    let queue = || Queue::new("bank-api").concurrency(1);
+    let before = std::sync::Arc::new(Bank::new());
+    let engine = store.open(|| with_queue(before.clone(), queue())).await;
+    hold_the_slot(&engine, &before).await;
+    let names: Vec<String> = (1..=50).map(|n| format!("q-{n}")).collect();
+    for name in &names {
+        let t = transfer_of(name, "k");
+        engine
+            .start_on("bank-api", transfer, name, t)
+            .await
+            .unwrap();
+    }
+    engine.close().await;
+
+    let after = std::sync::Arc::new(Bank::new());
+    let engine = store.open(|| with_queue(after.clone(), queue())).await;
+    wait_until("fifty queued after the reopen", || async {
+        queued_on(&engine, "bank-api").await == 50
+    })
+    .await;
+    // The instance that held the slot holds it again, and runs again.
+    wait_until("the holder running again", || async {
+        after.running() == 1
+    })
+    .await;
+    helpers::settle().await;
+    assert_eq!(after.running(), 1);
+    after.open_gate();
+    let mut ids = vec!["hold".to_owned()];
+    ids.extend(names.iter().cloned());
+    all_complete(&engine, &ids).await;
+    let mut expected = vec!["hold".to_owned()];
+    expected.extend(names);
+    assert_eq!(after.began(), expected);
+    assert_eq!(after.most(), 1);
+    engine.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_instance_keeps_its_slot() {
+    let bank = std::sync::Arc::new(Bank::new());
+    let engine = fresh(with_queue(
+        bank.clone(),
+        Queue::new("bank-api").concurrency(1),
+    ))
+    .await;
+    hold_the_slot(&engine, &bank).await;
+    let t = transfer_of("next", "n");
+    engine
+        .start_on("bank-api", transfer, "next", t)
+        .await
+        .unwrap();
+    let hold = engine.instance("hold").await.unwrap();
+    hold.pause().await.unwrap();
+    // The step in flight finishes; the instance then parks, paused.
+    bank.gate.add_permits(1);
+    helpers::until_status(&hold, Status::Paused).await;
+    helpers::settle().await;
+    assert_eq!(
+        bank.began(),
+        ["hold"],
+        "a paused instance gave its slot away"
+    );
+    let next = engine.instance("next").await.unwrap();
+    assert_eq!(next.status().await.unwrap(), Status::Queued);
+    hold.resume().await.unwrap();
+    bank.open_gate();
+    all_complete(&engine, &["hold".into(), "next".into()]).await;
+    assert_eq!(bank.began(), ["hold", "next"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_instance_waits_for_a_slot_again() {
+    let bank = std::sync::Arc::new(Bank::new());
+    let engine = fresh(with_queue(
+        bank.clone(),
+        Queue::new("bank-api").concurrency(1),
+    ))
+    .await;
+    let t = transfer_of("again", "a");
+    let again = engine
+        .start_on("bank-api", transfer, "again", t)
+        .await
+        .unwrap();
+    bank.gate.add_permits(1);
+    within("the first run", again.result()).await.unwrap();
+    hold_the_slot(&engine, &bank).await;
+    again.restart().await.unwrap();
+    helpers::until_status(&again, Status::Queued).await;
+    helpers::settle().await;
+    assert_eq!(
+        bank.began(),
+        ["again", "hold"],
+        "a restart skipped the queue"
+    );
+    bank.open_gate();
+    all_complete(&engine, &["hold".into(), "again".into()]).await;
+    assert_eq!(bank.began(), ["again", "hold", "again"]);
+    assert_eq!(bank.most(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_instance_paused_is_passed_over_until_resumed() {
+    let bank = std::sync::Arc::new(Bank::new());
+    let engine = fresh(with_queue(
+        bank.clone(),
+        Queue::new("bank-api").concurrency(1),
+    ))
+    .await;
+    hold_the_slot(&engine, &bank).await;
+    for name in ["paused", "next"] {
+        let t = transfer_of(name, name);
+        engine
+            .start_on("bank-api", transfer, name, t)
+            .await
+            .unwrap();
+    }
+    let paused = engine.instance("paused").await.unwrap();
+    paused.pause().await.unwrap();
+    assert_eq!(paused.status().await.unwrap(), Status::Paused);
+    bank.gate.add_permits(2);
+    let next = engine.instance("next").await.unwrap();
+    within("the next's end", next.result::<()>()).await.unwrap();
+    assert_eq!(bank.began(), ["hold", "next"]);
+    // Resumed, it waits in its queue again, and takes the free slot.
+    paused.resume().await.unwrap();
+    bank.open_gate();
+    within("the resumed one's end", paused.result::<()>())
+        .await
+        .unwrap();
+    assert_eq!(bank.began(), ["hold", "next", "paused"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_start_runs_at_once_beside_a_full_queue() {
+    let bank = std::sync::Arc::new(Bank::new());
+    let engine = fresh(with_queue(
+        bank.clone(),
+        Queue::new("bank-api").concurrency(1),
+    ))
+    .await;
+    hold_the_slot(&engine, &bank).await;
+    let t = transfer_of("plain", "p");
+    engine.start(transfer, "plain", t).await.unwrap();
+    wait_until("the plain start at the bank", || async {
+        bank.running() == 2
+    })
+    .await;
+    let info = engine
+        .instance("plain")
+        .await
+        .unwrap()
+        .info()
+        .await
+        .unwrap();
+    assert_eq!(info.queue, None);
+    bank.open_gate();
+    all_complete(&engine, &["hold".into(), "plain".into()]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_runs_outside_its_parents_queue() {
+    let bank = std::sync::Arc::new(Bank::new());
+    let engine = fresh(with_queue(
+        bank.clone(),
+        Queue::new("bank-api").concurrency(1),
+    ))
+    .await;
+    let t = transfer_of("child", "c");
+    let parent = engine
+        .start_on("bank-api", batch, "batch-1", t)
+        .await
+        .unwrap();
+    // The parent holds the queue's one slot; its child runs beside it.
+    wait_until("the child at the bank", || async { bank.running() == 1 }).await;
+    let child = engine.instance("batch-1.one").await.unwrap();
+    assert_eq!(child.info().await.unwrap().queue, None);
+    bank.open_gate();
+    within("the batch's end", parent.result()).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_instance_terminated_while_it_waits_never_runs() {
+    let bank = std::sync::Arc::new(Bank::new());
+    let engine = fresh(with_queue(
+        bank.clone(),
+        Queue::new("bank-api").concurrency(1),
+    ))
+    .await;
+    hold_the_slot(&engine, &bank).await;
+    for name in ["gone", "next"] {
+        let t = transfer_of(name, name);
+        engine
+            .start_on("bank-api", transfer, name, t)
+            .await
+            .unwrap();
+    }
+    let gone = engine.instance("gone").await.unwrap();
+    gone.terminate().await.unwrap();
+    bank.open_gate();
+    all_complete(&engine, &["hold".into(), "next".into()]).await;
+    assert_eq!(bank.began(), ["hold", "next"]);
+    assert_eq!(gone.status().await.unwrap(), Status::Terminated);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_queues_and_starts_are_refused_before_anything_is_stored() {
+    let bank = || std::sync::Arc::new(Bank::new());
+    for bad in [
+        Queue::new("bank-api").concurrency(0),
+        Queue::new("bank-api").per_key(0),
+        Queue::new("bank-api").per_worker(0),
+        Queue::new("Bank API"),
+    ] {
+        let opened = with_queue(bank(), bad.clone()).temporary();
+        match opened {
+            Err(Error::InvalidQueue { queue, reason }) => {
+                assert_eq!(queue, bad.name());
+                assert!(!reason.is_empty());
+            }
+            other => panic!("{bad:?} opened: {other:?}"),
+        }
+    }
+    let twice = with_queue(bank(), Queue::new("q"))
+        .queue(Queue::new("q"))
+        .temporary();
+    assert!(matches!(twice, Err(Error::InvalidQueue { .. })));
+
+    let engine = fresh(with_queue(bank(), Queue::new("bank-api"))).await;
+    let t = transfer_of("t", "k");
+    let unknown = engine
+        .start_on("no-such-queue", transfer, "t-1", t.clone())
+        .await;
+    match unknown {
+        Err(Error::UnknownQueue { queue, known }) => {
+            assert_eq!(queue, "no-such-queue");
+            assert_eq!(known, ["bank-api"]);
+        }
+        other => panic!("an unknown queue started: {:?}", other.map(drop)),
+    }
+    let long_key = "k".repeat(101);
+    let bad_key = engine
+        .start_on("bank-api", transfer, "t-2", t.clone())
+        .key(long_key)
+        .await;
+    assert!(matches!(bad_key, Err(Error::InvalidQueueKey { .. })));
+    let empty_key = engine
+        .start_on("bank-api", transfer, "t-3", t)
+        .key("")
+        .await;
+    assert!(matches!(empty_key, Err(Error::InvalidQueueKey { .. })));
+    for id in ["t-1", "t-2", "t-3"] {
+        assert!(matches!(
+            engine.instance(id).await,
+            Err(Error::UnknownInstance { .. })
+        ));
+    }
+}
