@@ -131,6 +131,15 @@ const MIGRATIONS: &[&str] = &[
      CREATE INDEX instances_failed_compensation ON {s}.instances (started_at)
          WHERE failed_compensation;
      CREATE INDEX instances_unindexed ON {s}.instances (id) WHERE facts IS NULL;",
+    // 7: schedules: each one's state (definition, next fire time, paused,
+    // last tick, ticks decided on), encoded by the engine
+    // (`schedule::state`). Firing swaps it with a conditional UPDATE on
+    // the old value, so two workers never both advance one schedule.
+    "CREATE TABLE {s}.schedules (
+         name text PRIMARY KEY,
+         state bytea NOT NULL,
+         updated_at timestamptz NOT NULL DEFAULT now()
+     );",
 ];
 
 /// The newest schema version this release knows.
