@@ -75,6 +75,7 @@ mod model;
 mod names;
 mod panic;
 mod run;
+mod schedule;
 mod seal;
 #[doc(hidden)]
 pub mod store;
@@ -101,6 +102,8 @@ pub use crate::keyring::{KEY_BYTES, Keyring};
 pub use crate::model::history::{Event, EventKind};
 pub use crate::model::status::Status;
 pub use crate::names::id::InstanceId;
+pub use crate::schedule::control::{NEXT_FIRES_LISTED, ScheduleInfo, Schedules};
+pub use crate::schedule::{CatchUp, MAX_SCHEDULE_NAME, Overlap, Schedule, Tick};
 pub use crate::seal::{Codec, CodecError, Sealed};
 pub use crate::store::PageOrder;
 pub use crate::time::clock::{Clock, Sleep, SystemClock, TestClock};
@@ -193,6 +196,8 @@ fn compile_time_assertions() {
     send::<EventWaitCall<u64>>();
     send::<Subscription>();
     send_sync::<TestClock>();
+    send::<Schedule>();
+    send_sync::<Tick>();
 }
 
 #[cfg(test)]

@@ -20,6 +20,7 @@ mod index;
 pub(crate) mod legacy;
 mod metered;
 mod page;
+mod schedules;
 mod state;
 pub(crate) mod tags;
 mod tail;
