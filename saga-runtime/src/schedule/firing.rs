@@ -142,7 +142,8 @@ async fn fire_due(runner: &Arc<Runner>, schedule: &Declaration) -> Result<Wait> 
     let journal = &runner.core.journal;
     let (_, stored) = state::load(journal, &schedule.name).await?;
     let Some(stored) = stored else {
-        // Removed from under it (by hand): store it again.
+        // Removed from under it (by hand, in the database): said, every
+        // moment, until the engine is built again and registers it.
         return Err(Error::UnknownSchedule {
             name: schedule.name.to_string(),
             reason: "its stored state is gone",
