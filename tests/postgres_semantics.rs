@@ -1,5 +1,5 @@
 //! The core semantics suite again, on PostgreSQL: steps, retries,
-//! rollback order, child workflows, waits and timers, control, retention, limits, queues, tags and search (the cost
+//! rollback order, child workflows, waits and timers, control, retention, limits, queues, tags and search, schedules (the cost
 //! of the 2,000th event included). The files are the
 //! same as the sled suite's; in this binary `helpers::fresh` gives each
 //! engine a schema of its own on the test database instead of a temporary
@@ -25,6 +25,8 @@ mod queues;
 mod retention;
 #[path = "rollback.rs"]
 mod rollback;
+#[path = "schedules.rs"]
+mod schedules;
 #[path = "search.rs"]
 mod search;
 #[path = "steps.rs"]

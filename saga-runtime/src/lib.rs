@@ -76,6 +76,7 @@ mod names;
 mod panic;
 mod queue;
 mod run;
+mod schedule;
 mod seal;
 #[doc(hidden)]
 pub mod store;
@@ -103,6 +104,8 @@ pub use crate::model::history::{Event, EventKind};
 pub use crate::model::status::Status;
 pub use crate::names::id::InstanceId;
 pub use crate::queue::Queue;
+pub use crate::schedule::control::{NEXT_FIRES_LISTED, ScheduleInfo, Schedules};
+pub use crate::schedule::{CatchUp, MAX_SCHEDULE_NAME, Overlap, Schedule, Tick};
 pub use crate::seal::{Codec, CodecError, Sealed};
 pub use crate::store::PageOrder;
 pub use crate::time::clock::{Clock, Sleep, SystemClock, TestClock};
@@ -195,6 +198,8 @@ fn compile_time_assertions() {
     send::<EventWaitCall<u64>>();
     send::<Subscription>();
     send_sync::<TestClock>();
+    send::<Schedule>();
+    send_sync::<Tick>();
 }
 
 #[cfg(test)]

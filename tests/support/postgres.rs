@@ -56,7 +56,12 @@ async fn drop_leftovers() {
         .unwrap_or_else(|e| missing(e));
     for row in rows {
         let schema: String = row.get(0);
-        let pid = schema.split('_').nth(3).and_then(|p| p.parse::<u32>().ok());
+        // `saga_t_{tag}_{pid}_{n}_{nanos}`: counted from the end, as a
+        // tag may hold '_' too.
+        let pid = schema
+            .rsplit('_')
+            .nth(2)
+            .and_then(|p| p.parse::<u32>().ok());
         let alive = pid.is_some_and(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists());
         if !alive {
             // Another process may be dropping it too: either wins.

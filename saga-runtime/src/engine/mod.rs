@@ -82,6 +82,8 @@ pub struct Engine {
 /// Shuts the engine down when the last user-facing clone goes away.
 struct EngineHandle {
     runner: Arc<Runner>,
+    /// The schedules this engine declares (`engine.schedules()`).
+    schedules: Arc<crate::schedule::Declared>,
 }
 
 impl Drop for EngineHandle {
@@ -116,6 +118,7 @@ pub struct EngineBuilder {
     poll: Duration,
     sealer: Sealer,
     queues: Vec<crate::queue::Queue>,
+    schedules: Vec<crate::schedule::Schedule>,
 }
 
 impl EngineBuilder {
@@ -252,11 +255,51 @@ impl EngineBuilder {
         self
     }
 
+    /// Declares a schedule: its workflow (registered here too) starts at
+    /// every tick, once per tick across workers and restarts. A mistake
+    /// in it (an invalid cron expression, an unknown time zone, a zero
+    /// interval) is the typed error of `open`, `temporary` or `connect`,
+    /// before anything is stored. A schedule declared differently by
+    /// another release takes the definition of whichever registered it
+    /// last. See [`Schedule`](crate::Schedule).
+    ///
+    /// ```
+    /// # use saga_runtime::prelude::*;
+    /// # use saga_runtime::{Schedule, Tick};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), saga_runtime::Error> {
+    /// let settle = workflow_fn("settle", |_ctx: WorkflowContext, at: i64| async move {
+    ///     Ok::<_, WorkflowError>(at)
+    /// });
+    /// let engine = Engine::builder()
+    ///     .schedule(
+    ///         Schedule::cron("nightly-settlement", "0 2 * * *")
+    ///             .time_zone("Europe/Paris")
+    ///             .start(settle, |tick: Tick| tick.unix_seconds()),
+    ///     )
+    ///     .temporary()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn schedule(mut self, schedule: crate::schedule::Schedule) -> Self {
+        if let Some(workflow) = schedule.workflow() {
+            self.workflows.push(workflow);
+        }
+        self.schedules.push(schedule);
+        self
+    }
+
+    /// The declared schedules, checked before a store opens.
+    fn checked_schedules(&mut self) -> Result<Arc<crate::schedule::Declared>> {
+        let schedules = std::mem::take(&mut self.schedules);
+        crate::schedule::Declared::check(schedules, self.clock.now()).map(Arc::new)
+    }
+
     /// Opens (or creates, with mode 0700) the store in `path`. A store
     /// written by the first release (format version 1) is upgraded in
     /// place: each instance's records become one journal record.
-    pub fn open(self, path: impl AsRef<Path>) -> Result<Engine> {
+    pub fn open(mut self, path: impl AsRef<Path>) -> Result<Engine> {
         self.checked_queues()?;
+        let schedules = self.checked_schedules()?;
         let runtime = Handle::try_current().map_err(|_| Error::NoRuntime)?;
         let store = Arc::new(SledStore::open(path.as_ref())?);
         let journal = Journal::new(store.clone(), self.clock.clone(), self.store_timeout)?;
@@ -268,7 +311,7 @@ impl EngineBuilder {
             );
         }
         let path = store.path().map(Path::to_owned);
-        self.build(journal, runtime, path)
+        self.build(journal, runtime, path, schedules)
     }
 
     /// Connects to the PostgreSQL database at `url`
@@ -311,8 +354,9 @@ impl EngineBuilder {
     }
 
     #[cfg(feature = "postgres")]
-    async fn connect_postgres(self, url: &str, read_only: bool) -> Result<Engine> {
+    async fn connect_postgres(mut self, url: &str, read_only: bool) -> Result<Engine> {
         self.checked_queues()?;
+        let schedules = self.checked_schedules()?;
         let runtime = Handle::try_current().map_err(|_| Error::NoRuntime)?;
         let options = crate::store::PgOptions {
             url: url.to_owned(),
@@ -334,7 +378,7 @@ impl EngineBuilder {
                 );
             }
         }
-        self.build(journal, runtime, None)
+        self.build(journal, runtime, None, schedules)
     }
 
     /// The PostgreSQL schema that holds the engine's tables (default
@@ -368,25 +412,33 @@ impl EngineBuilder {
     }
 
     /// An engine on a temporary store, removed when the engine is dropped.
-    pub fn temporary(self) -> Result<Engine> {
+    pub fn temporary(mut self) -> Result<Engine> {
         self.checked_queues()?;
+        let schedules = self.checked_schedules()?;
         let runtime = Handle::try_current().map_err(|_| Error::NoRuntime)?;
         let store: Arc<dyn Store> = Arc::new(SledStore::temporary()?);
         let journal = Journal::new(store, self.clock.clone(), self.store_timeout)?;
-        self.build(journal, runtime, None)
+        self.build(journal, runtime, None, schedules)
     }
 
     /// An engine on `store` (a store of the test suites, or one this crate
     /// does not know). Not a stable API: the store trait will change.
     #[doc(hidden)]
-    pub fn open_store(self, store: Arc<dyn Store>) -> Result<Engine> {
+    pub fn open_store(mut self, store: Arc<dyn Store>) -> Result<Engine> {
         self.checked_queues()?;
+        let schedules = self.checked_schedules()?;
         let runtime = Handle::try_current().map_err(|_| Error::NoRuntime)?;
         let journal = Journal::new(store, self.clock.clone(), self.store_timeout)?;
-        self.build(journal, runtime, None)
+        self.build(journal, runtime, None, schedules)
     }
 
-    fn build(self, journal: Journal, runtime: Handle, path: Option<PathBuf>) -> Result<Engine> {
+    fn build(
+        self,
+        journal: Journal,
+        runtime: Handle,
+        path: Option<PathBuf>,
+        schedules: Arc<crate::schedule::Declared>,
+    ) -> Result<Engine> {
         let queues = self.checked_queues()?;
         let journal = journal.with_caps(self.caps).with_sealer(self.sealer);
         // On a store shared by workers, an index entry is repaired by the
@@ -422,6 +474,7 @@ impl EngineBuilder {
         let engine = Engine {
             handle: Arc::new(EngineHandle {
                 runner: runner.clone(),
+                schedules: schedules.clone(),
             }),
         };
         runner
@@ -433,6 +486,7 @@ impl EngineBuilder {
         runner.register_all(self.workflows)?;
         if !runner.core.journal.read_only() {
             crate::engine::retention::spawn_sweeper(&runner);
+            crate::schedule::firing::spawn(&runner, &schedules);
         }
         crate::instance::inbox::spawn_inbox_reader(&runner);
         crate::run::dequeue::spawn_dispatcher(&runner);
@@ -480,6 +534,7 @@ impl Engine {
             poll: DEFAULT_POLL,
             sealer: Sealer::default(),
             queues: Vec::new(),
+            schedules: Vec::new(),
         }
     }
 
@@ -516,6 +571,12 @@ impl Engine {
         crate::instance::send::start(runner, workflow, id, input, None, |_| Ok((None, ()))).await?;
         runner.core.journal.flush().await?;
         Ok(Run::new(Instance::new(runner.clone(), id)))
+    }
+
+    /// The schedules of the store: pause, resume, list and trigger them
+    /// (see [`Schedules`](crate::Schedules)).
+    pub fn schedules(&self) -> crate::schedule::control::Schedules<'_> {
+        crate::schedule::control::Schedules::new(self.runner(), &self.handle.schedules)
     }
 
     /// Whether this engine only reads (`connect_read_only`): its events

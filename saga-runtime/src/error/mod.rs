@@ -582,4 +582,66 @@ pub enum Error {
         /// What the codec said.
         detail: String,
     },
+
+    /// A schedule's cron expression does not parse (or never fires).
+    /// Nothing was stored: fix the expression.
+    #[error(
+        "schedule {schedule:?}: invalid cron expression {expression:?}: {reason}; use 5 fields, minute hour day-of-month month day-of-week, e.g. \"0 2 * * *\" (02:00 every day) or \"*/15 9-17 * * MON-FRI\""
+    )]
+    InvalidCron {
+        /// The schedule's name.
+        schedule: String,
+        /// The expression as given.
+        expression: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+
+    /// A schedule names a time zone the time zone database does not know.
+    /// Nothing was stored: use an IANA name.
+    #[error(
+        "schedule {schedule:?}: unknown time zone {zone:?}; use an IANA time zone name, e.g. \"Europe/Paris\" or \"America/New_York\""
+    )]
+    UnknownTimeZone {
+        /// The schedule's name.
+        schedule: String,
+        /// The time zone as given.
+        zone: String,
+    },
+
+    /// A schedule's interval (or offset) is zero, does not parse, or is not
+    /// a whole number of seconds. Nothing was stored: fix it.
+    #[error(
+        "schedule {schedule:?}: invalid interval {interval:?}: {reason}; use a whole number of seconds, at least 1, e.g. \"15 minutes\" or \"1 hour\""
+    )]
+    InvalidInterval {
+        /// The schedule's name.
+        schedule: String,
+        /// The interval as given.
+        interval: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+
+    /// A schedule is declared wrongly otherwise: its name, a policy, a
+    /// missing `start`, a name declared twice. Nothing was stored; the
+    /// message says what to change.
+    #[error("schedule {schedule:?}: {reason}")]
+    InvalidSchedule {
+        /// The schedule's name.
+        schedule: String,
+        /// What is wrong, and what to do.
+        reason: String,
+    },
+
+    /// No schedule of this name is stored (for `pause`, `resume`, `list`),
+    /// or, for `trigger`, this engine does not declare it (only an engine
+    /// that declares a schedule knows what it starts). Check the name.
+    #[error("unknown schedule {name:?}: {reason}")]
+    UnknownSchedule {
+        /// The name asked for.
+        name: String,
+        /// Where it was looked for.
+        reason: &'static str,
+    },
 }

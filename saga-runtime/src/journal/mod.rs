@@ -21,6 +21,7 @@ pub(crate) mod legacy;
 mod metered;
 mod page;
 pub(crate) mod queued;
+mod schedules;
 mod state;
 pub(crate) mod tags;
 mod tail;

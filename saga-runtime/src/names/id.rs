@@ -95,7 +95,6 @@ impl InstanceId {
     /// The id of schedule `schedule`'s tick at `at` (seconds since the
     /// Unix epoch, UTC); `manual` counts the extra runs started by hand
     /// for that time (0 for the tick itself).
-    #[allow(dead_code)] // schedules use it
     pub(crate) fn tick(schedule: &str, at: i64, manual: u32) -> Self {
         derive(schedule, &utc_stamp(at), &[('m', manual)])
     }

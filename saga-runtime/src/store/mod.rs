@@ -387,4 +387,30 @@ pub trait Store: Send + Sync + 'static {
     fn owner_live<'a>(&'a self, _id: &'a str) -> StoreFuture<'a, Option<bool>> {
         answered(Ok(None))
     }
+
+    // Schedules (`schedule::state`): one opaque value per schedule name,
+    // changed only by compare-and-swap, so two workers never both advance
+    // one. A store that keeps none reads none and refuses a swap.
+
+    /// Every schedule's stored state, by name.
+    fn schedules(&self) -> StoreFuture<'_, Vec<(String, Vec<u8>)>> {
+        answered(Ok(Vec::new()))
+    }
+    /// The stored state of schedule `name`.
+    fn schedule<'a>(&'a self, _name: &'a str) -> StoreFuture<'a, Option<Vec<u8>>> {
+        answered(Ok(None))
+    }
+    /// Stores `new` as the state of schedule `name` if its state is `old`
+    /// now (`None`: it has none); `true` when it did. Durable once a flush
+    /// after it returns (a server-backed store: when it answers).
+    fn swap_schedule<'a>(
+        &'a self,
+        _name: &'a str,
+        _old: Option<&'a [u8]>,
+        _new: &'a [u8],
+    ) -> StoreFuture<'a, bool> {
+        answered(Err(crate::error::Error::Store(
+            "this store keeps no schedules".into(),
+        )))
+    }
 }

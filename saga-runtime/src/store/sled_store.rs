@@ -1,4 +1,4 @@
-//! The embedded store: one sled directory, two trees.
+//! The embedded store: one sled directory, its trees:
 //!
 //! - `journal`: key `<id>/<big-endian u64 seq>`, one insert per record.
 //!   Ids never contain `/`, and `/` sorts before every id character, so a
@@ -8,6 +8,8 @@
 //!   facts `list()` filters on (tags, parent, ...), encoded by the journal.
 //! - `by_start`: key `<big-endian u64 ms start time><id>`, empty: the
 //!   index in start order, which a page walks from its cursor on.
+//! - `schedules`: key `<schedule name>`, its state (`schedule::state`),
+//!   changed by compare-and-swap.
 //!
 //! Nothing here uses a sled `Batch` or a multi-tree transaction: measured
 //! on sled 0.34.7, those cap near 10k durable writes/s at any concurrency,
@@ -34,6 +36,7 @@ pub struct SledStore {
     index: sled::Tree,
     facts: sled::Tree,
     by_start: sled::Tree,
+    schedules: sled::Tree,
     path: Option<PathBuf>,
 }
 
@@ -79,6 +82,7 @@ impl SledStore {
             index: db.open_tree("index").map_err(sled_error)?,
             facts: db.open_tree("facts").map_err(sled_error)?,
             by_start: db.open_tree("by_start").map_err(sled_error)?,
+            schedules: db.open_tree("schedules").map_err(sled_error)?,
             db,
             path,
         })
@@ -348,6 +352,30 @@ impl SledStore {
     }
 }
 
+/// Schedules: one value per name, swapped whole.
+impl SledStore {
+    fn schedules_now(&self) -> Result<Vec<(String, Vec<u8>)>> {
+        self.schedules
+            .iter()
+            .map(|entry| {
+                let (key, value) = entry.map_err(sled_error)?;
+                Ok((String::from_utf8_lossy(&key).into_owned(), value.to_vec()))
+            })
+            .collect()
+    }
+
+    fn swap_schedule_now(&self, name: &str, old: Option<&[u8]>, new: &[u8]) -> Result<bool> {
+        let n = failpoint::before(Call::Write)?;
+        let swapped = self
+            .schedules
+            .compare_and_swap(name.as_bytes(), old, Some(new))
+            .map_err(sled_error)?
+            .is_ok();
+        failpoint::after(Call::Write, n)?;
+        Ok(swapped)
+    }
+}
+
 impl Store for SledStore {
     fn create<'a>(
         &'a self,
@@ -411,6 +439,24 @@ impl Store for SledStore {
         }
         self.index.remove(id.as_bytes()).map_err(sled_error)?;
         failpoint::after(Call::Write, n)
+    }
+
+    fn schedules(&self) -> StoreFuture<'_, Vec<(String, Vec<u8>)>> {
+        answered(self.schedules_now())
+    }
+
+    fn schedule<'a>(&'a self, name: &'a str) -> StoreFuture<'a, Option<Vec<u8>>> {
+        let value = self.schedules.get(name.as_bytes()).map_err(sled_error);
+        answered(value.map(|v| v.map(|v| v.to_vec())))
+    }
+
+    fn swap_schedule<'a>(
+        &'a self,
+        name: &'a str,
+        old: Option<&'a [u8]>,
+        new: &'a [u8],
+    ) -> StoreFuture<'a, bool> {
+        answered(self.swap_schedule_now(name, old, new))
     }
 
     fn flush(&self) -> Result<()> {

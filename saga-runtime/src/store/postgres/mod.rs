@@ -61,6 +61,7 @@ mod lease;
 mod listen;
 mod page;
 mod queued;
+mod schedules;
 mod schema;
 mod server;
 mod ssl_options;
@@ -254,6 +255,18 @@ impl PgStore {
             self.call(|reply| Job::Read { read, reply }).await
         } else {
             self.read(read).await
+        }
+    }
+
+    /// A call on the schedules table: on the pool, committed at once
+    /// (synchronously: the pool's connections keep the server's default).
+    async fn schedule_call(
+        &self,
+        call: schedules::ScheduleCall,
+    ) -> Result<schedules::ScheduleAnswer> {
+        match self.read(Read::Schedule(call)).await? {
+            ReadAnswer::Schedule(answer) => Ok(answer),
+            other => Err(other.unexpected()),
         }
     }
 
@@ -595,6 +608,29 @@ impl Store for PgStore {
                 ReadAnswer::Done => Ok(()),
                 other => Err(other.unexpected()),
             }
+        })
+    }
+
+    fn schedules(&self) -> StoreFuture<'_, Vec<(String, Vec<u8>)>> {
+        let call = schedules::ScheduleCall::all(&self.schema);
+        Box::pin(async move { self.schedule_call(call).await?.states() })
+    }
+
+    fn schedule<'a>(&'a self, name: &'a str) -> StoreFuture<'a, Option<Vec<u8>>> {
+        let call = schedules::ScheduleCall::one(&self.schema, name);
+        Box::pin(async move { self.schedule_call(call).await?.state() })
+    }
+
+    fn swap_schedule<'a>(
+        &'a self,
+        name: &'a str,
+        old: Option<&'a [u8]>,
+        new: &'a [u8],
+    ) -> StoreFuture<'a, bool> {
+        let call = schedules::ScheduleCall::swap(&self.schema, name, old, new);
+        Box::pin(async move {
+            self.refuse_if_read_only()?;
+            self.schedule_call(call).await?.swapped()
         })
     }
 

@@ -154,6 +154,15 @@ const MIGRATIONS: &[&str] = &[
          turn bigint NOT NULL,
          PRIMARY KEY (queue, key)
      );",
+    // 8: schedules: each one's state (definition, next fire time, paused,
+    // last tick, ticks decided on), encoded by the engine
+    // (`schedule::state`). Firing swaps it with a conditional UPDATE on
+    // the old value, so two workers never both advance one schedule.
+    "CREATE TABLE {s}.schedules (
+         name text PRIMARY KEY,
+         state bytea NOT NULL,
+         updated_at timestamptz NOT NULL DEFAULT now()
+     );",
 ];
 
 /// The newest schema version this release knows.

@@ -167,6 +167,8 @@ pub(super) enum Read {
     Backfill(String, Row),
     /// The owner of an instance, and since when.
     OwnerOf(String),
+    /// A read or a swap of schedule states (see `schedules`).
+    Schedule(super::schedules::ScheduleCall),
 }
 
 pub(super) enum ReadAnswer {
@@ -183,6 +185,7 @@ pub(super) enum ReadAnswer {
     Page(Vec<crate::store::IndexEntry>, bool),
     Ids(Vec<String>),
     Owner(Option<(String, SystemTime)>),
+    Schedule(super::schedules::ScheduleAnswer),
     Done,
 }
 
@@ -1557,6 +1560,7 @@ async fn query(
             let row = conn.client.query_opt(&conn.owner_of, &[id]).await?;
             ReadAnswer::Owner(row.map(|row| (row.get(0), row.get(1))))
         }
+        Read::Schedule(call) => ReadAnswer::Schedule(call.run(&conn.client).await?),
     })
 }
 

@@ -1,0 +1,228 @@
+//! `engine.schedules()`: pause, resume, list and trigger schedules. Every
+//! change is a swap of the stored state, so it holds for every worker and
+//! across restarts.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+#[cfg(doc)]
+use super::Tick;
+use super::state::{self, Decision};
+use super::{CatchUp, Declared, Overlap, firing, system_time, unix_seconds};
+use crate::error::{Error, Result};
+use crate::instance::Instance;
+use crate::run::runner::Runner;
+
+/// How many next fire times [`Schedules::list`] shows of each schedule.
+pub const NEXT_FIRES_LISTED: usize = 3;
+
+/// The schedules of an engine's store; made by
+/// [`Engine::schedules`](crate::Engine::schedules).
+///
+/// ```
+/// # use saga_runtime::prelude::*;
+/// # use saga_runtime::{Schedule, Tick};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), saga_runtime::Error> {
+/// let remind = workflow_fn("remind", |_ctx: WorkflowContext, at: i64| async move {
+///     Ok::<_, WorkflowError>(at)
+/// });
+/// let engine = Engine::builder()
+///     .schedule(Schedule::every("reminders", "15 minutes").start(remind, |t: Tick| t.unix_seconds()))
+///     .temporary()?;
+/// engine.schedules().pause("reminders").await?;
+/// let listed = engine.schedules().list().await?;
+/// assert!(listed[0].paused);
+/// engine.schedules().resume("reminders").await?;
+/// let run = engine.schedules().trigger("reminders").await?;
+/// assert!(run.id().ends_with("~m1"));
+/// # Ok(()) }
+/// ```
+pub struct Schedules<'a> {
+    runner: &'a Arc<Runner>,
+    declared: &'a Declared,
+}
+
+/// One schedule as [`Schedules::list`] shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ScheduleInfo {
+    /// Its name.
+    pub name: String,
+    /// When it fires: `cron "0 2 * * *" in Europe/Paris`, `every 900 s`.
+    pub timing: String,
+    /// The workflow its ticks start.
+    pub workflow: String,
+    /// Its next fire times, [`NEXT_FIRES_LISTED`] of them (none while it
+    /// is paused: resuming counts them from then).
+    pub next_fires: Vec<SystemTime>,
+    /// Whether it is paused.
+    pub paused: bool,
+    /// The time of the last tick it fired (manual runs aside).
+    pub last_tick: Option<SystemTime>,
+    /// Its catch-up policy.
+    pub catch_up: CatchUp,
+    /// Its overlap policy.
+    pub overlap: Overlap,
+    /// Whether this engine declares it (and so fires it, and may trigger it).
+    pub declared_here: bool,
+}
+
+impl<'a> Schedules<'a> {
+    pub(crate) fn new(runner: &'a Arc<Runner>, declared: &'a Declared) -> Schedules<'a> {
+        Schedules { runner, declared }
+    }
+
+    /// Pauses schedule `name` for every worker, durably: it fires no tick
+    /// until [`resume`](Schedules::resume), and the ticks it misses
+    /// meanwhile are never caught up. Pausing a paused schedule does
+    /// nothing. An unknown name is [`Error::UnknownSchedule`].
+    ///
+    /// # Cancel safety
+    ///
+    /// The change is one swap of the stored state: dropped before it, the
+    /// schedule is as it was; after it, paused (durable once flushed).
+    pub async fn pause(&self, name: &str) -> Result<()> {
+        self.set_paused(name, true).await
+    }
+
+    /// Resumes a paused schedule `name`: its next tick is the first after
+    /// now (the ticks it missed while paused are not caught up). Resuming
+    /// a running schedule does nothing. An unknown name is
+    /// [`Error::UnknownSchedule`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`pause`](Schedules::pause): one swap of the stored state.
+    pub async fn resume(&self, name: &str) -> Result<()> {
+        self.set_paused(name, false).await
+    }
+
+    async fn set_paused(&self, name: &str, paused: bool) -> Result<()> {
+        self.registered(name).await?;
+        let journal = &self.runner.core.journal;
+        let now = unix_seconds(self.runner.core.clock.now());
+        state::update(journal, name, |stored| {
+            let stored = stored.ok_or_else(|| unknown(name))?;
+            if stored.paused == paused {
+                return Ok(Decision::Keep(()));
+            }
+            let mut changed = stored.clone();
+            changed.paused = paused;
+            if !paused {
+                // No catch-up of what it missed while paused.
+                let timing = stored.definition.timing.timing();
+                changed.next = timing.and_then(|t| t.next_after(now)).unwrap_or(i64::MAX);
+            }
+            Ok(Decision::Put(changed, ()))
+        })
+        .await?;
+        journal.flush().await?;
+        self.declared.changed.notify_waiters();
+        Ok(())
+    }
+
+    /// Every stored schedule, by name: its timing, next fire times,
+    /// paused state, last tick and policies. On PostgreSQL it lists the
+    /// schedules of every worker.
+    ///
+    /// # Cancel safety
+    ///
+    /// A read; dropping the future changes nothing.
+    pub async fn list(&self) -> Result<Vec<ScheduleInfo>> {
+        // What this engine declares is stored before it is listed.
+        for schedule in &self.declared.schedules {
+            if !self.runner.core.journal.read_only() {
+                firing::register(self.runner, schedule).await?;
+            }
+        }
+        let stored = state::all(&self.runner.core.journal).await?;
+        Ok(stored
+            .into_iter()
+            .map(|(name, s)| {
+                let timing = s.definition.timing.timing();
+                let mut next_fires = Vec::new();
+                let mut at = (!s.paused && s.next != i64::MAX).then_some(s.next);
+                while let Some(tick) = at.filter(|_| next_fires.len() < NEXT_FIRES_LISTED) {
+                    next_fires.push(system_time(tick));
+                    at = timing.as_ref().and_then(|t| t.next_after(tick));
+                }
+                ScheduleInfo {
+                    declared_here: self.declared.find(&name).is_some(),
+                    name,
+                    timing: s.definition.timing.to_string(),
+                    workflow: s.definition.workflow,
+                    next_fires,
+                    paused: s.paused,
+                    last_tick: s.last_tick.map(system_time),
+                    catch_up: s.definition.catch_up,
+                    overlap: s.definition.overlap,
+                }
+            })
+            .collect())
+    }
+
+    /// Starts an extra instance of schedule `name` now, whatever its
+    /// timing and even while it is paused, with the input its closure
+    /// makes of a manual [`Tick`] (`tick.manual()` ≥ 1). Its id says it
+    /// was manual: `reminders.20300101T001503Z~m1` (`~m2` for a second one
+    /// in the same second). Only an engine that declares the schedule
+    /// knows what it starts; elsewhere it is [`Error::UnknownSchedule`].
+    ///
+    /// # Cancel safety
+    ///
+    /// The run's number is taken by one swap of the stored state, then the
+    /// instance is created: dropped in between, that number is skipped
+    /// and nothing starts; dropped after, the instance runs.
+    pub async fn trigger(&self, name: &str) -> Result<Instance> {
+        let schedule = self
+            .declared
+            .find(name)
+            .ok_or_else(|| Error::UnknownSchedule {
+                name: name.to_owned(),
+                reason: "this engine does not declare it (trigger it from one whose builder has .schedule(..) for it)",
+            })?;
+        firing::register(self.runner, schedule).await?;
+        let journal = &self.runner.core.journal;
+        let now = unix_seconds(self.runner.core.clock.now());
+        let manual = state::update(journal, name, |stored| {
+            let stored = stored.ok_or_else(|| unknown(name))?;
+            let mut changed = stored.clone();
+            changed.manual_count = if stored.manual_at == now {
+                stored.manual_count.saturating_add(1)
+            } else {
+                1
+            };
+            changed.manual_at = now;
+            Ok(Decision::Put(changed.clone(), changed.manual_count))
+        })
+        .await?;
+        let id = firing::start_tick(self.runner, schedule, now, manual).await?;
+        journal.flush().await?;
+        Ok(Instance::new(self.runner.clone(), &id))
+    }
+
+    /// Stores the definition of a schedule this engine declares before a
+    /// control call changes it.
+    async fn registered(&self, name: &str) -> Result<()> {
+        match self.declared.find(name) {
+            Some(schedule) if !self.runner.core.journal.read_only() => {
+                firing::register(self.runner, schedule).await
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+impl std::fmt::Debug for Schedules<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Schedules").finish_non_exhaustive()
+    }
+}
+
+fn unknown(name: &str) -> Error {
+    Error::UnknownSchedule {
+        name: name.to_owned(),
+        reason: "no schedule of this name is stored",
+    }
+}

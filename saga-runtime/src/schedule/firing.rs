@@ -1,0 +1,321 @@
+//! The task of each declared schedule: it registers the schedule's
+//! definition once, then fires each tick when the engine's clock reaches
+//! it, by the stored state (never by this worker's idea of it).
+//!
+//! Firing a tick is two steps. First a swap of the stored state decides,
+//! once for every worker: the ticks to start (by the catch-up and overlap
+//! policies), now `pending`, and the next fire time after now. Then the
+//! ticks are started, each by the engine's idempotent create under its
+//! derived id, made durable, and `pending` is cleared. A worker that dies
+//! in between leaves `pending` behind; whichever worker looks next starts
+//! those ticks again, which creates nothing twice.
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use super::state::{self, Decision, ScheduleState};
+use super::{CatchUp, Declaration, Declared, Overlap, Timing, unix_seconds};
+use crate::error::{Error, Result};
+use crate::names::id::InstanceId;
+use crate::run::runner::Runner;
+use crate::time::clock::from_millis;
+
+/// A tick fired within this long of its time is on time: the latest tick
+/// [`CatchUp::Skip`] still fires.
+const ON_TIME: i64 = 60;
+
+/// How long a task waits before it looks again after a failure (real time).
+const AFTER_FAILURE: Duration = Duration::from_secs(1);
+
+/// Starts the firing task of each declared schedule; they end with the
+/// engine.
+pub(crate) fn spawn(runner: &Arc<Runner>, declared: &Arc<Declared>) {
+    for declaration in &declared.schedules {
+        let task = runner.core.runtime.spawn(fire_for_ever(
+            Arc::downgrade(runner),
+            declared.clone(),
+            declaration.clone(),
+        ));
+        runner.core.track(task);
+    }
+}
+
+/// What a task waits for before it looks again.
+enum Wait {
+    /// Nothing: look again now.
+    Now,
+    /// The engine's clock to reach this second.
+    Until(i64),
+    /// A control call (or, on a shared store, the next poll).
+    Change,
+    /// A failure passed: a moment of real time.
+    Failed,
+}
+
+async fn fire_for_ever(runner: Weak<Runner>, declared: Arc<Declared>, schedule: Arc<Declaration>) {
+    loop {
+        let Some(strong) = runner.upgrade() else {
+            return;
+        };
+        // Made before the look, so a control call during it is not missed.
+        let changed = declared.changed.notified();
+        let wait = match fire_due(&strong, &schedule).await {
+            Ok(wait) => wait,
+            Err(Error::Closed) => return,
+            Err(e) => {
+                tracing::warn!(schedule = %schedule.name, error = %e, "could not fire the schedule; trying again");
+                Wait::Failed
+            }
+        };
+        let clock = strong.core.clock.clone();
+        // Another worker may pause, resume or fire it: look at every poll.
+        let poll = if strong.core.journal.shared() {
+            strong.core.poll
+        } else {
+            Duration::MAX
+        };
+        drop(strong);
+        let polled = async {
+            if poll == Duration::MAX {
+                std::future::pending::<()>().await;
+            }
+            tokio::time::sleep(poll).await;
+        };
+        match wait {
+            Wait::Now => {}
+            Wait::Until(at) => {
+                let at = from_millis(u64::try_from(at).unwrap_or(0).saturating_mul(1000));
+                // A timeout, not a sleep: a time-skipping test clock must
+                // not jump to the next tick on its own.
+                tokio::select! {
+                    () = clock.timeout_at(at) => {}
+                    () = changed => {}
+                    () = polled => {}
+                }
+            }
+            Wait::Change => {
+                tokio::select! {
+                    () = changed => {}
+                    () = polled => {}
+                }
+            }
+            Wait::Failed => tokio::time::sleep(AFTER_FAILURE).await,
+        }
+    }
+}
+
+/// Stores this engine's definition of the schedule, once: a schedule new
+/// to the store fires first at its first tick after the engine was built;
+/// one stored with another definition (another release's) takes this
+/// one, the last registered, and its next tick is counted again from
+/// then. Paused state, last tick and pending ticks stay.
+pub(crate) async fn register(runner: &Runner, schedule: &Declaration) -> Result<()> {
+    schedule
+        .registered
+        .get_or_try_init(|| async {
+            let journal = &runner.core.journal;
+            let next = schedule.timing.next_after(schedule.declared_at);
+            state::update(journal, &schedule.name, |stored| {
+                Ok(match stored {
+                    None => {
+                        Decision::Put(ScheduleState::new(schedule.definition.clone(), next), ())
+                    }
+                    Some(s) if s.definition == schedule.definition => Decision::Keep(()),
+                    Some(s) => {
+                        let mut changed = s.clone();
+                        changed.definition = schedule.definition.clone();
+                        changed.next = next.unwrap_or(i64::MAX);
+                        Decision::Put(changed, ())
+                    }
+                })
+            })
+            .await?;
+            journal.flush().await
+        })
+        .await
+        .map(drop)
+}
+
+/// Fires what is due of the schedule, and says what to wait for next.
+async fn fire_due(runner: &Arc<Runner>, schedule: &Declaration) -> Result<Wait> {
+    register(runner, schedule).await?;
+    let journal = &runner.core.journal;
+    let (_, stored) = state::load(journal, &schedule.name).await?;
+    let Some(stored) = stored else {
+        // Removed from under it (by hand, in the database): said, every
+        // moment, until the engine is built again and registers it.
+        return Err(Error::UnknownSchedule {
+            name: schedule.name.to_string(),
+            reason: "its stored state is gone",
+        });
+    };
+    if !stored.pending.is_empty() {
+        start_pending(runner, schedule, stored.pending).await?;
+        return Ok(Wait::Now);
+    }
+    if stored.paused {
+        return Ok(Wait::Change);
+    }
+    let now = unix_seconds(runner.core.clock.now());
+    if now < stored.next {
+        return Ok(match stored.next {
+            i64::MAX => Wait::Change,
+            next => Wait::Until(next),
+        });
+    }
+    // Due. Whether the last tick still runs is read before the swap; the
+    // swap fails if the state changed meanwhile, and this reads again.
+    let previous_runs = match (stored.definition.overlap, stored.last_tick) {
+        (Overlap::Skip, Some(last)) => still_runs(runner, &schedule.name, last).await?,
+        _ => false,
+    };
+    let decided = state::update(journal, &schedule.name, |current| {
+        let Some(current) = current.filter(|c| c.pending.is_empty() && !c.paused) else {
+            return Ok(Decision::Keep(None));
+        };
+        if now < current.next {
+            return Ok(Decision::Keep(None));
+        }
+        let timing = current
+            .definition
+            .timing
+            .timing()
+            .unwrap_or_else(|| schedule.timing.clone());
+        let fire = ticks_to_fire(&timing, current, now, previous_runs);
+        let mut next = current.clone();
+        next.next = timing.next_after(now).unwrap_or(i64::MAX);
+        next.last_tick = fire.last().copied().or(current.last_tick);
+        next.pending.clone_from(&fire);
+        Ok(Decision::Put(next, Some(fire)))
+    })
+    .await?;
+    match decided {
+        Some(fire) if !fire.is_empty() => start_pending(runner, schedule, fire).await?,
+        Some(_) => {
+            tracing::info!(schedule = %schedule.name, "ticks skipped by the schedule's policies");
+        }
+        None => {}
+    }
+    Ok(Wait::Now)
+}
+
+/// The ticks due at `now` that the policies fire, oldest first.
+fn ticks_to_fire(
+    timing: &Timing,
+    state: &ScheduleState,
+    now: i64,
+    previous_runs: bool,
+) -> Vec<i64> {
+    if previous_runs {
+        return Vec::new();
+    }
+    let at_most = match state.definition.catch_up {
+        CatchUp::All { at_most } => at_most.max(1) as usize,
+        CatchUp::Skip | CatchUp::Latest => 1,
+    };
+    // One tick at a time when they must not overlap.
+    let at_most = match state.definition.overlap {
+        Overlap::Skip => 1,
+        Overlap::Allow => at_most,
+    };
+    let mut due = std::collections::VecDeque::with_capacity(at_most);
+    let mut at = Some(state.next);
+    while let Some(tick) = at.filter(|t| *t <= now) {
+        if due.len() == at_most {
+            due.pop_front();
+        }
+        due.push_back(tick);
+        at = timing.next_after(tick);
+    }
+    if state.definition.catch_up == CatchUp::Skip {
+        due.retain(|tick| now - tick <= ON_TIME);
+    }
+    due.into()
+}
+
+/// Whether the instance of `schedule`'s tick at `at` exists and has not
+/// ended.
+async fn still_runs(runner: &Runner, schedule: &str, at: i64) -> Result<bool> {
+    let id = InstanceId::tick(schedule, at, 0);
+    match runner
+        .core
+        .journal
+        .read(&id, |s| !s.status.is_terminal())
+        .await
+    {
+        Ok(runs) => Ok(runs),
+        Err(Error::UnknownInstance { .. }) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Starts the decided ticks (idempotently), makes them durable, and
+/// clears them from the stored state.
+async fn start_pending(
+    runner: &Arc<Runner>,
+    schedule: &Declaration,
+    ticks: Vec<i64>,
+) -> Result<()> {
+    for &at in &ticks {
+        if let Err(e) = start_tick(runner, schedule, at, 0).await {
+            // A closure that panics, an input too large: this tick is
+            // lost, not retried for ever.
+            if !matches!(
+                e,
+                Error::InvalidArgument(_) | Error::Encode { .. } | Error::PayloadTooLarge { .. }
+            ) {
+                return Err(e);
+            }
+            tracing::error!(schedule = %schedule.name, tick = at, error = %e, "the tick's instance could not be made; it is skipped");
+        }
+    }
+    runner.core.journal.flush().await?;
+    state::update(&runner.core.journal, &schedule.name, |current| {
+        Ok(match current {
+            Some(c) if c.pending == ticks => {
+                let mut cleared = c.clone();
+                cleared.pending.clear();
+                Decision::Put(cleared, ())
+            }
+            _ => Decision::Keep(()),
+        })
+    })
+    .await
+}
+
+/// Creates the instance of `schedule`'s tick at `at` (manual run
+/// `manual`) unless it exists, tagged `schedule=<name>`, and gives it a
+/// driver. Does not wait for durability.
+pub(crate) async fn start_tick(
+    runner: &Arc<Runner>,
+    schedule: &Declaration,
+    at: i64,
+    manual: u32,
+) -> Result<InstanceId> {
+    let tick = schedule.tick(at, manual);
+    let id = tick.instance_id();
+    let input = schedule.target.input(&runner.core, &tick)?;
+    let tags = [("schedule".to_owned(), schedule.name.to_string())];
+    runner
+        .core
+        .journal
+        .create_then(
+            &id,
+            schedule.target.workflow_name(),
+            input,
+            None,
+            true,
+            |state, created| {
+                // It exists: the tick was started before (by another
+                // worker, or before a crash). Its input is what it was.
+                if !created {
+                    return Ok((None, ()));
+                }
+                let described = crate::journal::tags::described(&id, state, None, &tags)?;
+                Ok((described, ()))
+            },
+        )
+        .await?;
+    runner.spawn_driver_if_runnable_soon(&id);
+    Ok(id)
+}

@@ -1,0 +1,131 @@
+//! The `schedules` table (migration 8): one row per schedule, its state
+//! opaque bytes (`schedule::state`). A swap is one statement, a
+//! conditional UPDATE on the old value (or an INSERT that does nothing if
+//! the row exists), so of two workers that advance a schedule at once one
+//! changes the row and the other changes nothing and reads again. Run on
+//! the pool's connections, which commit synchronously: a swap is durable
+//! when it answers. A swap retried after a lost connection may find its
+//! own write and answer `false`: the caller reads again and sees it.
+
+use tokio_postgres::Client;
+
+use crate::error::{Error, Result};
+
+/// A call on the table, its SQL made for the store's schema.
+pub(in crate::store::postgres) struct ScheduleCall {
+    sql: String,
+    name: Option<String>,
+    old: Option<Vec<u8>>,
+    new: Option<Vec<u8>>,
+    kind: Kind,
+}
+
+enum Kind {
+    All,
+    One,
+    Swap,
+}
+
+/// What a call answers.
+pub(in crate::store::postgres) enum ScheduleAnswer {
+    States(Vec<(String, Vec<u8>)>),
+    State(Option<Vec<u8>>),
+    Swapped(bool),
+}
+
+impl ScheduleCall {
+    /// Every row, by name.
+    pub(super) fn all(schema: &str) -> ScheduleCall {
+        ScheduleCall {
+            sql: format!("SELECT name, state FROM {schema}.schedules ORDER BY name"),
+            name: None,
+            old: None,
+            new: None,
+            kind: Kind::All,
+        }
+    }
+
+    /// The row of `name`.
+    pub(super) fn one(schema: &str, name: &str) -> ScheduleCall {
+        ScheduleCall {
+            sql: format!("SELECT state FROM {schema}.schedules WHERE name = $1"),
+            name: Some(name.to_owned()),
+            old: None,
+            new: None,
+            kind: Kind::One,
+        }
+    }
+
+    /// `new` in place of `old` (`None`: no row yet).
+    pub(super) fn swap(schema: &str, name: &str, old: Option<&[u8]>, new: &[u8]) -> ScheduleCall {
+        let sql = match old {
+            None => format!(
+                "INSERT INTO {schema}.schedules (name, state) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING"
+            ),
+            Some(_) => format!(
+                "UPDATE {schema}.schedules SET state = $2, updated_at = now() WHERE name = $1 AND state = $3"
+            ),
+        };
+        ScheduleCall {
+            sql,
+            name: Some(name.to_owned()),
+            old: old.map(<[u8]>::to_vec),
+            new: Some(new.to_vec()),
+            kind: Kind::Swap,
+        }
+    }
+
+    pub(super) async fn run(
+        &self,
+        client: &Client,
+    ) -> std::result::Result<ScheduleAnswer, tokio_postgres::Error> {
+        Ok(match self.kind {
+            Kind::All => {
+                let rows = client.query(&self.sql, &[]).await?;
+                ScheduleAnswer::States(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+            }
+            Kind::One => {
+                let row = client.query_opt(&self.sql, &[&self.name]).await?;
+                ScheduleAnswer::State(row.map(|r| r.get(0)))
+            }
+            Kind::Swap => {
+                let changed = match &self.old {
+                    None => client.execute(&self.sql, &[&self.name, &self.new]).await?,
+                    Some(old) => {
+                        client
+                            .execute(&self.sql, &[&self.name, &self.new, old])
+                            .await?
+                    }
+                };
+                ScheduleAnswer::Swapped(changed == 1)
+            }
+        })
+    }
+}
+
+impl ScheduleAnswer {
+    pub(super) fn states(self) -> Result<Vec<(String, Vec<u8>)>> {
+        match self {
+            ScheduleAnswer::States(states) => Ok(states),
+            _ => Err(unexpected()),
+        }
+    }
+
+    pub(super) fn state(self) -> Result<Option<Vec<u8>>> {
+        match self {
+            ScheduleAnswer::State(state) => Ok(state),
+            _ => Err(unexpected()),
+        }
+    }
+
+    pub(super) fn swapped(self) -> Result<bool> {
+        match self {
+            ScheduleAnswer::Swapped(swapped) => Ok(swapped),
+            _ => Err(unexpected()),
+        }
+    }
+}
+
+fn unexpected() -> Error {
+    Error::Store("the PostgreSQL thread answered another question".into())
+}
