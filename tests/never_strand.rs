@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use saga_runtime::prelude::*;
 use saga_runtime::store::{IndexRow, StoreFuture};
-use saga_runtime::{Error, TestClock};
+use saga_runtime::{Engine, Error, ListFilter, TestClock};
 
 use helpers::{engine_on, until_status, wait_until, within};
 
@@ -434,4 +434,133 @@ async fn reads_show_only_durable_state() {
             .iter()
             .any(|e| matches!(e.kind, saga_runtime::EventKind::EventDelivered { .. }))
     );
+}
+
+/// A sled store that refuses every append to one instance while `cut`
+/// names it: the instance keeps only its first record, as when the
+/// process dies between a child's creation and the record that names its
+/// parent.
+struct CutStore {
+    inner: saga_runtime::store::SledStore,
+    cut: Mutex<Option<String>>,
+}
+
+impl saga_runtime::store::Store for CutStore {
+    fn create<'a>(
+        &'a self,
+        id: &'a str,
+        index: &'a IndexRow<'_>,
+        record: &'a [u8],
+    ) -> StoreFuture<'a, bool> {
+        self.inner.create(id, index, record)
+    }
+    fn append(&self, id: &str, seq: u64, record: &[u8]) -> Result<(), Error> {
+        if self.cut.lock().unwrap().as_deref() == Some(id) {
+            return Err(Error::InvalidArgument(format!("the test cuts {id}")));
+        }
+        self.inner.append(id, seq, record)
+    }
+    fn journal<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Vec<(u64, Vec<u8>)>> {
+        self.inner.journal(id)
+    }
+    fn last_seq<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<u64>> {
+        self.inner.last_seq(id)
+    }
+    fn put_index(&self, id: &str, index: &IndexRow<'_>) -> Result<(), Error> {
+        self.inner.put_index(id, index)
+    }
+    fn index<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<Vec<u8>>> {
+        self.inner.index(id)
+    }
+    fn index_entries(&self) -> StoreFuture<'_, Vec<(String, Vec<u8>)>> {
+        self.inner.index_entries()
+    }
+    fn remove(&self, id: &str) -> Result<(), Error> {
+        self.inner.remove(id)
+    }
+    fn flush(&self) -> Result<(), Error> {
+        self.inner.flush()
+    }
+}
+
+#[step(name = "hold-seat", read_only, rollback = free_seat)]
+async fn hold_seat(undone: Service<Undone>) -> Result<u64, StepError> {
+    let _ = undone;
+    Ok(1)
+}
+
+#[rollback]
+async fn free_seat(
+    ctx: RollbackContext<'_, u64>,
+    undone: Service<Undone>,
+) -> Result<(), StepError> {
+    undone.0.lock().unwrap().push(ctx.key().to_string());
+    Ok(())
+}
+
+#[workflow(name = "seat")]
+async fn seat(ctx: WorkflowContext, (): ()) -> Result<u64, WorkflowError> {
+    Ok(hold_seat(&ctx).await?)
+}
+
+/// Books a seat as a child, waits for a word, then gives up: the seat is
+/// undone through its child.
+#[workflow(name = "outing")]
+async fn outing(ctx: WorkflowContext, (): ()) -> Result<(), WorkflowError> {
+    ctx.child("seat", seat, ()).await?;
+    let _: u64 = ctx.wait_for_event("wait-word", "word", "1 day").await?;
+    Err(WorkflowError::new("the outing is off"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_cut_off_from_its_parent_by_a_crash_is_linked_again_and_undone() {
+    let path = std::env::temp_dir().join(format!("saga-cut-child-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&path);
+    let builder = || {
+        Engine::builder()
+            .provide(Undone(Mutex::new(Vec::new())))
+            .register(outing)
+            .register(seat)
+    };
+    // The first process: the child is created, and nothing after it is
+    // stored (the record naming its parent included).
+    {
+        let store = Arc::new(CutStore {
+            inner: saga_runtime::store::SledStore::open(&path).unwrap(),
+            cut: Mutex::new(Some("outing-1.seat".to_owned())),
+        });
+        let engine = builder().open_store(store).unwrap();
+        engine.start(outing, "outing-1", ()).await.unwrap();
+        wait_until("the child's creation", || async {
+            engine.instance("outing-1.seat").await.is_ok()
+        })
+        .await;
+        helpers::settle().await;
+        assert!(engine.close_within(Duration::from_secs(30)).await);
+    }
+    // The next: the parent's replay links the child again, so a rollback
+    // that undoes it hears of its end.
+    let engine = builder().open(&path).unwrap();
+    let child = engine.instance("outing-1.seat").await.unwrap();
+    within("the child's end", child.result::<u64>())
+        .await
+        .unwrap();
+    let parent = engine.instance("outing-1").await.unwrap();
+    until_status(&parent, Status::Waiting).await;
+    let children = engine
+        .list(&ListFilter::all().parent("outing-1"))
+        .await
+        .unwrap();
+    assert_eq!(children.len(), 1, "{children:?}");
+    assert_eq!(
+        child.info().await.unwrap().parent.as_deref(),
+        Some("outing-1")
+    );
+    engine.send_event("outing-1", "word", &1u64).await.unwrap();
+    let ended = within("the parent's rollback", parent.result::<()>()).await;
+    assert!(ended.is_err(), "{ended:?}");
+    assert_eq!(parent.status().await.unwrap(), Status::Errored);
+    assert_eq!(child.status().await.unwrap(), Status::Compensated);
+    engine.close().await;
+    let _ = std::fs::remove_dir_all(&path);
 }

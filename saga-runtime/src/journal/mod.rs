@@ -472,6 +472,7 @@ impl Journal {
                 change,
                 Change::Restarted { .. } | Change::RollbackRetried | Change::Recalled { .. }
             )
+            && !is_parent_link(&change)
         {
             return Err(Error::InvalidState {
                 id: id.to_owned(),
@@ -1007,4 +1008,11 @@ fn corrupt(id: &str, seq: u64, detail: String) -> Error {
         what: format!("journal record {seq} of instance {id:?}"),
         detail,
     }
+}
+
+/// A record that only names an instance's parent (`tags::parent_link`):
+/// the repair of a child whose creation a crash cut short, taken even
+/// after the child ended.
+fn is_parent_link(change: &Change) -> bool {
+    matches!(change, Change::Described { parent: Some(_), tags } if tags.is_empty())
 }

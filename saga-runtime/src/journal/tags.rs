@@ -34,6 +34,16 @@ pub(crate) fn check_tag(key: &str, value: &str) -> Result<()> {
     })
 }
 
+/// The record that names `parent` as the parent of an instance that
+/// names none yet (a child whose creation a crash cut short), or `None`.
+/// It may follow the instance's end (see `Journal::write`'s guard).
+pub(crate) fn parent_link(state: &InstanceState, parent: &str) -> Option<Change> {
+    state.parent.is_none().then(|| Change::Described {
+        parent: Some(parent.to_owned()),
+        tags: Vec::new(),
+    })
+}
+
 /// The record that gives `state` the `tags` it lacks (and `parent`, if it
 /// has none yet), or none when it has them all: a tag given again (a
 /// replay, a repeated start) records nothing. Over [`MAX_TAGS`] is

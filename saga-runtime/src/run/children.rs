@@ -31,9 +31,15 @@ pub(crate) async fn start_child(
     journal.flush().await?;
     journal
         .create_then(child, workflow, input, None, true, |state, created| {
-            // Found by its id: the call was made before a crash.
+            // Found by its id: the call was made before a crash, which may
+            // have come between the child's creation and the record that
+            // names its parent (two records): the link is written now, even
+            // on a child that ended since, before the parent records
+            // anything more of the call. Without it the child could not
+            // tell its parent that a rollback undid it, and `list
+            // --parent` would not find it.
             if !created {
-                return Ok((None, ()));
+                return Ok((crate::journal::tags::parent_link(state, parent), ()));
             }
             let described = crate::journal::tags::described(child, state, Some(parent), &[])?;
             Ok((described, ()))
