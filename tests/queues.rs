@@ -193,6 +193,60 @@ async fn a_queue_never_runs_more_than_its_concurrency() {
     assert_eq!(queued_on(&engine, "bank-api").await, 0);
 }
 
+/// The count of `status` in `counts`.
+fn in_status(counts: &saga_runtime::InstanceCounts, status: Status) -> u64 {
+    counts
+        .statuses
+        .iter()
+        .find(|(s, _)| *s == status)
+        .map_or(0, |(_, n)| *n)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instance_counts_give_each_status_and_each_queues_depth() {
+    let bank = std::sync::Arc::new(Bank::new());
+    let queue = Queue::new("bank-api").concurrency(2);
+    let engine = fresh(with_queue(bank.clone(), queue).queue(Queue::new("idle"))).await;
+    for n in 0..5 {
+        let id = format!("c-{n}");
+        let t = transfer_of(&id, "any");
+        engine.start_on("bank-api", transfer, &id, t).await.unwrap();
+    }
+    wait_until("two at the bank, three queued", || async {
+        bank.running() == 2 && queued_on(&engine, "bank-api").await == 3
+    })
+    .await;
+    let counts = engine.instance_counts().await.unwrap();
+    assert_eq!(in_status(&counts, Status::Queued), 3);
+    assert_eq!(in_status(&counts, Status::Running), 2);
+    assert_eq!(
+        in_status(&counts, Status::Complete),
+        0,
+        "a status with none is listed, as 0"
+    );
+    assert_eq!(counts.statuses.len(), Status::ALL.len());
+    assert_eq!(depth_of(&counts, "bank-api"), (3, 2));
+    assert_eq!(
+        depth_of(&counts, "idle"),
+        (0, 0),
+        "a declared queue with none waiting is listed"
+    );
+    assert_eq!(counts.unreadable, 0);
+
+    bank.open_gate();
+    let ids: Vec<String> = (0..5).map(|n| format!("c-{n}")).collect();
+    all_complete(&engine, &ids).await;
+    let counts = engine.instance_counts().await.unwrap();
+    assert_eq!(in_status(&counts, Status::Complete), 5);
+    assert_eq!(in_status(&counts, Status::Queued), 0);
+    assert_eq!(depth_of(&counts, "bank-api"), (0, 0));
+}
+
+fn depth_of(counts: &saga_runtime::InstanceCounts, name: &str) -> (u64, u64) {
+    let d = counts.queues.iter().find(|d| d.queue == name).unwrap();
+    (d.waiting, d.started)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_key_holds_at_most_its_per_key_slots() {
     let bank = std::sync::Arc::new(Bank::new());

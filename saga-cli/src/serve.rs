@@ -69,6 +69,7 @@ pub struct Admin {
     reads_need_token: bool,
     remote: bool,
     metrics: Option<Metrics>,
+    store_counts: bool,
 }
 
 /// What renders `/metrics`.
@@ -137,6 +138,7 @@ impl Admin {
             reads_need_token: false,
             remote: false,
             metrics: None,
+            store_counts: false,
         }
     }
 
@@ -166,6 +168,16 @@ impl Admin {
                 ))
             })?;
         Ok(self.metrics(move || handle.render()))
+    }
+
+    /// Before each `GET /metrics`, counts the store's instances by status
+    /// and each queue's depth ([`Engine::instance_counts`], every worker's
+    /// on PostgreSQL) into the gauges `saga_instances`,
+    /// `saga_queue_waiting` and `saga_queue_started`. A scrape then reads
+    /// the whole index, a page at a time: off by default.
+    pub fn with_store_counts(mut self) -> Admin {
+        self.store_counts = true;
+        self
     }
 
     /// The bearer token control commands (and reads, when they need it)
@@ -218,6 +230,7 @@ impl Admin {
             token: self.token,
             reads_need_token,
             metrics: self.metrics,
+            store_counts: self.store_counts,
         });
         let app = Router::new()
             .route("/v1/command", post(command))
@@ -250,6 +263,7 @@ struct Served {
     token: Option<String>,
     reads_need_token: bool,
     metrics: Option<Metrics>,
+    store_counts: bool,
 }
 
 async fn metrics(State(served): State<Arc<Served>>, headers: HeaderMap) -> Response {
@@ -259,12 +273,25 @@ async fn metrics(State(served): State<Arc<Served>>, headers: HeaderMap) -> Respo
         return refused(StatusCode::UNAUTHORIZED, 1, why);
     }
     match &served.metrics {
-        Some(render) => (
-            StatusCode::OK,
-            [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-            render(),
-        )
-            .into_response(),
+        Some(render) => {
+            // A failed count still serves the rest, and says why in a
+            // comment line (the gauges keep their last values).
+            let mut failed = String::new();
+            if served.store_counts
+                && let Err(e) = served.engine.instance_counts().await
+            {
+                failed = format!(
+                    "# saga: the store's instances could not be counted: {}\n",
+                    e.to_string().replace('\n', " ")
+                );
+            }
+            (
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+                failed + &render(),
+            )
+                .into_response()
+        }
         None => refused(
             StatusCode::NOT_FOUND,
             1,

@@ -211,6 +211,7 @@ async fn metrics_are_served_as_prometheus_text() {
     let admin = saga_cli::Admin::new(&engine)
         .with_prometheus()
         .unwrap()
+        .with_store_counts()
         .bind("127.0.0.1:0".parse().unwrap())
         .await
         .unwrap();
@@ -240,6 +241,15 @@ async fn metrics_are_served_as_prometheus_text() {
         "{body}"
     );
     assert!(body.contains("saga_workflows_ended_total"), "{body}");
+    // Counted at the scrape: every status, the ended one included.
+    assert!(
+        body.contains("saga_instances{status=\"complete\"} 1"),
+        "{body}"
+    );
+    assert!(
+        body.contains("saga_instances{status=\"running\"} 0"),
+        "{body}"
+    );
     assert!(
         body.contains("# TYPE saga_step_duration_seconds summary"),
         "{body}"

@@ -83,6 +83,7 @@ pub mod store;
 mod time;
 mod workflow;
 
+pub use crate::engine::counts::{InstanceCounts, QueueDepth};
 pub use crate::engine::listing::{InstancePage, UnreadableInstance};
 pub use crate::engine::start::{StartOn, StartOptions};
 pub use crate::engine::subscription::{RecvError, Subscription};

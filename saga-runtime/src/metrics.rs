@@ -33,6 +33,15 @@ pub(crate) const WORKFLOW_DURATION: &str = "saga_workflow_duration_seconds";
 pub(crate) const BLOCKED: &str = "saga_instances_blocked_total";
 /// Drivers running in this process: `saga_drivers` (gauge).
 pub(crate) const DRIVERS: &str = "saga_drivers";
+/// Instances in the store by status, when counted:
+/// `saga_instances{status}` (gauge; `Engine::instance_counts`).
+pub(crate) const INSTANCES: &str = "saga_instances";
+/// Instances waiting for a slot of a queue, when counted:
+/// `saga_queue_waiting{queue}` (gauge).
+pub(crate) const QUEUE_WAITING: &str = "saga_queue_waiting";
+/// Instances of a queue that left its wait and have not ended, when
+/// counted: `saga_queue_started{queue}` (gauge).
+pub(crate) const QUEUE_STARTED: &str = "saga_queue_started";
 /// A store flush, in seconds: `saga_flush_duration_seconds`.
 pub(crate) const FLUSH_DURATION: &str = "saga_flush_duration_seconds";
 /// The writers one flush made durable: `saga_flush_group_size`.
@@ -123,4 +132,19 @@ pub(crate) fn fenced() {
 #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
 pub(crate) fn reconnected() {
     metrics::counter!(RECONNECTS).increment(1);
+}
+
+/// The store-wide counts of `Engine::instance_counts`, as gauges: each
+/// status's label and count, and each queue's waiting and started.
+pub(crate) fn instance_counts<'a>(
+    statuses: impl Iterator<Item = (&'static str, u64)>,
+    queues: impl Iterator<Item = (&'a str, u64, u64)>,
+) {
+    for (status, n) in statuses {
+        metrics::gauge!(INSTANCES, "status" => status).set(n as f64);
+    }
+    for (queue, waiting, started) in queues {
+        metrics::gauge!(QUEUE_WAITING, "queue" => queue.to_owned()).set(waiting as f64);
+        metrics::gauge!(QUEUE_STARTED, "queue" => queue.to_owned()).set(started as f64);
+    }
 }

@@ -4,6 +4,7 @@
 //! Also here: the lifecycle event stream (`subscription`) and retention
 //! (`retention`).
 
+pub(crate) mod counts;
 pub(crate) mod listing;
 pub(crate) mod retention;
 pub(crate) mod start;

@@ -54,6 +54,11 @@ impl Dispatch {
         self.queues.get(name)
     }
 
+    /// The names of the declared queues.
+    pub(crate) fn names(&self) -> impl Iterator<Item = &str> {
+        self.queues.all().map(Queue::name)
+    }
+
     /// Wakes the dispatcher to look at the queues again.
     pub(crate) fn poke(&self) {
         self.poke.notify_one();

@@ -1,0 +1,112 @@
+//! `instance_counts`: how many instances the store holds in each status,
+//! and how deep each queue is, counted store-wide when asked (an
+//! operator's scrape), never kept up to date on the hot path.
+
+use std::collections::BTreeMap;
+
+use crate::engine::Engine;
+use crate::error::Result;
+use crate::instance::filter::{ListFilter, Page};
+use crate::model::status::Status;
+
+/// What [`Engine::instance_counts`] counted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct InstanceCounts {
+    /// Every status, with how many instances are in it (zero included,
+    /// so a gauge of a status that emptied goes back to 0).
+    pub statuses: Vec<(Status, u64)>,
+    /// Every queue this engine declares, and every queue an instance in
+    /// the store names, by name.
+    pub queues: Vec<QueueDepth>,
+    /// Index entries that did not read (damage; `saga check` says more).
+    pub unreadable: u64,
+}
+
+/// One queue's depth (see [`InstanceCounts::queues`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct QueueDepth {
+    /// The queue's name.
+    pub queue: String,
+    /// Instances waiting for a slot (`Queued`).
+    pub waiting: u64,
+    /// Instances that left the queue's wait and have not ended: those
+    /// that hold a slot, paused or waiting ones included.
+    pub started: u64,
+}
+
+/// Instances read per page while counting.
+const PAGE: usize = 1000;
+
+impl Engine {
+    /// Counts the instances of the whole store by status, and the waiting
+    /// and started instances of each queue, and sets the gauges
+    /// `saga_instances{status}`, `saga_queue_waiting{queue}` and
+    /// `saga_queue_started{queue}` (the README's metrics table) through
+    /// the `metrics` facade. On a store shared by workers the counts are
+    /// every worker's.
+    ///
+    /// It walks the store's index a page at a time (1,000 entries a
+    /// read): its cost grows with the instances stored, so call it when a
+    /// scraper asks (the admin endpoint's `Admin::with_store_counts`), not
+    /// per request.
+    ///
+    /// # Cancel safety
+    ///
+    /// A read; dropping the future changes nothing but the gauges it set.
+    pub async fn instance_counts(&self) -> Result<InstanceCounts> {
+        let mut statuses: Vec<(Status, u64)> = Status::ALL.iter().map(|s| (*s, 0)).collect();
+        let mut queues: BTreeMap<String, (u64, u64)> = self
+            .runner()
+            .queues
+            .names()
+            .map(|name| (name.to_owned(), (0, 0)))
+            .collect();
+        let mut unreadable = 0;
+        let filter = ListFilter::default();
+        let mut page = Page::first(PAGE).by_id();
+        loop {
+            let found = self.list_page(&filter, &page).await?;
+            unreadable += found.unreadable.len() as u64;
+            for info in &found.instances {
+                match statuses.iter_mut().find(|(s, _)| *s == info.status) {
+                    Some((_, n)) => *n += 1,
+                    None => statuses.push((info.status, 1)),
+                }
+                if let Some(queue) = &info.queue {
+                    let depth = queues.entry(queue.clone()).or_default();
+                    if info.status == Status::Queued {
+                        depth.0 += 1;
+                    } else if !info.status.is_terminal() {
+                        depth.1 += 1;
+                    }
+                }
+            }
+            match found.next {
+                Some(cursor) => page = page.after(cursor),
+                None => break,
+            }
+        }
+        let counts = InstanceCounts {
+            statuses,
+            queues: queues
+                .into_iter()
+                .map(|(queue, (waiting, started))| QueueDepth {
+                    queue,
+                    waiting,
+                    started,
+                })
+                .collect(),
+            unreadable,
+        };
+        crate::metrics::instance_counts(
+            counts.statuses.iter().map(|(s, n)| (s.label(), *n)),
+            counts
+                .queues
+                .iter()
+                .map(|d| (d.queue.as_str(), d.waiting, d.started)),
+        );
+        Ok(counts)
+    }
+}
