@@ -319,16 +319,30 @@ async fn bad_names_and_event_types_are_typed_errors() {
     clock.advance(Duration::MAX);
 }
 
-/// A sled store whose flushes wait while the test holds its gate shut.
+/// A sled store whose flushes wait while the test holds its gate shut,
+/// and that refuses every append to the instance `cut` names: that
+/// instance keeps only its first record, as when the process dies between
+/// a child's creation and the record that names its parent.
 struct GatedStore {
     inner: saga_runtime::store::SledStore,
     open: Mutex<bool>,
     opened: std::sync::Condvar,
     /// How many flushes the gate holds now.
     held: AtomicUsize,
+    cut: Mutex<Option<String>>,
 }
 
 impl GatedStore {
+    fn new(inner: saga_runtime::store::SledStore) -> GatedStore {
+        GatedStore {
+            inner,
+            open: Mutex::new(true),
+            opened: std::sync::Condvar::new(),
+            held: AtomicUsize::new(0),
+            cut: Mutex::new(None),
+        }
+    }
+
     fn set(&self, open: bool) {
         *self.open.lock().unwrap() = open;
         self.opened.notify_all();
@@ -345,6 +359,9 @@ impl saga_runtime::store::Store for GatedStore {
         self.inner.create(id, index, record)
     }
     fn append(&self, id: &str, seq: u64, record: &[u8]) -> Result<(), Error> {
+        if self.cut.lock().unwrap().as_deref() == Some(id) {
+            return Err(Error::InvalidArgument(format!("the test cuts {id}")));
+        }
         self.inner.append(id, seq, record)
     }
     fn journal<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Vec<(u64, Vec<u8>)>> {
@@ -381,12 +398,9 @@ impl saga_runtime::store::Store for GatedStore {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_show_only_durable_state() {
-    let store = Arc::new(GatedStore {
-        inner: saga_runtime::store::SledStore::temporary().unwrap(),
-        open: Mutex::new(true),
-        opened: std::sync::Condvar::new(),
-        held: AtomicUsize::new(0),
-    });
+    let store = Arc::new(GatedStore::new(
+        saga_runtime::store::SledStore::temporary().unwrap(),
+    ));
     let clock = TestClock::new();
     let engine = Engine::builder()
         .clock(clock.clone())
@@ -436,53 +450,6 @@ async fn reads_show_only_durable_state() {
     );
 }
 
-/// A sled store that refuses every append to one instance while `cut`
-/// names it: the instance keeps only its first record, as when the
-/// process dies between a child's creation and the record that names its
-/// parent.
-struct CutStore {
-    inner: saga_runtime::store::SledStore,
-    cut: Mutex<Option<String>>,
-}
-
-impl saga_runtime::store::Store for CutStore {
-    fn create<'a>(
-        &'a self,
-        id: &'a str,
-        index: &'a IndexRow<'_>,
-        record: &'a [u8],
-    ) -> StoreFuture<'a, bool> {
-        self.inner.create(id, index, record)
-    }
-    fn append(&self, id: &str, seq: u64, record: &[u8]) -> Result<(), Error> {
-        if self.cut.lock().unwrap().as_deref() == Some(id) {
-            return Err(Error::InvalidArgument(format!("the test cuts {id}")));
-        }
-        self.inner.append(id, seq, record)
-    }
-    fn journal<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Vec<(u64, Vec<u8>)>> {
-        self.inner.journal(id)
-    }
-    fn last_seq<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<u64>> {
-        self.inner.last_seq(id)
-    }
-    fn put_index(&self, id: &str, index: &IndexRow<'_>) -> Result<(), Error> {
-        self.inner.put_index(id, index)
-    }
-    fn index<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<Vec<u8>>> {
-        self.inner.index(id)
-    }
-    fn index_entries(&self) -> StoreFuture<'_, Vec<(String, Vec<u8>)>> {
-        self.inner.index_entries()
-    }
-    fn remove(&self, id: &str) -> Result<(), Error> {
-        self.inner.remove(id)
-    }
-    fn flush(&self) -> Result<(), Error> {
-        self.inner.flush()
-    }
-}
-
 #[step(name = "hold-seat", read_only, rollback = free_seat)]
 async fn hold_seat(undone: Service<Undone>) -> Result<u64, StepError> {
     let _ = undone;
@@ -525,10 +492,10 @@ async fn a_child_cut_off_from_its_parent_by_a_crash_is_linked_again_and_undone()
     // The first process: the child is created, and nothing after it is
     // stored (the record naming its parent included).
     {
-        let store = Arc::new(CutStore {
-            inner: saga_runtime::store::SledStore::open(&path).unwrap(),
-            cut: Mutex::new(Some("outing-1.seat".to_owned())),
-        });
+        let store = Arc::new(GatedStore::new(
+            saga_runtime::store::SledStore::open(&path).unwrap(),
+        ));
+        *store.cut.lock().unwrap() = Some("outing-1.seat".to_owned());
         let engine = builder().open_store(store).unwrap();
         engine.start(outing, "outing-1", ()).await.unwrap();
         wait_until("the child's creation", || async {

@@ -146,6 +146,19 @@ async fn queued_on(engine: &Engine, queue: &str) -> usize {
     engine.list(&filter).await.unwrap().len()
 }
 
+/// Starts `n` transfers on the queue `bank-api`, `{prefix}-0` to
+/// `{prefix}-{n-1}`, all under key `any`; their ids.
+async fn start_transfers(engine: &Engine, prefix: &str, n: usize) -> Vec<String> {
+    let mut ids = Vec::new();
+    for n in 0..n {
+        let id = format!("{prefix}-{n}");
+        let t = transfer_of(&id, "any");
+        engine.start_on("bank-api", transfer, &id, t).await.unwrap();
+        ids.push(id);
+    }
+    ids
+}
+
 async fn all_complete(engine: &Engine, ids: &[String]) {
     for id in ids {
         let run = engine.instance(id).await.unwrap();
@@ -163,13 +176,7 @@ async fn a_queue_never_runs_more_than_its_concurrency() {
         Queue::new("bank-api").concurrency(3),
     ))
     .await;
-    let mut ids = Vec::new();
-    for n in 0..10 {
-        let id = format!("t-{n}");
-        let t = transfer_of(&id, "any");
-        engine.start_on("bank-api", transfer, &id, t).await.unwrap();
-        ids.push(id);
-    }
+    let ids = start_transfers(&engine, "t", 10).await;
     wait_until("three transfers at the bank", || async {
         bank.running() == 3
     })
@@ -207,11 +214,7 @@ async fn instance_counts_give_each_status_and_each_queues_depth() {
     let bank = std::sync::Arc::new(Bank::new());
     let queue = Queue::new("bank-api").concurrency(2);
     let engine = fresh(with_queue(bank.clone(), queue).queue(Queue::new("idle"))).await;
-    for n in 0..5 {
-        let id = format!("c-{n}");
-        let t = transfer_of(&id, "any");
-        engine.start_on("bank-api", transfer, &id, t).await.unwrap();
-    }
+    let ids = start_transfers(&engine, "c", 5).await;
     wait_until("two at the bank, three queued", || async {
         bank.running() == 2 && queued_on(&engine, "bank-api").await == 3
     })
@@ -234,7 +237,6 @@ async fn instance_counts_give_each_status_and_each_queues_depth() {
     assert_eq!(counts.unreadable, 0);
 
     bank.open_gate();
-    let ids: Vec<String> = (0..5).map(|n| format!("c-{n}")).collect();
     all_complete(&engine, &ids).await;
     let counts = engine.instance_counts().await.unwrap();
     assert_eq!(in_status(&counts, Status::Complete), 5);
@@ -284,13 +286,7 @@ async fn a_worker_takes_no_more_than_its_capacity() {
         Queue::new("bank-api").per_worker(2),
     ))
     .await;
-    let mut ids = Vec::new();
-    for n in 0..5 {
-        let id = format!("t-{n}");
-        let t = transfer_of(&id, "any");
-        engine.start_on("bank-api", transfer, &id, t).await.unwrap();
-        ids.push(id);
-    }
+    let ids = start_transfers(&engine, "t", 5).await;
     wait_until("two transfers at the bank", || async {
         bank.running() == 2
     })
