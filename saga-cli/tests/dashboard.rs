@@ -126,6 +126,11 @@ async fn the_dashboard_shows_instances_and_controls_them_in_a_browser() {
         browser.find("#timeline rect[data-slot='charge-card'][data-state='failed']");
         let outcome = browser.text(&browser.find("#outcome"));
         assert!(outcome.contains("declined"), "{outcome}");
+        // Only what an errored instance takes can be pressed.
+        for (control, enabled) in [("pause", false), ("terminate with rollback", false), ("restart", true), ("retry rollback", false), ("send event", false)] {
+            let button = browser.find(&format!("button[data-control='{control}']"));
+            assert_eq!(browser.enabled(&button), enabled, "{control}");
+        }
         std::fs::write(screenshot_path("failed-instance"), browser.screenshot()).unwrap();
         // Terminate the waiting one with rollback, with the token.
         browser.go(&format!("{url}#/instance/approval-3"));

@@ -180,8 +180,29 @@ function formatMs(ms) {
   return (ms / 86400000).toFixed(1) + "d";
 }
 
-function control(id, label, args, { danger } = {}) {
-  return el("button", { class: danger ? "danger" : "", "data-control": label, onclick: async () => {
+const TERMINAL = ["complete", "errored", "terminated", "compensated"];
+
+// Which control calls an instance in `status` takes (the engine's own
+// rule, journal/command.rs), and why not when it does not: a refused
+// call would only say so after the confirmation.
+function allowed(shown) {
+  const status = shown.status, ended = TERMINAL.includes(status);
+  const live = ["queued", "running", "waiting"].includes(status);
+  const not = what => `not for an instance that is ${status}: ${what}`;
+  return {
+    "pause": live || not("only a queued, running or waiting one pauses"),
+    "resume": status === "paused" || not("only a paused one resumes"),
+    "terminate": (!ended && status !== "rolling back") || not("it ended, or its rollback is under way"),
+    "terminate with rollback": (!ended && status !== "rolling back") || not("it ended, or its rollback is under way"),
+    "restart": true,
+    "retry rollback": (ended && !!shown.rollback_error) || not("only an ended one whose rollback gave up retries it"),
+    "send event": !ended || not("an ended instance takes no events"),
+  };
+}
+
+function control(id, label, args, { danger, allow = true } = {}) {
+  const refused = allow === true ? null : allow;
+  return el("button", { class: danger ? "danger" : "", "data-control": label, disabled: refused ? "" : null, title: refused, onclick: async () => {
     if (!confirm(`${label} ${id}?`)) return;
     try {
       const output = await run(args.concat([id]));
@@ -206,12 +227,16 @@ async function showInstance(id) {
     shown.owner ? [el("dt", {}, "owner"), el("dd", {}, shown.owner.worker)] : null,
     el("dt", {}, "input"), el("dd", {}, payload(shown.input)),
     shown.output ? [el("dt", {}, "output"), el("dd", {}, payload(shown.output))] : null);
+  const allows = allowed(shown);
+  const sendRefused = allows["send event"] === true ? null : allows["send event"];
   const controls = el("div", { class: "controls" },
-    control(id, "pause", ["pause"]), control(id, "resume", ["resume"]),
-    control(id, "terminate", ["terminate"], { danger: true }),
-    control(id, "terminate with rollback", ["terminate", "--rollback"], { danger: true }),
-    control(id, "restart", ["restart"]), control(id, "retry rollback", ["retry-rollback"]),
-    el("button", { "data-control": "send event", onclick: async () => {
+    control(id, "pause", ["pause"], { allow: allows["pause"] }),
+    control(id, "resume", ["resume"], { allow: allows["resume"] }),
+    control(id, "terminate", ["terminate"], { danger: true, allow: allows["terminate"] }),
+    control(id, "terminate with rollback", ["terminate", "--rollback"], { danger: true, allow: allows["terminate with rollback"] }),
+    control(id, "restart", ["restart"]),
+    control(id, "retry rollback", ["retry-rollback"], { allow: allows["retry rollback"] }),
+    el("button", { "data-control": "send event", disabled: sendRefused ? "" : null, title: sendRefused, onclick: async () => {
       const type = window.prompt("Event type");
       if (!type) return;
       const body = window.prompt("Payload (JSON)", "{}");

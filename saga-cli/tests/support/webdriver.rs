@@ -116,6 +116,11 @@ impl Browser {
             .to_owned()
     }
 
+    /// Whether the element `id` is enabled (a button one can press).
+    pub fn enabled(&self, id: &str) -> bool {
+        self.command("GET", &format!("element/{id}/enabled"), Value::Null) == Value::Bool(true)
+    }
+
     /// Accepts the `confirm()` dialog, once it is open.
     pub fn accept_dialog(&self) {
         let deadline = Instant::now() + PATIENCE;
