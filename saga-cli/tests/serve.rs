@@ -204,7 +204,7 @@ fn is_prometheus_text(text: &str) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_are_served_as_prometheus_text() {
     let engine = Engine::builder()
-        .clock(TestClock::auto_advancing())
+        .clock(TestClock::auto_advancing_to_sleeps())
         .register(fulfil())
         .temporary()
         .unwrap();

@@ -54,7 +54,8 @@ impl Engine {
     ///
     /// # Cancel safety
     ///
-    /// A read; dropping the future changes nothing but the gauges it set.
+    /// A read; dropping the future changes nothing (the gauges are set
+    /// once the count is whole).
     pub async fn instance_counts(&self) -> Result<InstanceCounts> {
         let mut statuses: Vec<(Status, u64)> = Status::ALL.iter().map(|s| (*s, 0)).collect();
         let mut queues: BTreeMap<String, (u64, u64)> = self
@@ -64,7 +65,7 @@ impl Engine {
             .map(|name| (name.to_owned(), (0, 0)))
             .collect();
         let mut unreadable = 0;
-        let filter = ListFilter::default();
+        let filter = ListFilter::all();
         let mut page = Page::first(PAGE).by_id();
         loop {
             let found = self.list_page(&filter, &page).await?;
