@@ -60,7 +60,11 @@ impl Callee {
     async fn call(&self, kind: &str, key: &str) {
         {
             let mut log = self.log.lock().unwrap_or_else(|p| p.into_inner());
-            writeln!(log, "{kind} {key}").expect("append to calls.log");
+            // One write of the whole line: `writeln!` writes it in pieces,
+            // and a kill between two of them left a torn line ("R" glued
+            // to the next run's "R ...").
+            log.write_all(format!("{kind} {key}\n").as_bytes())
+                .expect("append to calls.log");
             log.sync_data().expect("fsync calls.log");
         }
         // Spread the run over time, so the kills land all over it.
