@@ -51,6 +51,9 @@ pub(crate) enum Command {
     Watch(WatchArgs),
     /// List in-flight instances that name what a saga.lock no longer has.
     Check(CheckArgs),
+    /// Each queue's instances: how many wait for a slot, how many started
+    /// and have not ended.
+    Queues(QueuesArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -191,6 +194,13 @@ pub(crate) struct CheckArgs {
     #[arg(long, value_name = "FILE")]
     pub(crate) lock: PathBuf,
     /// Print JSON (schema 1) instead of a list.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct QueuesArgs {
+    /// Print JSON (schema 1) instead of a table.
     #[arg(long)]
     pub(crate) json: bool,
 }

@@ -39,6 +39,7 @@
 //! | `retry-rollback ID` | runs again the compensations of a rollback that gave up |
 //! | `watch [ID] [--count N] [--json]` | lifecycle events as they become durable |
 //! | `check --lock saga.lock [--json]` | in-flight instances the lock no longer fits |
+//! | `queues [--json]` | each queue's waiting and started instances |
 //!
 //! Control commands write their intent into the instance's journal; the
 //! engine that drives the instance (this one, or the application's when
@@ -105,6 +106,11 @@
 //!   "missing": [{"kind", "name"}]}], "unreadable": [{"id", "error"}]}`;
 //!   `kind` is `workflow`, `step`, `sleep` or `wait`; an unreadable index
 //!   entry is not checked.
+//! - `queues`: `{"schema": 1, "queues": [{"queue", "waiting", "started"}],
+//!   "unreadable_count"}`, by name: every queue an instance names, and
+//!   those the engine declares; `waiting` the instances `Queued` for a
+//!   slot, `started` those that left the wait and have not ended;
+//!   `unreadable_count` the index entries that did not read, not counted.
 //!
 //! # Exit codes
 //!
@@ -121,6 +127,7 @@ mod history;
 mod json;
 mod list;
 mod output;
+mod queues;
 mod serve;
 mod show;
 mod watch;
@@ -228,6 +235,7 @@ pub(crate) async fn dispatch(
         Command::RetryRollback(a) => control::retry_rollback(engine, a, out).await,
         Command::Watch(a) => watch::run(engine, a, out).await,
         Command::Check(a) => check::run(engine, a, out, &style).await,
+        Command::Queues(a) => queues::run(engine, a, out, &style).await,
     }
 }
 
@@ -357,6 +365,7 @@ mod tests {
             &["saga", "show"],
             &["saga", "send-event", "x", "t", "--json", "{nope"],
             &["saga", "list", "--limit", "-3"],
+            &["saga", "queues", "bank-api"],
         ] {
             let error = run(&engine, args, &mut out).await.unwrap_err();
             assert_eq!(error.exit_code(), 2, "{args:?}: {error}");

@@ -9,6 +9,7 @@
 //! saga restart [--from STEP] ID
 //! saga watch [ID]             (sled: embedded only; PostgreSQL: any process)
 //! saga check --lock saga.lock
+//! saga queues [--json]
 //! ```
 //!
 //! On `--db DIR` (sled, default `./saga-data`) or `--database-url URL`

@@ -187,8 +187,8 @@ impl Admin {
         self
     }
 
-    /// Reads (`list`, `show`, `history`, `check`) need the token too. They
-    /// always do when the engine has a payload codec.
+    /// Reads (`list`, `show`, `history`, `check`, `queues`) need the
+    /// token too. They always do when the engine has a payload codec.
     pub fn reads_need_token(mut self) -> Admin {
         self.reads_need_token = true;
         self
@@ -355,7 +355,11 @@ async fn command(State(served): State<Arc<Served>>, headers: HeaderMap, body: By
                 "watch runs until interrupted: it is not served over this endpoint",
             );
         }
-        Command::List(_) | Command::Show(_) | Command::History(_) | Command::Check(_) => false,
+        Command::List(_)
+        | Command::Show(_)
+        | Command::History(_)
+        | Command::Check(_)
+        | Command::Queues(_) => false,
         _ => true,
     };
     if (control || served.reads_need_token)

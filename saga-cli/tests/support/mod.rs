@@ -6,6 +6,7 @@
 
 pub mod webdriver;
 
+use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -13,7 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
 use saga_runtime::prelude::*;
-use saga_runtime::{BoxFuture, Engine, RollbackInput, RollbackRegistration, TestClock};
+use saga_runtime::{BoxFuture, Engine, Queue, RollbackInput, RollbackRegistration, TestClock};
 
 /// A directory removed when dropped.
 pub struct TempDir(pub PathBuf);
@@ -287,6 +288,73 @@ pub fn nested_store() -> TempDir {
             Ok(Err(saga_runtime::Error::WorkflowFailed { .. }))
         ));
         drop(run);
+        engine.close().await;
+    });
+    dir
+}
+
+/// Polls `condition` every few real milliseconds until it holds; fails
+/// the test after 30 seconds, far beyond what a loaded machine needs.
+pub async fn wait_until<F: Future<Output = bool>>(what: &str, condition: impl Fn() -> F) {
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while !condition().await {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("timed out waiting for {what}"));
+}
+
+/// Holds its queue's slot until it receives "release" (7 days).
+#[workflow(name = "hold-slot")]
+pub async fn hold_slot(ctx: WorkflowContext, _n: u32) -> Result<(), WorkflowError> {
+    let () = ctx.wait_for_event("release", "release", "7 days").await?;
+    Ok(())
+}
+
+/// Returns at once.
+#[workflow(name = "report")]
+pub async fn report(_ctx: WorkflowContext, n: u32) -> Result<u32, WorkflowError> {
+    Ok(n)
+}
+
+/// A store with two queues: on `bank-api` (concurrency 1), `transfer-1`
+/// of [`hold_slot`] holds the slot and waits, `transfer-2` and
+/// `transfer-3` are queued behind it; on `reports`, `report-1` of
+/// [`report`] completed. The store is closed when this returns.
+pub fn queued_store() -> TempDir {
+    let dir = TempDir::new("queued");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let engine = Engine::builder()
+            .clock(TestClock::new())
+            .queue(Queue::new("bank-api").concurrency(1))
+            .queue(Queue::new("reports"))
+            .register(hold_slot)
+            .register(report)
+            .open(dir.path())
+            .unwrap();
+        for (n, id) in (1..).zip(["transfer-1", "transfer-2", "transfer-3"]) {
+            engine.start_on("bank-api", hold_slot, id, n).await.unwrap();
+        }
+        engine
+            .start_on("reports", report, "report-1", 1)
+            .await
+            .unwrap();
+        let status = |id: &'static str| {
+            let engine = &engine;
+            async move { engine.instance(id).await.unwrap().status().await.unwrap() }
+        };
+        wait_until(
+            "transfer-1 to wait with the slot, report-1 to end",
+            || async {
+                status("transfer-1").await == Status::Waiting
+                    && status("report-1").await == Status::Complete
+            },
+        )
+        .await;
+        assert_eq!(status("transfer-2").await, Status::Queued);
+        assert_eq!(status("transfer-3").await, Status::Queued);
         engine.close().await;
     });
     dir
