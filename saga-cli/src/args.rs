@@ -51,6 +51,9 @@ pub(crate) enum Command {
     Watch(WatchArgs),
     /// List in-flight instances that name what a saga.lock no longer has.
     Check(CheckArgs),
+    /// List the schedules (timing, workflow, next tick, paused, last
+    /// tick), or pause, resume or trigger one.
+    Schedules(SchedulesArgs),
     /// Each queue's instances: how many wait for a slot, how many started
     /// and have not ended.
     Queues(QueuesArgs),
@@ -196,6 +199,35 @@ pub(crate) struct CheckArgs {
     /// Print JSON (schema 1) instead of a list.
     #[arg(long)]
     pub(crate) json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub(crate) struct SchedulesArgs {
+    /// Without one, the schedules are listed.
+    #[command(subcommand)]
+    pub(crate) action: Option<ScheduleAction>,
+    /// Print JSON (schema 1) instead of a table.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// What `saga schedules` does to one schedule.
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum ScheduleAction {
+    /// Pause a schedule for every worker: it fires no tick until resumed.
+    Pause(ScheduleName),
+    /// Resume a paused schedule: its next tick is the first after now.
+    Resume(ScheduleName),
+    /// Start an extra tick of a schedule now (on an engine that declares
+    /// it: the running service, through --url).
+    Trigger(ScheduleName),
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct ScheduleName {
+    /// The schedule's name.
+    pub(crate) name: String,
 }
 
 #[derive(Debug, clap::Args)]

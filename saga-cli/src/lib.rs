@@ -39,6 +39,9 @@
 //! | `retry-rollback ID` | runs again the compensations of a rollback that gave up |
 //! | `watch [ID] [--count N] [--json]` | lifecycle events as they become durable |
 //! | `check --lock saga.lock [--json]` | in-flight instances the lock no longer fits |
+//! | `schedules [--json]` | the stored schedules: timing, workflow, next tick, paused, last tick |
+//! | `schedules pause NAME`, `schedules resume NAME` | pauses a schedule for every worker, resumes it |
+//! | `schedules trigger NAME` | starts an extra tick now (on an engine that declares the schedule) |
 //! | `queues [--json]` | each queue's waiting and started instances |
 //!
 //! Control commands write their intent into the instance's journal; the
@@ -106,6 +109,15 @@
 //!   "missing": [{"kind", "name"}]}], "unreadable": [{"id", "error"}]}`;
 //!   `kind` is `workflow`, `step`, `sleep` or `wait`; an unreadable index
 //!   entry is not checked.
+//! - `schedules`: `{"schema": 1, "schedules": [{"name", "workflow",
+//!   "timing", "paused", "next_ticks", "last_tick", "catch_up", "overlap",
+//!   "declared_here"}]}`, by name; `timing` reads as `every 900 s` or
+//!   `cron "0 2 * * *" in Europe/Paris`; `next_ticks` the next three
+//!   times it fires (none while paused); `last_tick` the last tick it
+//!   fired (manual runs aside), or `null`; `catch_up` `{"policy", "at_most"}`
+//!   (`skip`, `latest`, or `all` with its `at_most`); `overlap` `allow` or
+//!   `skip`; `declared_here` whether the engine the command ran on declares
+//!   it (and so fires it).
 //! - `queues`: `{"schema": 1, "queues": [{"queue", "waiting", "started"}],
 //!   "unreadable_count"}`, by name: every queue an instance names, and
 //!   those the engine declares; `waiting` the instances `Queued` for a
@@ -114,10 +126,11 @@
 //!
 //! # Exit codes
 //!
-//! 0: done. 1: the command was refused or failed (an unknown instance, a
-//! status that does not allow it), or `check` found stale instances.
-//! 2: wrong usage (an unknown status, bad JSON), or the store cannot be
-//! used from here.
+//! 0: done. 1: the command was refused or failed (an unknown instance or
+//! schedule, a status that does not allow it), or `check` found stale
+//! instances. 2: wrong usage (an unknown status, bad JSON), or the store
+//! cannot be used from here (`schedules trigger` on an engine that does
+//! not declare the schedule).
 
 mod args;
 mod check;
@@ -128,6 +141,7 @@ mod json;
 mod list;
 mod output;
 mod queues;
+mod schedules;
 mod serve;
 mod show;
 mod watch;
@@ -235,6 +249,7 @@ pub(crate) async fn dispatch(
         Command::RetryRollback(a) => control::retry_rollback(engine, a, out).await,
         Command::Watch(a) => watch::run(engine, a, out).await,
         Command::Check(a) => check::run(engine, a, out, &style).await,
+        Command::Schedules(a) => schedules::run(engine, a, out, &style).await,
         Command::Queues(a) => queues::run(engine, a, out, &style).await,
     }
 }
@@ -365,6 +380,8 @@ mod tests {
             &["saga", "show"],
             &["saga", "send-event", "x", "t", "--json", "{nope"],
             &["saga", "list", "--limit", "-3"],
+            &["saga", "schedules", "pause"],
+            &["saga", "schedules", "frobnicate", "nightly"],
             &["saga", "queues", "bank-api"],
         ] {
             let error = run(&engine, args, &mut out).await.unwrap_err();

@@ -9,6 +9,8 @@
 //! saga restart [--from STEP] ID
 //! saga watch [ID]             (sled: embedded only; PostgreSQL: any process)
 //! saga check --lock saga.lock
+//! saga schedules [--json]
+//! saga schedules pause|resume|trigger NAME
 //! saga queues [--json]
 //! ```
 //!

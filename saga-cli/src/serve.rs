@@ -21,7 +21,8 @@
 //! - [`Admin::bind`] refuses an address that is not loopback unless
 //!   [`Admin::allow_remote`] says so.
 //! - Control commands (`send-event`, `pause`, `resume`, `terminate`,
-//!   `restart`, `retry-rollback`) need `Authorization: Bearer <token>`,
+//!   `restart`, `retry-rollback`, `schedules pause|resume|trigger`) need
+//!   `Authorization: Bearer <token>`,
 //!   the token given to [`Admin::token`] or, by default, `$SAGA_ADMIN_TOKEN`.
 //!   Without a token configured they are refused. Reads need it too with
 //!   [`Admin::reads_need_token`], and always when the engine has a payload
@@ -187,8 +188,9 @@ impl Admin {
         self
     }
 
-    /// Reads (`list`, `show`, `history`, `check`, `queues`) need the
-    /// token too. They always do when the engine has a payload codec.
+    /// Reads (`list`, `show`, `history`, `check`, `schedules`, `queues`)
+    /// need the token too. They always do when the engine has a payload
+    /// codec.
     pub fn reads_need_token(mut self) -> Admin {
         self.reads_need_token = true;
         self
@@ -360,6 +362,8 @@ async fn command(State(served): State<Arc<Served>>, headers: HeaderMap, body: By
         | Command::History(_)
         | Command::Check(_)
         | Command::Queues(_) => false,
+        // `schedules` lists; `schedules pause|resume|trigger` controls.
+        Command::Schedules(a) => a.action.is_some(),
         _ => true,
     };
     if (control || served.reads_need_token)

@@ -11,7 +11,7 @@ use std::time::Duration;
 use saga_runtime::prelude::*;
 use saga_runtime::{Engine, TestClock};
 
-use support::{Order, TempDir, fulfil};
+use support::{Order, TempDir, fulfil, reminders};
 
 const TOKEN: &str = "t0ken-for-tests";
 
@@ -164,6 +164,91 @@ async fn an_endpoint_without_a_token_refuses_control_and_binds_loopback_only() {
     assert!(error.contains("has no token"), "{error}");
     assert_eq!(saga(&url, None, &["list"]).await.0, 0);
     drop(admin);
+    engine.close().await;
+}
+
+/// The HTTP status line `POST /v1/command` of `args` gets at `addr`,
+/// with no token.
+fn post_command(addr: std::net::SocketAddr, args: &[&str]) -> String {
+    use std::io::{Read, Write};
+    let body = serde_json::json!({ "args": args }).to_string();
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        stream,
+        "POST /v1/command HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    response.lines().next().unwrap().to_owned()
+}
+
+async fn paused(engine: &Engine, name: &str) -> bool {
+    let listed = engine.schedules().list().await.unwrap();
+    listed.iter().find(|s| s.name == name).unwrap().paused
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn saga_url_lists_schedules_and_queues_and_controls_a_schedule_with_the_token_only() {
+    let dir = TempDir::new("serve-schedules");
+    let engine = Engine::builder()
+        .clock(TestClock::new())
+        .schedule(reminders())
+        .open(dir.path())
+        .unwrap();
+    let admin = saga_cli::Admin::new(&engine)
+        .token(TOKEN)
+        .bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let url = format!("http://{}", admin.local_addr());
+
+    // Listing schedules and queues are reads: no token.
+    let (code, listed, error) = saga(&url, None, &["schedules", "--json"]).await;
+    assert_eq!(code, 0, "{error}");
+    let listed: serde_json::Value = serde_json::from_str(&listed).unwrap();
+    assert_eq!(listed["schedules"][0]["name"], "reminders");
+    assert_eq!(listed["schedules"][0]["declared_here"], true);
+    let (code, queues, error) = saga(&url, None, &["queues"]).await;
+    assert_eq!((code, queues.trim()), (0, "no queues"), "{error}");
+
+    // Without the token: 401, and nothing changed.
+    let addr = admin.local_addr();
+    for action in ["pause", "resume", "trigger"] {
+        let (code, _, error) = saga(&url, None, &["schedules", action, "reminders"]).await;
+        assert_eq!(code, 1, "{action}");
+        assert!(error.contains("needs the admin token"), "{action}: {error}");
+        let status = tokio::task::spawn_blocking(move || {
+            post_command(addr, &["schedules", action, "reminders"])
+        })
+        .await
+        .unwrap();
+        assert!(status.contains("401"), "{action}: {status}");
+    }
+    assert!(!paused(&engine, "reminders").await);
+    let ticks = ListFilter::all().tag("schedule", "reminders");
+    assert!(engine.list(&ticks).await.unwrap().is_empty());
+
+    // With it: pause, trigger (this engine declares it), resume.
+    let token = Some(TOKEN);
+    let (code, out, error) = saga(&url, token, &["schedules", "pause", "reminders"]).await;
+    assert_eq!(code, 0, "{out}{error}");
+    assert!(paused(&engine, "reminders").await);
+    let (code, out, error) = saga(&url, token, &["schedules", "trigger", "reminders"]).await;
+    assert_eq!(code, 0, "{out}{error}");
+    assert!(
+        out.contains("started reminders.20300101T000000Z~m1"),
+        "{out}"
+    );
+    engine
+        .instance("reminders.20300101T000000Z~m1")
+        .await
+        .unwrap();
+    let (code, out, error) = saga(&url, token, &["schedules", "resume", "reminders"]).await;
+    assert_eq!(code, 0, "{out}{error}");
+    assert!(!paused(&engine, "reminders").await);
+    admin.shutdown().await;
     engine.close().await;
 }
 

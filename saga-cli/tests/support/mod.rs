@@ -14,7 +14,9 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
 use saga_runtime::prelude::*;
-use saga_runtime::{BoxFuture, Engine, Queue, RollbackInput, RollbackRegistration, TestClock};
+use saga_runtime::{
+    BoxFuture, Engine, Queue, RollbackInput, RollbackRegistration, Schedule, TestClock, Tick,
+};
 
 /// A directory removed when dropped.
 pub struct TempDir(pub PathBuf);
@@ -303,6 +305,57 @@ pub async fn wait_until<F: Future<Output = bool>>(what: &str, condition: impl Fn
     })
     .await
     .unwrap_or_else(|_| panic!("timed out waiting for {what}"));
+}
+
+/// Returns the time of the tick that started it.
+#[workflow(name = "remind")]
+pub async fn remind(_ctx: WorkflowContext, at: i64) -> Result<i64, WorkflowError> {
+    Ok(at)
+}
+
+/// Schedule `reminders`: [`remind`] every 15 minutes.
+pub fn reminders() -> Schedule {
+    Schedule::every("reminders", "15 minutes").start(remind, |tick: Tick| tick.unix_seconds())
+}
+
+/// Schedule `nightly`: [`remind`] at 02:00 UTC every day.
+pub fn nightly() -> Schedule {
+    Schedule::cron("nightly", "0 2 * * *").start(remind, |tick: Tick| tick.unix_seconds())
+}
+
+/// A store that keeps the schedules [`reminders`] and [`nightly`],
+/// declared on a test clock from 2030-01-01T00:00:00Z, once `reminders`
+/// fired its tick of 00:15 (`reminders.20300101T001500Z`, complete). The
+/// store is closed when this returns.
+pub fn schedules_store() -> TempDir {
+    let dir = TempDir::new("schedules");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let clock = TestClock::new();
+        let engine = Engine::builder()
+            .clock(clock.clone())
+            .schedule(reminders())
+            .schedule(nightly())
+            .open(dir.path())
+            .unwrap();
+        clock.advance(Duration::from_secs(15 * 60));
+        wait_until("the tick of 00:15 to complete", || async {
+            match engine.instance("reminders.20300101T001500Z").await {
+                Ok(tick) => tick.status().await.unwrap() == Status::Complete,
+                Err(_) => false,
+            }
+        })
+        .await;
+        wait_until("the schedule to note its last tick", || async {
+            let listed = engine.schedules().list().await.unwrap();
+            listed
+                .iter()
+                .all(|s| s.name != "reminders" || s.last_tick.is_some())
+        })
+        .await;
+        engine.close().await;
+    });
+    dir
 }
 
 /// Holds its queue's slot until it receives "release" (7 days).
