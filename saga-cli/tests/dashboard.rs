@@ -10,7 +10,7 @@ mod support;
 use std::time::Duration;
 
 use saga_runtime::prelude::*;
-use saga_runtime::{Engine, Status};
+use saga_runtime::{Engine, Queue, Schedule, Status, Tick};
 
 use support::webdriver::Browser;
 
@@ -74,6 +74,11 @@ async fn the_dashboard_shows_instances_and_controls_them_in_a_browser() {
     let engine = Engine::builder()
         .register(booking)
         .register(approval)
+        .queue(Queue::new("seats").concurrency(2))
+        .schedule(
+            Schedule::every("nightly-bookings", "1 day")
+                .start(booking, |_: Tick| "4000 0000 0000 0002".to_owned()),
+        )
         .temporary()
         .unwrap();
     let failed = engine
@@ -109,7 +114,22 @@ async fn the_dashboard_shows_instances_and_controls_them_in_a_browser() {
         assert!(browser.text(&row).contains("errored"), "{}", browser.text(&row));
         let list = browser.text(&browser.find("#instances"));
         assert!(list.contains("approval-3") && list.contains("waiting"), "{list}");
+        // The queues' depth and the schedules, with their controls.
+        let queues = browser.text(&browser.find("#queues tr[data-queue='seats']"));
+        assert!(queues.contains("seats"), "{queues}");
+        let schedule = browser.text(&browser.find("#schedules tr[data-schedule='nightly-bookings']"));
+        assert!(schedule.contains("active") && schedule.contains("every 86400 s"), "{schedule}");
         std::fs::write(screenshot_path("list"), browser.screenshot()).unwrap();
+        browser.run(&format!(
+            "document.getElementById('token').value = '{TOKEN}'; sessionStorage.setItem('saga-token', '{TOKEN}'); return true;"
+        ));
+        browser.click(&browser.find("#schedules tr[data-schedule='nightly-bookings'] button[data-control='pause']"));
+        browser.accept_dialog();
+        browser.wait_for(
+            "the schedule to show paused",
+            "document.querySelector(\"#schedules tr[data-schedule='nightly-bookings'] [data-status='paused']\")",
+        );
+        let row = browser.find("tr[data-id='booking-7']");
 
         // The failed instance: its steps, its retries, its rollback.
         browser.click(&row);

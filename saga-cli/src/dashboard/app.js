@@ -100,7 +100,36 @@ async function showList() {
   const pager = el("div", { class: "pager" },
     filters.pages.length ? el("button", { onclick: () => { filters.after = filters.pages.pop() || null; render(); } }, "← newer") : null,
     listed.next ? el("button", { id: "older", onclick: () => { filters.pages.push(filters.after); filters.after = listed.next; render(); } }, "older →") : null);
-  return [el("h1", {}, "Instances"), el("div", { class: "filters" }, status, workflow, prefix), el("div", { class: "card" }, table, pager)];
+  const [queues, schedules] = await Promise.all([json(["queues"]).catch(() => null), json(["schedules"]).catch(() => null)]);
+  return [el("h1", {}, "Instances"), el("div", { class: "filters" }, status, workflow, prefix), el("div", { class: "card" }, table, pager),
+    queuePanel(queues), schedulePanel(schedules)];
+}
+
+// The queues' depth (`saga queues`), when there are queues.
+function queuePanel(listed) {
+  if (!listed || !listed.queues.length) return null;
+  return [el("h2", {}, "Queues"), el("div", { class: "card" }, el("table", { id: "queues" },
+    el("thead", {}, el("tr", {}, ["QUEUE", "WAITING", "STARTED"].map(h => el("th", {}, h)))),
+    el("tbody", {}, listed.queues.map(q => el("tr", { "data-queue": q.queue },
+      el("td", { class: "mono" }, q.queue),
+      el("td", {}, String(q.waiting)), el("td", {}, String(q.started)))))))];
+}
+
+// The stored schedules (`saga schedules`), each with its controls.
+function schedulePanel(listed) {
+  if (!listed || !listed.schedules.length) return null;
+  const act = (action, name) => el("button", { "data-control": action, onclick: async () => {
+    if (!confirm(`${action} schedule ${name}?`)) return;
+    try { toast((await run(["schedules", action, name])).trim()); } catch (e) { toast(e.message); }
+    render();
+  } }, action);
+  return [el("h2", {}, "Schedules"), el("div", { class: "card" }, el("table", { id: "schedules" },
+    el("thead", {}, el("tr", {}, ["NAME", "WORKFLOW", "TIMING", "STATE", "NEXT TICK", "LAST TICK", ""].map(h => el("th", {}, h)))),
+    el("tbody", {}, listed.schedules.map(s => el("tr", { "data-schedule": s.name },
+      el("td", { class: "mono" }, s.name), el("td", {}, s.workflow), el("td", { class: "mono" }, s.timing),
+      el("td", {}, pill(s.paused ? "paused" : "active")),
+      el("td", { class: "muted" }, when(s.next_ticks[0])), el("td", { class: "muted" }, when(s.last_tick)),
+      el("td", { class: "row-controls" }, s.paused ? act("resume", s.name) : act("pause", s.name), act("trigger", s.name)))))))];
 }
 
 // ---- One instance ----
