@@ -262,6 +262,59 @@ async fn overlap_skip_skips_a_tick_while_the_last_one_runs() {
 }
 
 #[tokio::test]
+async fn overlap_queue_one_keeps_one_tick_until_the_last_one_ends() {
+    let clock = TestClock::new();
+    let store = Reopenable::new("schedqueueone").await;
+    let open = || {
+        let schedule = Schedule::every("queued", "15 minutes")
+            .overlap(Overlap::QueueOne)
+            .start(hold, |tick: Tick| tick.unix_seconds());
+        builder(&clock, schedule)
+    };
+    let engine = store.open(open).await;
+    let first = tick_id("queued", EPOCH + 900);
+    step(&engine, &clock, "queued", QUARTER, 1).await;
+    has_exactly(&engine, "queued", std::slice::from_ref(&first)).await;
+    until_status(&engine.instance(&first).await.unwrap(), Status::Waiting).await;
+    // 00:30 and 00:45 fall due while the 00:15 instance runs: 00:30 is
+    // kept, 00:45 skipped.
+    step(&engine, &clock, "queued", QUARTER, 2).await;
+    has_exactly(&engine, "queued", std::slice::from_ref(&first)).await;
+    let queued = info(&engine, "queued").await;
+    assert_eq!(queued.kept_tick, Some(at(EPOCH + 1800)));
+    assert_eq!(queued.overlap, Overlap::QueueOne);
+
+    // The kept tick is durable.
+    engine.close().await;
+    let engine = store.open(open).await;
+    settle().await;
+    has_exactly(&engine, "queued", std::slice::from_ref(&first)).await;
+    assert_eq!(
+        info(&engine, "queued").await.kept_tick,
+        Some(at(EPOCH + 1800))
+    );
+
+    // The 00:15 instance ends: the kept tick starts at once (the clock
+    // stands still), under its own time.
+    engine.send_event(&first, "release", &()).await.unwrap();
+    until_status(&engine.instance(&first).await.unwrap(), Status::Complete).await;
+    let kept = tick_id("queued", EPOCH + 1800);
+    assert_eq!(kept, "queued.20300101T003000Z");
+    has_exactly(&engine, "queued", &[first.clone(), kept.clone()]).await;
+    let kept_run = engine.instance(&kept).await.unwrap();
+    until_status(&kept_run, Status::Waiting).await;
+    assert_eq!(info(&engine, "queued").await.kept_tick, None);
+
+    // It is now the tick that runs: 01:00 is kept in its turn.
+    step(&engine, &clock, "queued", QUARTER, 1).await;
+    has_exactly(&engine, "queued", &[first, kept.clone()]).await;
+    assert_eq!(
+        info(&engine, "queued").await.kept_tick,
+        Some(at(EPOCH + 3600))
+    );
+}
+
+#[tokio::test]
 async fn overlap_allow_starts_each_tick_while_the_last_one_runs() {
     let clock = TestClock::new();
     let schedule =

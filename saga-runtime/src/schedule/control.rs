@@ -64,6 +64,9 @@ pub struct ScheduleInfo {
     pub catch_up: CatchUp,
     /// Its overlap policy.
     pub overlap: Overlap,
+    /// The tick kept by [`Overlap::QueueOne`] to start once the previous
+    /// tick's instance ends.
+    pub kept_tick: Option<SystemTime>,
     /// Whether this engine declares it (and so fires it, and may trigger it).
     pub declared_here: bool,
 }
@@ -157,6 +160,7 @@ impl<'a> Schedules<'a> {
                     last_tick: s.last_tick.map(system_time),
                     catch_up: s.definition.catch_up,
                     overlap: s.definition.overlap,
+                    kept_tick: s.kept.map(system_time),
                 }
             })
             .collect())

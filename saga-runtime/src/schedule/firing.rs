@@ -9,6 +9,11 @@
 //! derived id, made durable, and `pending` is cleared. A worker that dies
 //! in between leaves `pending` behind; whichever worker looks next starts
 //! those ticks again, which creates nothing twice.
+//!
+//! [`Overlap::QueueOne`] keeps a tick that falls due while the previous
+//! one runs in the stored state (`kept`), by the same swap; the task then
+//! waits for an instance to end as well, and the swap that starts the
+//! kept tick is the one that sees the previous instance ended.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -18,6 +23,7 @@ use super::{CatchUp, Declaration, Declared, Overlap, Timing, unix_seconds};
 use crate::error::{Error, Result};
 use crate::names::id::InstanceId;
 use crate::run::runner::Runner;
+use crate::store::Told;
 use crate::time::clock::from_millis;
 
 /// A tick fired within this long of its time is on time: the latest tick
@@ -46,6 +52,9 @@ enum Wait {
     Now,
     /// The engine's clock to reach this second.
     Until(i64),
+    /// An instance to end (the previous tick's, for a kept tick), or the
+    /// engine's clock to reach this second (`i64::MAX`: never).
+    EndOrUntil(i64),
     /// A control call (or, on a shared store, the next poll).
     Change,
     /// A failure passed: a moment of real time.
@@ -53,12 +62,24 @@ enum Wait {
 }
 
 async fn fire_for_ever(runner: Weak<Runner>, declared: Arc<Declared>, schedule: Arc<Declaration>) {
+    let Some(strong) = runner.upgrade() else {
+        return;
+    };
+    // Ends here, and on a shared store stops told by other workers.
+    let mut ends = strong.core.journal.subscribe_ends();
+    let mut stops = strong.core.journal.changes(Told::Stops);
+    drop(strong);
     loop {
         let Some(strong) = runner.upgrade() else {
             return;
         };
-        // Made before the look, so a control call during it is not missed.
+        // Made before the look, so a control call or an end during it is
+        // not missed.
         let changed = declared.changed.notified();
+        ends.borrow_and_update();
+        if let Some(stops) = &mut stops {
+            stops.borrow_and_update();
+        }
         let wait = match fire_due(&strong, &schedule).await {
             Ok(wait) => wait,
             Err(Error::Closed) => return,
@@ -81,14 +102,34 @@ async fn fire_for_ever(runner: Weak<Runner>, declared: Arc<Declared>, schedule: 
             }
             tokio::time::sleep(poll).await;
         };
+        // A timeout, not a sleep: a time-skipping test clock must not jump
+        // to the next tick on its own.
+        let reached = |at: i64| {
+            clock.timeout_at(from_millis(
+                u64::try_from(at).unwrap_or(0).saturating_mul(1000),
+            ))
+        };
         match wait {
             Wait::Now => {}
             Wait::Until(at) => {
-                let at = from_millis(u64::try_from(at).unwrap_or(0).saturating_mul(1000));
-                // A timeout, not a sleep: a time-skipping test clock must
-                // not jump to the next tick on its own.
                 tokio::select! {
-                    () = clock.timeout_at(at) => {}
+                    () = reached(at) => {}
+                    () = changed => {}
+                    () = polled => {}
+                }
+            }
+            Wait::EndOrUntil(at) => {
+                let ticks = async {
+                    if at == i64::MAX {
+                        std::future::pending::<()>().await;
+                    }
+                    reached(at).await;
+                };
+                tokio::select! {
+                    () = ticks => {}
+                    // Err: the journal is gone, and the engine with it.
+                    _ = ends.changed() => {}
+                    Some(()) = crate::journal::told_of_change(&mut stops) => {}
                     () = changed => {}
                     () = polled => {}
                 }
@@ -157,41 +198,49 @@ async fn fire_due(runner: &Arc<Runner>, schedule: &Declaration) -> Result<Wait> 
         return Ok(Wait::Change);
     }
     let now = unix_seconds(runner.core.clock.now());
-    if now < stored.next {
+    let due = now >= stored.next;
+    // Whether the last tick still runs is read before the swap, which
+    // keeps the state as it is if the last tick changed meanwhile: the
+    // next look reads it again.
+    let previous_runs = match (stored.definition.overlap, stored.last_tick) {
+        (Overlap::Allow, _) | (_, None) => false,
+        (_, Some(_)) if !due && stored.kept.is_none() => false,
+        (_, Some(last)) => still_runs(runner, &schedule.name, last).await?,
+    };
+    let kept_waits = stored.kept.is_some() && previous_runs;
+    if !due && (stored.kept.is_none() || kept_waits) {
         return Ok(match stored.next {
+            _ if kept_waits => Wait::EndOrUntil(stored.next),
             i64::MAX => Wait::Change,
             next => Wait::Until(next),
         });
     }
-    // Due. Whether the last tick still runs is read before the swap; the
-    // swap fails if the state changed meanwhile, and this reads again.
-    let previous_runs = match (stored.definition.overlap, stored.last_tick) {
-        (Overlap::Skip, Some(last)) => still_runs(runner, &schedule.name, last).await?,
-        _ => false,
-    };
     let decided = state::update(journal, &schedule.name, |current| {
-        let Some(current) = current.filter(|c| c.pending.is_empty() && !c.paused) else {
+        let Some(current) = current
+            .filter(|c| c.pending.is_empty() && !c.paused && c.last_tick == stored.last_tick)
+        else {
             return Ok(Decision::Keep(None));
         };
-        if now < current.next {
-            return Ok(Decision::Keep(None));
-        }
         let timing = current
             .definition
             .timing
             .timing()
             .unwrap_or_else(|| schedule.timing.clone());
-        let fire = ticks_to_fire(&timing, current, now, previous_runs);
-        let mut next = current.clone();
-        next.next = timing.next_after(now).unwrap_or(i64::MAX);
-        next.last_tick = fire.last().copied().or(current.last_tick);
-        next.pending.clone_from(&fire);
-        Ok(Decision::Put(next, Some(fire)))
+        let next = decide(&timing, current, now, previous_runs);
+        let (fire, kept) = (next.pending.clone(), next.kept);
+        Ok(if next == *current {
+            Decision::Keep(None)
+        } else {
+            Decision::Put(next, Some((fire, kept.filter(|_| kept != current.kept))))
+        })
     })
     .await?;
     match decided {
-        Some(fire) if !fire.is_empty() => start_pending(runner, schedule, fire).await?,
-        Some(_) => {
+        Some((fire, _)) if !fire.is_empty() => start_pending(runner, schedule, fire).await?,
+        Some((_, Some(kept))) => {
+            tracing::info!(schedule = %schedule.name, tick = kept, "tick kept until the previous tick's instance ends");
+        }
+        Some((_, None)) => {
             tracing::info!(schedule = %schedule.name, "ticks skipped by the schedule's policies");
         }
         None => {}
@@ -199,23 +248,44 @@ async fn fire_due(runner: &Arc<Runner>, schedule: &Declaration) -> Result<Wait> 
     Ok(Wait::Now)
 }
 
-/// The ticks due at `now` that the policies fire, oldest first.
-fn ticks_to_fire(
-    timing: &Timing,
-    state: &ScheduleState,
-    now: i64,
-    previous_runs: bool,
-) -> Vec<i64> {
-    if previous_runs {
-        return Vec::new();
+/// The state after the ticks due at `now`: the ticks the policies fire
+/// (oldest first) are `pending`, a tick [`Overlap::QueueOne`] keeps is
+/// `kept`, and the next tick is the first after now. A kept tick whose
+/// previous instance ended fires first.
+fn decide(timing: &Timing, state: &ScheduleState, now: i64, previous_runs: bool) -> ScheduleState {
+    let mut next = state.clone();
+    let mut busy = previous_runs;
+    if let Some(kept) = state.kept.filter(|_| !previous_runs) {
+        next.kept = None;
+        next.pending.push(kept);
+        busy = true;
     }
+    if now >= state.next {
+        let due = ticks_due(timing, state, now);
+        next.next = timing.next_after(now).unwrap_or(i64::MAX);
+        match state.definition.overlap {
+            Overlap::Allow => next.pending.extend(due),
+            Overlap::Skip | Overlap::QueueOne if !busy => next.pending.extend(due),
+            Overlap::Skip => {}
+            Overlap::QueueOne => {
+                // At most one kept: a tick due while one is kept is skipped.
+                next.kept = next.kept.or(due.last().copied());
+            }
+        }
+    }
+    next.last_tick = next.pending.last().copied().or(state.last_tick);
+    next
+}
+
+/// The ticks due at `now` that the catch-up policy fires, oldest first.
+fn ticks_due(timing: &Timing, state: &ScheduleState, now: i64) -> Vec<i64> {
     let at_most = match state.definition.catch_up {
         CatchUp::All { at_most } => at_most.max(1) as usize,
         CatchUp::Skip | CatchUp::Latest => 1,
     };
     // One tick at a time when they must not overlap.
     let at_most = match state.definition.overlap {
-        Overlap::Skip => 1,
+        Overlap::Skip | Overlap::QueueOne => 1,
         Overlap::Allow => at_most,
     };
     let mut due = std::collections::VecDeque::with_capacity(at_most);

@@ -69,6 +69,12 @@ pub enum Overlap {
     /// Skip the tick (it starts nothing, and is not fired later). A
     /// catch-up then fires at most one tick, the latest.
     Skip,
+    /// Keep the tick, and start it as soon as the previous tick's
+    /// instance ends; while one is kept, further ticks that fall due are
+    /// skipped. The kept tick is stored (a restart keeps it), and its
+    /// instance is named by its own time. A catch-up fires (or keeps) at
+    /// most one tick, the latest.
+    QueueOne,
 }
 
 /// A tick of a schedule, given to the closure that makes the workflow's
