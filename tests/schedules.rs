@@ -2,7 +2,8 @@
 //! the documented ids (`name.YYYYMMDDThhmmssZ`, `~mN` when triggered by
 //! hand), across a reopen; the catch-up policies after downtime; overlap
 //! skip and allow; the daylight-saving days of America/New_York; pause
-//! and resume (no catch-up of paused ticks), durable; trigger; the last
+//! and resume (no catch-up of paused ticks), durable; trigger; jitter,
+//! alike on every engine; overlap queue-one, durable; the last
 //! registration wins; bad input as typed errors before anything is
 //! stored. The workflows are written with `#[workflow]`, as users write
 //! them.
@@ -332,6 +333,58 @@ async fn overlap_allow_starts_each_tick_while_the_last_one_runs() {
     assert_eq!(info(&engine, "overlapping").await.overlap, Overlap::Allow);
 }
 
+#[tokio::test]
+async fn jitter_delays_each_tick_alike_everywhere_and_keeps_its_id() {
+    let clock = TestClock::new();
+    let store = Reopenable::new("schedjitter").await;
+    let open = || {
+        let schedule = Schedule::every("spread", "1 hour")
+            .jitter("10 minutes")
+            .start(remind, input);
+        builder(&clock, schedule)
+    };
+    let engine = store.open(open).await;
+    let planned = info(&engine, "spread").await;
+    assert_eq!(planned.jitter, Some(Duration::from_secs(10 * MINUTE)));
+    let planned = planned.next_fires;
+    // Each tick fires within [its time, its time + 10 minutes).
+    let ticks: Vec<SystemTime> = (1..=3).map(|k| at(EPOCH + k * 3600)).collect();
+    for (fire, tick) in planned.iter().zip(&ticks) {
+        let delay = fire.duration_since(*tick).expect("not before its time");
+        assert!(delay < Duration::from_secs(10 * MINUTE), "{planned:?}");
+    }
+    assert_ne!(planned, ticks, "no tick is delayed at all");
+    // Another engine, on a store of its own, plans the same times.
+    let other = fresh(open()).await;
+    assert_eq!(info(&other, "spread").await.next_fires, planned);
+    other.close().await;
+
+    // A millisecond before its fire time the 01:00 tick has not fired; at
+    // it, it has, named by its time and given its time.
+    let before = planned[0].duration_since(clock.now()).unwrap() - Duration::from_millis(1);
+    clock.advance(before);
+    settle().await;
+    assert!(instances(&engine, "spread").await.is_empty());
+    clock.advance(Duration::from_millis(1));
+    let first = tick_id("spread", EPOCH + 3600);
+    has_exactly(&engine, "spread", std::slice::from_ref(&first)).await;
+    let result: (i64, u32) = engine
+        .instance(&first)
+        .await
+        .unwrap()
+        .result()
+        .await
+        .unwrap();
+    assert_eq!(result, (EPOCH + 3600, 0));
+
+    // After a reopen the next ticks fire when they were planned to.
+    engine.close().await;
+    let engine = store.open(open).await;
+    assert_eq!(info(&engine, "spread").await.next_fires[..2], planned[1..]);
+    clock.advance(planned[1].duration_since(clock.now()).unwrap());
+    has_exactly(&engine, "spread", &[first, tick_id("spread", EPOCH + 7200)]).await;
+}
+
 /// A daily cron at `hh:mm` in America/New_York, stepped through 48 hours
 /// from `from` in steps of 10 minutes: the ids it fired.
 async fn new_york_days(name: &str, expression: &str, from: &str) -> Vec<String> {
@@ -521,6 +574,28 @@ async fn bad_schedules_are_typed_errors_before_anything_is_stored() {
         assert_eq!(quoted, interval);
         assert!(error.unwrap().to_string().contains("e.g. \"15 minutes\""));
     }
+
+    for (schedule, jitter) in [
+        (Schedule::every("reminders", "15 minutes"), "15 minutes"),
+        (Schedule::every("reminders", "15 minutes"), "0 seconds"),
+        (Schedule::every("reminders", "15 minutes"), "a while"),
+    ] {
+        let error = open(schedule.jitter(jitter).start(remind, input));
+        let Some(Error::InvalidJitter { jitter: quoted, .. }) = &error else {
+            panic!("{jitter}: {error:?}");
+        };
+        assert_eq!(quoted, jitter);
+        assert!(error.unwrap().to_string().contains("e.g. \"30 seconds\""));
+    }
+    let sub_ms = open(
+        Schedule::every("reminders", "15 minutes")
+            .jitter(Duration::from_micros(10))
+            .start(remind, input),
+    );
+    assert!(
+        matches!(&sub_ms, Some(Error::InvalidJitter { reason, .. }) if reason.contains("milliseconds")),
+        "{sub_ms:?}"
+    );
 
     let nothing = open(Schedule::every("reminders", "15 minutes"));
     assert!(

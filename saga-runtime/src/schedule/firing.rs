@@ -14,12 +14,16 @@
 //! one runs in the stored state (`kept`), by the same swap; the task then
 //! waits for an instance to end as well, and the swap that starts the
 //! kept tick is the one that sees the previous instance ended.
+//!
+//! A jitter moves when a tick fires, never its time: the stored next fire
+//! time stays the tick's, and a tick is due once the clock reaches its
+//! time plus its delay (`Definition::fires_at`, the same on every worker).
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use super::state::{self, Decision, ScheduleState};
-use super::{CatchUp, Declaration, Declared, Overlap, Timing, unix_seconds};
+use super::{CatchUp, Declaration, Declared, Overlap, Timing, unix_millis};
 use crate::error::{Error, Result};
 use crate::names::id::InstanceId;
 use crate::run::runner::Runner;
@@ -50,10 +54,10 @@ pub(crate) fn spawn(runner: &Arc<Runner>, declared: &Arc<Declared>) {
 enum Wait {
     /// Nothing: look again now.
     Now,
-    /// The engine's clock to reach this second.
+    /// The engine's clock to reach this millisecond.
     Until(i64),
     /// An instance to end (the previous tick's, for a kept tick), or the
-    /// engine's clock to reach this second (`i64::MAX`: never).
+    /// engine's clock to reach this millisecond (`i64::MAX`: never).
     EndOrUntil(i64),
     /// A control call (or, on a shared store, the next poll).
     Change,
@@ -104,11 +108,7 @@ async fn fire_for_ever(runner: Weak<Runner>, declared: Arc<Declared>, schedule: 
         };
         // A timeout, not a sleep: a time-skipping test clock must not jump
         // to the next tick on its own.
-        let reached = |at: i64| {
-            clock.timeout_at(from_millis(
-                u64::try_from(at).unwrap_or(0).saturating_mul(1000),
-            ))
-        };
+        let reached = |at: i64| clock.timeout_at(from_millis(u64::try_from(at).unwrap_or(0)));
         match wait {
             Wait::Now => {}
             Wait::Until(at) => {
@@ -197,8 +197,9 @@ async fn fire_due(runner: &Arc<Runner>, schedule: &Declaration) -> Result<Wait> 
     if stored.paused {
         return Ok(Wait::Change);
     }
-    let now = unix_seconds(runner.core.clock.now());
-    let due = now >= stored.next;
+    let now = unix_millis(runner.core.clock.now());
+    let fires_at = stored.definition.fires_at(&schedule.name, stored.next);
+    let due = now >= fires_at;
     // Whether the last tick still runs is read before the swap, which
     // keeps the state as it is if the last tick changed meanwhile: the
     // next look reads it again.
@@ -209,10 +210,10 @@ async fn fire_due(runner: &Arc<Runner>, schedule: &Declaration) -> Result<Wait> 
     };
     let kept_waits = stored.kept.is_some() && previous_runs;
     if !due && (stored.kept.is_none() || kept_waits) {
-        return Ok(match stored.next {
-            _ if kept_waits => Wait::EndOrUntil(stored.next),
+        return Ok(match fires_at {
+            _ if kept_waits => Wait::EndOrUntil(fires_at),
             i64::MAX => Wait::Change,
-            next => Wait::Until(next),
+            at => Wait::Until(at),
         });
     }
     let decided = state::update(journal, &schedule.name, |current| {
@@ -226,7 +227,7 @@ async fn fire_due(runner: &Arc<Runner>, schedule: &Declaration) -> Result<Wait> 
             .timing
             .timing()
             .unwrap_or_else(|| schedule.timing.clone());
-        let next = decide(&timing, current, now, previous_runs);
+        let next = decide(&timing, &schedule.name, current, now, previous_runs);
         let (fire, kept) = (next.pending.clone(), next.kept);
         Ok(if next == *current {
             Decision::Keep(None)
@@ -248,11 +249,18 @@ async fn fire_due(runner: &Arc<Runner>, schedule: &Declaration) -> Result<Wait> 
     Ok(Wait::Now)
 }
 
-/// The state after the ticks due at `now`: the ticks the policies fire
-/// (oldest first) are `pending`, a tick [`Overlap::QueueOne`] keeps is
-/// `kept`, and the next tick is the first after now. A kept tick whose
-/// previous instance ended fires first.
-fn decide(timing: &Timing, state: &ScheduleState, now: i64, previous_runs: bool) -> ScheduleState {
+/// The state after the ticks of schedule `name` due at `now`
+/// (milliseconds): the ticks the policies fire (oldest first) are
+/// `pending`, a tick [`Overlap::QueueOne`] keeps is `kept`, and the next
+/// tick is the first that fires after now. A kept tick whose previous
+/// instance ended fires first.
+fn decide(
+    timing: &Timing,
+    name: &str,
+    state: &ScheduleState,
+    now: i64,
+    previous_runs: bool,
+) -> ScheduleState {
     let mut next = state.clone();
     let mut busy = previous_runs;
     if let Some(kept) = state.kept.filter(|_| !previous_runs) {
@@ -260,9 +268,9 @@ fn decide(timing: &Timing, state: &ScheduleState, now: i64, previous_runs: bool)
         next.pending.push(kept);
         busy = true;
     }
-    if now >= state.next {
-        let due = ticks_due(timing, state, now);
-        next.next = timing.next_after(now).unwrap_or(i64::MAX);
+    if now >= state.definition.fires_at(name, state.next) {
+        let (due, after) = ticks_due(timing, name, state, now);
+        next.next = after;
         match state.definition.overlap {
             Overlap::Allow => next.pending.extend(due),
             Overlap::Skip | Overlap::QueueOne if !busy => next.pending.extend(due),
@@ -277,8 +285,11 @@ fn decide(timing: &Timing, state: &ScheduleState, now: i64, previous_runs: bool)
     next
 }
 
-/// The ticks due at `now` that the catch-up policy fires, oldest first.
-fn ticks_due(timing: &Timing, state: &ScheduleState, now: i64) -> Vec<i64> {
+/// The ticks due at `now` (milliseconds) that the catch-up policy fires,
+/// oldest first, and the first tick not due (`i64::MAX`: none). A tick
+/// is due once its fire time (its time, plus its jitter) has come; the
+/// ticks after one not due are not, so ticks fire in order.
+fn ticks_due(timing: &Timing, name: &str, state: &ScheduleState, now: i64) -> (Vec<i64>, i64) {
     let at_most = match state.definition.catch_up {
         CatchUp::All { at_most } => at_most.max(1) as usize,
         CatchUp::Skip | CatchUp::Latest => 1,
@@ -289,8 +300,9 @@ fn ticks_due(timing: &Timing, state: &ScheduleState, now: i64) -> Vec<i64> {
         Overlap::Allow => at_most,
     };
     let mut due = std::collections::VecDeque::with_capacity(at_most);
+    let fires_at = |tick: i64| state.definition.fires_at(name, tick);
     let mut at = Some(state.next);
-    while let Some(tick) = at.filter(|t| *t <= now) {
+    while let Some(tick) = at.filter(|t| fires_at(*t) <= now) {
         if due.len() == at_most {
             due.pop_front();
         }
@@ -298,9 +310,9 @@ fn ticks_due(timing: &Timing, state: &ScheduleState, now: i64) -> Vec<i64> {
         at = timing.next_after(tick);
     }
     if state.definition.catch_up == CatchUp::Skip {
-        due.retain(|tick| now - tick <= ON_TIME);
+        due.retain(|tick| now - fires_at(*tick) <= ON_TIME * 1000);
     }
-    due.into()
+    (due.into(), at.unwrap_or(i64::MAX))
 }
 
 /// Whether the instance of `schedule`'s tick at `at` exists and has not

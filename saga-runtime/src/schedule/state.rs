@@ -19,7 +19,7 @@
 //!   before reads (and fires) every schedule that uses none of it.
 //! - [`EXTENDED_LAYOUT`]: the first layout with an [`Extension`] beside
 //!   it (a new value rather than fields: the first layout's bytes never
-//!   change). Written when a schedule has the overlap policy
+//!   change). Written when a schedule has a jitter, the overlap policy
 //!   [`Overlap::QueueOne`](super::Overlap::QueueOne) or a kept tick. The
 //!   release before refuses its version byte outright, so it neither
 //!   fires such a schedule nor writes over it; it says it cannot read it.
@@ -69,6 +69,8 @@ const EXTENDED_LAYOUT: u8 = crate::codec::SEALED_FORMAT_VERSION + 1;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 struct Extension {
     kept: Option<i64>,
+    /// The definition's jitter, milliseconds (0: none).
+    jitter_ms: u64,
 }
 
 impl ScheduleState {
@@ -89,8 +91,13 @@ impl ScheduleState {
 
     /// What the first layout cannot hold, `None` when it holds it all.
     fn extension(&self) -> Option<Extension> {
-        let extension = Extension { kept: self.kept };
-        let needed = self.kept.is_some() || self.definition.overlap == super::Overlap::QueueOne;
+        let extension = Extension {
+            kept: self.kept,
+            jitter_ms: self.definition.jitter_ms,
+        };
+        let needed = self.kept.is_some()
+            || self.definition.jitter_ms != 0
+            || self.definition.overlap == super::Overlap::QueueOne;
         needed.then_some(extension)
     }
 
@@ -106,6 +113,7 @@ impl ScheduleState {
             Some(&EXTENDED_LAYOUT) => crate::codec::decode_record_as(bytes, EXTENDED_LAYOUT).map(
                 |(mut state, extension): (ScheduleState, Extension)| {
                     state.kept = extension.kept;
+                    state.definition.jitter_ms = extension.jitter_ms;
                     state
                 },
             ),
@@ -198,6 +206,7 @@ mod tests {
                 catch_up: CatchUp::All { at_most: 3 },
                 overlap: Overlap::Skip,
                 workflow: "w".into(),
+                jitter_ms: 0,
             },
             next: 1_893_456_900,
             paused: true,
@@ -228,6 +237,13 @@ mod tests {
         // Without a kept tick the policy still needs the extension.
         queued.kept = None;
         assert_eq!(queued.encode()[0], EXTENDED_LAYOUT);
+        // So does a jitter, of any policy.
+        let mut jittered = state.clone();
+        jittered.definition.jitter_ms = 30_000;
+        let bytes = jittered.encode();
+        assert_eq!(bytes[0], EXTENDED_LAYOUT);
+        assert_eq!(bytes[bytes.len() - 4..], [0, 251, 48, 117]);
+        assert_eq!(ScheduleState::decode("s", &bytes).unwrap(), jittered);
     }
 
     #[test]
@@ -250,9 +266,10 @@ mod tests {
         252, 0, 177, 183, 225, 0, 0,
     ];
 
-    /// The first layout (overlap 2, `QueueOne`), then the kept tick.
+    /// The first layout (overlap 2, `QueueOne`), then the kept tick and
+    /// no jitter.
     const GOLDEN_EXTENDED: &[u8] = &[
         4, 1, 251, 8, 7, 0, 2, 3, 2, 1, 119, 252, 8, 184, 183, 225, 1, 1, 252, 0, 177, 183, 225, 1,
-        252, 0, 177, 183, 225, 0, 0, 1, 252, 8, 184, 183, 225,
+        252, 0, 177, 183, 225, 0, 0, 1, 252, 8, 184, 183, 225, 0,
     ];
 }
