@@ -401,3 +401,59 @@ pub(crate) async fn start_tick(
     runner.spawn_driver_if_runnable_soon(&id);
     Ok(id)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schedule::{Definition, TimingSpec};
+
+    /// Every 15 minutes from 0, next tick 900, with `overlap`, catching up
+    /// all (at most 10) and `jitter_ms`.
+    fn quarterly(overlap: Overlap, jitter_ms: u64) -> (Timing, ScheduleState) {
+        let spec = TimingSpec::Every {
+            every: 900,
+            offset: 0,
+        };
+        let definition = Definition {
+            timing: spec.clone(),
+            catch_up: CatchUp::All { at_most: 10 },
+            overlap,
+            workflow: "w".into(),
+            jitter_ms,
+        };
+        let mut state = ScheduleState::new(definition, Some(900));
+        state.last_tick = Some(0);
+        (spec.timing().unwrap(), state)
+    }
+
+    #[test]
+    fn queue_one_keeps_the_latest_due_tick_once_and_skips_the_rest() {
+        let (timing, state) = quarterly(Overlap::QueueOne, 0);
+        // Three ticks due at 00:45 while 00:00 runs: the latest is kept.
+        let kept = decide(&timing, "s", &state, 2700 * 1000, true);
+        assert_eq!((kept.kept, kept.pending.clone()), (Some(2700), vec![]));
+        assert_eq!((kept.next, kept.last_tick), (3600, Some(0)));
+        // 01:00, still running: the kept one stays, 01:00 is skipped.
+        let skipped = decide(&timing, "s", &kept, 3600 * 1000, true);
+        assert_eq!((skipped.kept, skipped.next), (Some(2700), 4500));
+        assert!(skipped.pending.is_empty());
+        // It ended: the kept tick starts, and is the last tick.
+        let started = decide(&timing, "s", &skipped, 3700 * 1000, false);
+        assert_eq!((started.kept, started.pending.clone()), (None, vec![2700]));
+        assert_eq!((started.next, started.last_tick), (4500, Some(2700)));
+        // It ended as 01:15 fell due: the kept one starts, 01:15 is kept.
+        let both = decide(&timing, "s", &skipped, 4500 * 1000, false);
+        assert_eq!((both.kept, both.pending), (Some(4500), vec![2700]));
+    }
+
+    #[test]
+    fn a_jittered_tick_is_due_at_its_fire_time_and_keeps_its_time() {
+        let (timing, state) = quarterly(Overlap::Allow, 600_000);
+        let fires = state.definition.fires_at("s", 900);
+        assert!((900_000..1_500_000).contains(&fires), "{fires}");
+        let early = decide(&timing, "s", &state, fires - 1, false);
+        assert_eq!(early, state);
+        let due = decide(&timing, "s", &state, fires, false);
+        assert_eq!((due.pending, due.next), (vec![900], 1800));
+    }
+}
