@@ -2,7 +2,8 @@
 //! the documented ids (`name.YYYYMMDDThhmmssZ`, `~mN` when triggered by
 //! hand), across a reopen; the catch-up policies after downtime; overlap
 //! skip and allow; the daylight-saving days of America/New_York; pause
-//! and resume (no catch-up of paused ticks), durable; trigger; the last
+//! and resume (no catch-up of paused ticks), durable; trigger; jitter,
+//! alike on every engine; overlap queue-one, durable; the last
 //! registration wins; bad input as typed errors before anything is
 //! stored. The workflows are written with `#[workflow]`, as users write
 //! them.
@@ -262,6 +263,59 @@ async fn overlap_skip_skips_a_tick_while_the_last_one_runs() {
 }
 
 #[tokio::test]
+async fn overlap_queue_one_keeps_one_tick_until_the_last_one_ends() {
+    let clock = TestClock::new();
+    let store = Reopenable::new("schedqueueone").await;
+    let open = || {
+        let schedule = Schedule::every("queued", "15 minutes")
+            .overlap(Overlap::QueueOne)
+            .start(hold, |tick: Tick| tick.unix_seconds());
+        builder(&clock, schedule)
+    };
+    let engine = store.open(open).await;
+    let first = tick_id("queued", EPOCH + 900);
+    step(&engine, &clock, "queued", QUARTER, 1).await;
+    has_exactly(&engine, "queued", std::slice::from_ref(&first)).await;
+    until_status(&engine.instance(&first).await.unwrap(), Status::Waiting).await;
+    // 00:30 and 00:45 fall due while the 00:15 instance runs: 00:30 is
+    // kept, 00:45 skipped.
+    step(&engine, &clock, "queued", QUARTER, 2).await;
+    has_exactly(&engine, "queued", std::slice::from_ref(&first)).await;
+    let queued = info(&engine, "queued").await;
+    assert_eq!(queued.kept_tick, Some(at(EPOCH + 1800)));
+    assert_eq!(queued.overlap, Overlap::QueueOne);
+
+    // The kept tick is durable.
+    engine.close().await;
+    let engine = store.open(open).await;
+    settle().await;
+    has_exactly(&engine, "queued", std::slice::from_ref(&first)).await;
+    assert_eq!(
+        info(&engine, "queued").await.kept_tick,
+        Some(at(EPOCH + 1800))
+    );
+
+    // The 00:15 instance ends: the kept tick starts at once (the clock
+    // stands still), under its own time.
+    engine.send_event(&first, "release", &()).await.unwrap();
+    until_status(&engine.instance(&first).await.unwrap(), Status::Complete).await;
+    let kept = tick_id("queued", EPOCH + 1800);
+    assert_eq!(kept, "queued.20300101T003000Z");
+    has_exactly(&engine, "queued", &[first.clone(), kept.clone()]).await;
+    let kept_run = engine.instance(&kept).await.unwrap();
+    until_status(&kept_run, Status::Waiting).await;
+    assert_eq!(info(&engine, "queued").await.kept_tick, None);
+
+    // It is now the tick that runs: 01:00 is kept in its turn.
+    step(&engine, &clock, "queued", QUARTER, 1).await;
+    has_exactly(&engine, "queued", &[first, kept.clone()]).await;
+    assert_eq!(
+        info(&engine, "queued").await.kept_tick,
+        Some(at(EPOCH + 3600))
+    );
+}
+
+#[tokio::test]
 async fn overlap_allow_starts_each_tick_while_the_last_one_runs() {
     let clock = TestClock::new();
     let schedule =
@@ -277,6 +331,58 @@ async fn overlap_allow_starts_each_tick_while_the_last_one_runs() {
         until_status(&engine.instance(id).await.unwrap(), Status::Waiting).await;
     }
     assert_eq!(info(&engine, "overlapping").await.overlap, Overlap::Allow);
+}
+
+#[tokio::test]
+async fn jitter_delays_each_tick_alike_everywhere_and_keeps_its_id() {
+    let clock = TestClock::new();
+    let store = Reopenable::new("schedjitter").await;
+    let open = || {
+        let schedule = Schedule::every("spread", "1 hour")
+            .jitter("10 minutes")
+            .start(remind, input);
+        builder(&clock, schedule)
+    };
+    let engine = store.open(open).await;
+    let planned = info(&engine, "spread").await;
+    assert_eq!(planned.jitter, Some(Duration::from_secs(10 * MINUTE)));
+    let planned = planned.next_fires;
+    // Each tick fires within [its time, its time + 10 minutes).
+    let ticks: Vec<SystemTime> = (1..=3).map(|k| at(EPOCH + k * 3600)).collect();
+    for (fire, tick) in planned.iter().zip(&ticks) {
+        let delay = fire.duration_since(*tick).expect("not before its time");
+        assert!(delay < Duration::from_secs(10 * MINUTE), "{planned:?}");
+    }
+    assert_ne!(planned, ticks, "no tick is delayed at all");
+    // Another engine, on a store of its own, plans the same times.
+    let other = fresh(open()).await;
+    assert_eq!(info(&other, "spread").await.next_fires, planned);
+    other.close().await;
+
+    // A millisecond before its fire time the 01:00 tick has not fired; at
+    // it, it has, named by its time and given its time.
+    let before = planned[0].duration_since(clock.now()).unwrap() - Duration::from_millis(1);
+    clock.advance(before);
+    settle().await;
+    assert!(instances(&engine, "spread").await.is_empty());
+    clock.advance(Duration::from_millis(1));
+    let first = tick_id("spread", EPOCH + 3600);
+    has_exactly(&engine, "spread", std::slice::from_ref(&first)).await;
+    let result: (i64, u32) = engine
+        .instance(&first)
+        .await
+        .unwrap()
+        .result()
+        .await
+        .unwrap();
+    assert_eq!(result, (EPOCH + 3600, 0));
+
+    // After a reopen the next ticks fire when they were planned to.
+    engine.close().await;
+    let engine = store.open(open).await;
+    assert_eq!(info(&engine, "spread").await.next_fires[..2], planned[1..]);
+    clock.advance(planned[1].duration_since(clock.now()).unwrap());
+    has_exactly(&engine, "spread", &[first, tick_id("spread", EPOCH + 7200)]).await;
 }
 
 /// A daily cron at `hh:mm` in America/New_York, stepped through 48 hours
@@ -468,6 +574,28 @@ async fn bad_schedules_are_typed_errors_before_anything_is_stored() {
         assert_eq!(quoted, interval);
         assert!(error.unwrap().to_string().contains("e.g. \"15 minutes\""));
     }
+
+    for (schedule, jitter) in [
+        (Schedule::every("reminders", "15 minutes"), "15 minutes"),
+        (Schedule::every("reminders", "15 minutes"), "0 seconds"),
+        (Schedule::every("reminders", "15 minutes"), "a while"),
+    ] {
+        let error = open(schedule.jitter(jitter).start(remind, input));
+        let Some(Error::InvalidJitter { jitter: quoted, .. }) = &error else {
+            panic!("{jitter}: {error:?}");
+        };
+        assert_eq!(quoted, jitter);
+        assert!(error.unwrap().to_string().contains("e.g. \"30 seconds\""));
+    }
+    let sub_ms = open(
+        Schedule::every("reminders", "15 minutes")
+            .jitter(Duration::from_micros(10))
+            .start(remind, input),
+    );
+    assert!(
+        matches!(&sub_ms, Some(Error::InvalidJitter { reason, .. }) if reason.contains("milliseconds")),
+        "{sub_ms:?}"
+    );
 
     let nothing = open(Schedule::every("reminders", "15 minutes"));
     assert!(

@@ -95,8 +95,11 @@ fn listed(schedule: &ScheduleInfo) -> Value {
         "overlap": match schedule.overlap {
             Overlap::Allow => "allow",
             Overlap::Skip => "skip",
+            Overlap::QueueOne => "queue-one",
             _ => "unknown",
         },
+        "jitter_ms": schedule.jitter.map(|j| j.as_millis() as u64),
+        "kept_tick": schedule.kept_tick.map(rfc3339),
         "declared_here": schedule.declared_here,
     })
 }

@@ -256,6 +256,15 @@ pub(crate) fn decode_record<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Stri
     }
 }
 
+/// Decodes a record written behind `version` by [`encode_record_as`] (a
+/// layout of its own, as of the schedule states); every byte must be used.
+pub(crate) fn decode_record_as<T: DeserializeOwned>(
+    bytes: &[u8],
+    version: u8,
+) -> Result<T, String> {
+    decode_versioned(bytes, version)
+}
+
 /// Decodes a record of the first release, for the upgrade on open.
 pub(crate) fn decode_legacy_record<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
     decode_versioned(bytes, LEGACY_FORMAT_VERSION)

@@ -623,6 +623,21 @@ pub enum Error {
         reason: String,
     },
 
+    /// A schedule's jitter is zero, does not parse, is not a whole number
+    /// of milliseconds, or is not shorter than its interval. Nothing was
+    /// stored: fix it.
+    #[error(
+        "schedule {schedule:?}: invalid jitter {jitter:?}: {reason}; use a whole number of milliseconds, at least 1 and shorter than an interval schedule's interval, e.g. \"30 seconds\""
+    )]
+    InvalidJitter {
+        /// The schedule's name.
+        schedule: String,
+        /// The jitter as given.
+        jitter: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+
     /// A schedule is declared wrongly otherwise: its name, a policy, a
     /// missing `start`, a name declared twice. Nothing was stored; the
     /// message says what to change.

@@ -144,7 +144,7 @@ fn utc_stamp(at: i64) -> String {
 }
 
 /// The 64-bit FNV-1a hash: stable across releases and platforms.
-fn fnv1a(bytes: &[u8]) -> u64 {
+pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, b| {
         (hash ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
     })

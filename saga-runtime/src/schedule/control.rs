@@ -3,12 +3,12 @@
 //! across restarts.
 
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-#[cfg(doc)]
-use super::Tick;
 use super::state::{self, Decision};
 use super::{CatchUp, Declared, Overlap, firing, system_time, unix_seconds};
+#[cfg(doc)]
+use super::{Schedule, Tick};
 use crate::error::{Error, Result};
 use crate::instance::Instance;
 use crate::run::runner::Runner;
@@ -53,8 +53,9 @@ pub struct ScheduleInfo {
     pub timing: String,
     /// The workflow its ticks start.
     pub workflow: String,
-    /// Its next fire times, [`NEXT_FIRES_LISTED`] of them (none while it
-    /// is paused: resuming counts them from then).
+    /// Its next fire times, [`NEXT_FIRES_LISTED`] of them, each a tick's
+    /// time plus its jitter's delay (none while it is paused: resuming
+    /// counts them from then).
     pub next_fires: Vec<SystemTime>,
     /// Whether it is paused.
     pub paused: bool,
@@ -64,6 +65,11 @@ pub struct ScheduleInfo {
     pub catch_up: CatchUp,
     /// Its overlap policy.
     pub overlap: Overlap,
+    /// The most a tick fires after its time ([`Schedule::jitter`]).
+    pub jitter: Option<Duration>,
+    /// The tick kept by [`Overlap::QueueOne`] to start once the previous
+    /// tick's instance ends.
+    pub kept_tick: Option<SystemTime>,
     /// Whether this engine declares it (and so fires it, and may trigger it).
     pub declared_here: bool,
 }
@@ -144,7 +150,8 @@ impl<'a> Schedules<'a> {
                 let mut next_fires = Vec::new();
                 let mut at = (!s.paused && s.next != i64::MAX).then_some(s.next);
                 while let Some(tick) = at.filter(|_| next_fires.len() < NEXT_FIRES_LISTED) {
-                    next_fires.push(system_time(tick));
+                    let fires_at = s.definition.fires_at(&name, tick);
+                    next_fires.push(UNIX_EPOCH + Duration::from_millis(fires_at.max(0) as u64));
                     at = timing.as_ref().and_then(|t| t.next_after(tick));
                 }
                 ScheduleInfo {
@@ -157,6 +164,9 @@ impl<'a> Schedules<'a> {
                     last_tick: s.last_tick.map(system_time),
                     catch_up: s.definition.catch_up,
                     overlap: s.definition.overlap,
+                    jitter: (s.definition.jitter_ms > 0)
+                        .then(|| Duration::from_millis(s.definition.jitter_ms)),
+                    kept_tick: s.kept.map(system_time),
                 }
             })
             .collect())

@@ -9,15 +9,25 @@
 //! derived id, made durable, and `pending` is cleared. A worker that dies
 //! in between leaves `pending` behind; whichever worker looks next starts
 //! those ticks again, which creates nothing twice.
+//!
+//! [`Overlap::QueueOne`] keeps a tick that falls due while the previous
+//! one runs in the stored state (`kept`), by the same swap; the task then
+//! waits for an instance to end as well, and the swap that starts the
+//! kept tick is the one that sees the previous instance ended.
+//!
+//! A jitter moves when a tick fires, never its time: the stored next fire
+//! time stays the tick's, and a tick is due once the clock reaches its
+//! time plus its delay (`Definition::fires_at`, the same on every worker).
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use super::state::{self, Decision, ScheduleState};
-use super::{CatchUp, Declaration, Declared, Overlap, Timing, unix_seconds};
+use super::{CatchUp, Declaration, Declared, Overlap, Timing, unix_millis};
 use crate::error::{Error, Result};
 use crate::names::id::InstanceId;
 use crate::run::runner::Runner;
+use crate::store::Told;
 use crate::time::clock::from_millis;
 
 /// A tick fired within this long of its time is on time: the latest tick
@@ -44,8 +54,11 @@ pub(crate) fn spawn(runner: &Arc<Runner>, declared: &Arc<Declared>) {
 enum Wait {
     /// Nothing: look again now.
     Now,
-    /// The engine's clock to reach this second.
+    /// The engine's clock to reach this millisecond.
     Until(i64),
+    /// An instance to end (the previous tick's, for a kept tick), or the
+    /// engine's clock to reach this millisecond (`i64::MAX`: never).
+    EndOrUntil(i64),
     /// A control call (or, on a shared store, the next poll).
     Change,
     /// A failure passed: a moment of real time.
@@ -53,12 +66,24 @@ enum Wait {
 }
 
 async fn fire_for_ever(runner: Weak<Runner>, declared: Arc<Declared>, schedule: Arc<Declaration>) {
+    let Some(strong) = runner.upgrade() else {
+        return;
+    };
+    // Ends here, and on a shared store stops told by other workers.
+    let mut ends = strong.core.journal.subscribe_ends();
+    let mut stops = strong.core.journal.changes(Told::Stops);
+    drop(strong);
     loop {
         let Some(strong) = runner.upgrade() else {
             return;
         };
-        // Made before the look, so a control call during it is not missed.
+        // Made before the look, so a control call or an end during it is
+        // not missed.
         let changed = declared.changed.notified();
+        ends.borrow_and_update();
+        if let Some(stops) = &mut stops {
+            stops.borrow_and_update();
+        }
         let wait = match fire_due(&strong, &schedule).await {
             Ok(wait) => wait,
             Err(Error::Closed) => return,
@@ -81,14 +106,30 @@ async fn fire_for_ever(runner: Weak<Runner>, declared: Arc<Declared>, schedule: 
             }
             tokio::time::sleep(poll).await;
         };
+        // A timeout, not a sleep: a time-skipping test clock must not jump
+        // to the next tick on its own.
+        let reached = |at: i64| clock.timeout_at(from_millis(u64::try_from(at).unwrap_or(0)));
         match wait {
             Wait::Now => {}
             Wait::Until(at) => {
-                let at = from_millis(u64::try_from(at).unwrap_or(0).saturating_mul(1000));
-                // A timeout, not a sleep: a time-skipping test clock must
-                // not jump to the next tick on its own.
                 tokio::select! {
-                    () = clock.timeout_at(at) => {}
+                    () = reached(at) => {}
+                    () = changed => {}
+                    () = polled => {}
+                }
+            }
+            Wait::EndOrUntil(at) => {
+                let ticks = async {
+                    if at == i64::MAX {
+                        std::future::pending::<()>().await;
+                    }
+                    reached(at).await;
+                };
+                tokio::select! {
+                    () = ticks => {}
+                    // Err: the journal is gone, and the engine with it.
+                    _ = ends.changed() => {}
+                    Some(()) = crate::journal::told_of_change(&mut stops) => {}
                     () = changed => {}
                     () = polled => {}
                 }
@@ -156,42 +197,51 @@ async fn fire_due(runner: &Arc<Runner>, schedule: &Declaration) -> Result<Wait> 
     if stored.paused {
         return Ok(Wait::Change);
     }
-    let now = unix_seconds(runner.core.clock.now());
-    if now < stored.next {
-        return Ok(match stored.next {
+    let now = unix_millis(runner.core.clock.now());
+    let fires_at = stored.definition.fires_at(&schedule.name, stored.next);
+    let due = now >= fires_at;
+    // Whether the last tick still runs is read before the swap, which
+    // keeps the state as it is if the last tick changed meanwhile: the
+    // next look reads it again.
+    let previous_runs = match (stored.definition.overlap, stored.last_tick) {
+        (Overlap::Allow, _) | (_, None) => false,
+        (_, Some(_)) if !due && stored.kept.is_none() => false,
+        (_, Some(last)) => still_runs(runner, &schedule.name, last).await?,
+    };
+    let kept_waits = stored.kept.is_some() && previous_runs;
+    if !due && (stored.kept.is_none() || kept_waits) {
+        return Ok(match fires_at {
+            _ if kept_waits => Wait::EndOrUntil(fires_at),
             i64::MAX => Wait::Change,
-            next => Wait::Until(next),
+            at => Wait::Until(at),
         });
     }
-    // Due. Whether the last tick still runs is read before the swap; the
-    // swap fails if the state changed meanwhile, and this reads again.
-    let previous_runs = match (stored.definition.overlap, stored.last_tick) {
-        (Overlap::Skip, Some(last)) => still_runs(runner, &schedule.name, last).await?,
-        _ => false,
-    };
     let decided = state::update(journal, &schedule.name, |current| {
-        let Some(current) = current.filter(|c| c.pending.is_empty() && !c.paused) else {
+        let Some(current) = current
+            .filter(|c| c.pending.is_empty() && !c.paused && c.last_tick == stored.last_tick)
+        else {
             return Ok(Decision::Keep(None));
         };
-        if now < current.next {
-            return Ok(Decision::Keep(None));
-        }
         let timing = current
             .definition
             .timing
             .timing()
             .unwrap_or_else(|| schedule.timing.clone());
-        let fire = ticks_to_fire(&timing, current, now, previous_runs);
-        let mut next = current.clone();
-        next.next = timing.next_after(now).unwrap_or(i64::MAX);
-        next.last_tick = fire.last().copied().or(current.last_tick);
-        next.pending.clone_from(&fire);
-        Ok(Decision::Put(next, Some(fire)))
+        let next = decide(&timing, &schedule.name, current, now, previous_runs);
+        let (fire, kept) = (next.pending.clone(), next.kept);
+        Ok(if next == *current {
+            Decision::Keep(None)
+        } else {
+            Decision::Put(next, Some((fire, kept.filter(|_| kept != current.kept))))
+        })
     })
     .await?;
     match decided {
-        Some(fire) if !fire.is_empty() => start_pending(runner, schedule, fire).await?,
-        Some(_) => {
+        Some((fire, _)) if !fire.is_empty() => start_pending(runner, schedule, fire).await?,
+        Some((_, Some(kept))) => {
+            tracing::info!(schedule = %schedule.name, tick = kept, "tick kept until the previous tick's instance ends");
+        }
+        Some((_, None)) => {
             tracing::info!(schedule = %schedule.name, "ticks skipped by the schedule's policies");
         }
         None => {}
@@ -199,28 +249,60 @@ async fn fire_due(runner: &Arc<Runner>, schedule: &Declaration) -> Result<Wait> 
     Ok(Wait::Now)
 }
 
-/// The ticks due at `now` that the policies fire, oldest first.
-fn ticks_to_fire(
+/// The state after the ticks of schedule `name` due at `now`
+/// (milliseconds): the ticks the policies fire (oldest first) are
+/// `pending`, a tick [`Overlap::QueueOne`] keeps is `kept`, and the next
+/// tick is the first that fires after now. A kept tick whose previous
+/// instance ended fires first.
+fn decide(
     timing: &Timing,
+    name: &str,
     state: &ScheduleState,
     now: i64,
     previous_runs: bool,
-) -> Vec<i64> {
-    if previous_runs {
-        return Vec::new();
+) -> ScheduleState {
+    let mut next = state.clone();
+    let mut busy = previous_runs;
+    if let Some(kept) = state.kept.filter(|_| !previous_runs) {
+        next.kept = None;
+        next.pending.push(kept);
+        busy = true;
     }
+    if now >= state.definition.fires_at(name, state.next) {
+        let (due, after) = ticks_due(timing, name, state, now);
+        next.next = after;
+        match state.definition.overlap {
+            Overlap::Allow => next.pending.extend(due),
+            Overlap::Skip | Overlap::QueueOne if !busy => next.pending.extend(due),
+            Overlap::Skip => {}
+            Overlap::QueueOne => {
+                // At most one kept: a tick due while one is kept is skipped.
+                next.kept = next.kept.or(due.last().copied());
+            }
+        }
+    }
+    next.last_tick = next.pending.last().copied().or(state.last_tick);
+    next
+}
+
+/// The ticks due at `now` (milliseconds) that the catch-up policy fires,
+/// oldest first, and the first tick not due (`i64::MAX`: none). A tick
+/// is due once its fire time (its time, plus its jitter) has come; the
+/// ticks after one not due are not, so ticks fire in order.
+fn ticks_due(timing: &Timing, name: &str, state: &ScheduleState, now: i64) -> (Vec<i64>, i64) {
     let at_most = match state.definition.catch_up {
         CatchUp::All { at_most } => at_most.max(1) as usize,
         CatchUp::Skip | CatchUp::Latest => 1,
     };
     // One tick at a time when they must not overlap.
     let at_most = match state.definition.overlap {
-        Overlap::Skip => 1,
+        Overlap::Skip | Overlap::QueueOne => 1,
         Overlap::Allow => at_most,
     };
     let mut due = std::collections::VecDeque::with_capacity(at_most);
+    let fires_at = |tick: i64| state.definition.fires_at(name, tick);
     let mut at = Some(state.next);
-    while let Some(tick) = at.filter(|t| *t <= now) {
+    while let Some(tick) = at.filter(|t| fires_at(*t) <= now) {
         if due.len() == at_most {
             due.pop_front();
         }
@@ -228,9 +310,9 @@ fn ticks_to_fire(
         at = timing.next_after(tick);
     }
     if state.definition.catch_up == CatchUp::Skip {
-        due.retain(|tick| now - tick <= ON_TIME);
+        due.retain(|tick| now - fires_at(*tick) <= ON_TIME * 1000);
     }
-    due.into()
+    (due.into(), at.unwrap_or(i64::MAX))
 }
 
 /// Whether the instance of `schedule`'s tick at `at` exists and has not
@@ -318,4 +400,60 @@ pub(crate) async fn start_tick(
         .await?;
     runner.spawn_driver_if_runnable_soon(&id);
     Ok(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schedule::{Definition, TimingSpec};
+
+    /// Every 15 minutes from 0, next tick 900, with `overlap`, catching up
+    /// all (at most 10) and `jitter_ms`.
+    fn quarterly(overlap: Overlap, jitter_ms: u64) -> (Timing, ScheduleState) {
+        let spec = TimingSpec::Every {
+            every: 900,
+            offset: 0,
+        };
+        let definition = Definition {
+            timing: spec.clone(),
+            catch_up: CatchUp::All { at_most: 10 },
+            overlap,
+            workflow: "w".into(),
+            jitter_ms,
+        };
+        let mut state = ScheduleState::new(definition, Some(900));
+        state.last_tick = Some(0);
+        (spec.timing().unwrap(), state)
+    }
+
+    #[test]
+    fn queue_one_keeps_the_latest_due_tick_once_and_skips_the_rest() {
+        let (timing, state) = quarterly(Overlap::QueueOne, 0);
+        // Three ticks due at 00:45 while 00:00 runs: the latest is kept.
+        let kept = decide(&timing, "s", &state, 2700 * 1000, true);
+        assert_eq!((kept.kept, kept.pending.clone()), (Some(2700), vec![]));
+        assert_eq!((kept.next, kept.last_tick), (3600, Some(0)));
+        // 01:00, still running: the kept one stays, 01:00 is skipped.
+        let skipped = decide(&timing, "s", &kept, 3600 * 1000, true);
+        assert_eq!((skipped.kept, skipped.next), (Some(2700), 4500));
+        assert!(skipped.pending.is_empty());
+        // It ended: the kept tick starts, and is the last tick.
+        let started = decide(&timing, "s", &skipped, 3700 * 1000, false);
+        assert_eq!((started.kept, started.pending.clone()), (None, vec![2700]));
+        assert_eq!((started.next, started.last_tick), (4500, Some(2700)));
+        // It ended as 01:15 fell due: the kept one starts, 01:15 is kept.
+        let both = decide(&timing, "s", &skipped, 4500 * 1000, false);
+        assert_eq!((both.kept, both.pending), (Some(4500), vec![2700]));
+    }
+
+    #[test]
+    fn a_jittered_tick_is_due_at_its_fire_time_and_keeps_its_time() {
+        let (timing, state) = quarterly(Overlap::Allow, 600_000);
+        let fires = state.definition.fires_at("s", 900);
+        assert!((900_000..1_500_000).contains(&fires), "{fires}");
+        let early = decide(&timing, "s", &state, fires - 1, false);
+        assert_eq!(early, state);
+        let due = decide(&timing, "s", &state, fires, false);
+        assert_eq!((due.pending, due.next), (vec![900], 1800));
+    }
 }

@@ -69,6 +69,12 @@ pub enum Overlap {
     /// Skip the tick (it starts nothing, and is not fired later). A
     /// catch-up then fires at most one tick, the latest.
     Skip,
+    /// Keep the tick, and start it as soon as the previous tick's
+    /// instance ends; while one is kept, further ticks that fall due are
+    /// skipped. The kept tick is stored (a restart keeps it), and its
+    /// instance is named by its own time. A catch-up fires (or keeps) at
+    /// most one tick, the latest.
+    QueueOne,
 }
 
 /// A tick of a schedule, given to the closure that makes the workflow's
@@ -141,6 +147,8 @@ pub struct Schedule {
     timing: TimingSpec,
     catch_up: CatchUp,
     overlap: Overlap,
+    /// 0: none.
+    jitter_ms: u64,
     target: Option<Arc<dyn TickTarget>>,
     /// The first mistake made declaring it, answered at build time.
     problem: Option<Error>,
@@ -243,6 +251,25 @@ impl Schedule {
         self
     }
 
+    /// Spreads the ticks out: each fires at its time plus a delay in
+    /// `[0, jitter)`, derived from the schedule's name and the tick's
+    /// time by a hash, so every worker and every run fires it at the same
+    /// moment. The tick keeps its time: its instance id and
+    /// [`Tick::at`] are the tick's, not the moment it fired.
+    ///
+    /// `jitter` is a whole number of milliseconds, at least one, and for
+    /// an interval schedule shorter than the interval; else the builder's
+    /// `open` is [`Error::InvalidJitter`]. A cron schedule's jitter may
+    /// outlast the gap to its next tick: ticks still fire in order, each
+    /// once the one before it fired.
+    pub fn jitter(mut self, jitter: impl IntoDuration + std::fmt::Debug) -> Schedule {
+        match jitter_millis(&self.name, jitter, &self.timing) {
+            Ok(ms) => self.jitter_ms = ms,
+            Err(e) => self.note(e),
+        }
+        self
+    }
+
     /// The workflow each tick starts, and its input, made from the tick
     /// by `input` (which must not panic; one that does fires nothing, and
     /// the engine logs it). The builder registers the workflow too.
@@ -269,6 +296,7 @@ impl Schedule {
             timing,
             catch_up: CatchUp::default(),
             overlap: Overlap::default(),
+            jitter_ms: 0,
             target: None,
             problem: None,
         };
@@ -304,6 +332,7 @@ impl std::fmt::Debug for Schedule {
             .field("timing", &self.timing)
             .field("catch_up", &self.catch_up)
             .field("overlap", &self.overlap)
+            .field("jitter_ms", &self.jitter_ms)
             .finish_non_exhaustive()
     }
 }
@@ -327,7 +356,7 @@ fn whole_seconds(
     interval: impl IntoDuration + std::fmt::Debug,
     zero_ok: bool,
 ) -> Result<i64> {
-    let shown = format!("{interval:?}").trim_matches('"').to_owned();
+    let shown = shown(&interval);
     let invalid = |reason: String| Error::InvalidInterval {
         schedule: schedule.to_owned(),
         interval: shown.clone(),
@@ -345,6 +374,43 @@ fn whole_seconds(
         ));
     }
     i64::try_from(duration.as_secs()).map_err(|_| invalid("it is too long".into()))
+}
+
+/// `jitter` in whole milliseconds, or the error that quotes it: zero, a
+/// fraction of a millisecond, and (for an interval schedule) the interval
+/// or more are refused.
+fn jitter_millis(
+    schedule: &str,
+    jitter: impl IntoDuration + std::fmt::Debug,
+    timing: &TimingSpec,
+) -> Result<u64> {
+    let shown = shown(&jitter);
+    let invalid = |reason: String| Error::InvalidJitter {
+        schedule: schedule.to_owned(),
+        jitter: shown.clone(),
+        reason,
+    };
+    let duration = jitter.into_duration().map_err(|e| invalid(e.to_string()))?;
+    if duration.is_zero() {
+        return Err(invalid("it is zero (leave .jitter out for none)".into()));
+    }
+    if duration.subsec_nanos() % 1_000_000 != 0 {
+        return Err(invalid("it is not a whole number of milliseconds".into()));
+    }
+    let ms = u64::try_from(duration.as_millis()).map_err(|_| invalid("it is too long".into()))?;
+    match timing {
+        TimingSpec::Every { every, .. } if i128::from(ms) >= i128::from(*every) * 1000 => {
+            Err(invalid(format!(
+                "it is not shorter than the interval ({every} s), so a tick could fire after the next one's time"
+            )))
+        }
+        _ => Ok(ms),
+    }
+}
+
+/// A duration as the user wrote it, for an error to quote.
+fn shown(duration: &impl std::fmt::Debug) -> String {
+    format!("{duration:?}").trim_matches('"').to_owned()
 }
 
 /// When a schedule fires, as declared and stored.
@@ -392,6 +458,20 @@ pub(crate) struct Definition {
     pub(crate) catch_up: CatchUp,
     pub(crate) overlap: Overlap,
     pub(crate) workflow: String,
+    /// The most a tick fires after its time, milliseconds (0: none). Not
+    /// in the first layout of the stored state (`state::Extension`).
+    #[serde(skip)]
+    pub(crate) jitter_ms: u64,
+}
+
+impl Definition {
+    /// When schedule `name`'s tick at `at` (seconds) fires, milliseconds
+    /// since the epoch: its time plus its jitter's delay.
+    pub(crate) fn fires_at(&self, name: &str, at: i64) -> i64 {
+        let delay = timing::jitter_delay(name, at, self.jitter_ms);
+        at.saturating_mul(1000)
+            .saturating_add(i64::try_from(delay).unwrap_or(i64::MAX))
+    }
 }
 
 /// The workflow a schedule starts and how it makes the input, with the
@@ -500,6 +580,7 @@ impl Declared {
                     catch_up: schedule.catch_up,
                     overlap: schedule.overlap,
                     workflow: target.workflow_name().to_owned(),
+                    jitter_ms: schedule.jitter_ms,
                 },
                 timing,
                 target,
@@ -522,6 +603,13 @@ pub(crate) fn system_time(at: i64) -> SystemTime {
         Ok(secs) => UNIX_EPOCH + Duration::from_secs(secs),
         Err(_) => UNIX_EPOCH - Duration::from_secs(at.unsigned_abs()),
     }
+}
+
+/// Milliseconds since the epoch of `time` (0 before it).
+pub(crate) fn unix_millis(time: SystemTime) -> i64 {
+    time.duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
 }
 
 /// Seconds since the epoch of `time` (0 before it).
@@ -564,6 +652,33 @@ mod tests {
         assert!(name.contains("[A-Za-z0-9_-]"), "{name}");
         let all = problem(Schedule::every("r", "1 hour").catch_up(CatchUp::All { at_most: 0 }));
         assert!(all.contains("at_most"), "{all}");
+        let jitter = problem(Schedule::every("r", "1 hour").jitter("1 hour"));
+        assert!(
+            jitter.contains("\"1 hour\"") && jitter.contains("shorter than the interval (3600 s)"),
+            "{jitter}"
+        );
+        let zero = problem(Schedule::every("r", "1 hour").jitter("0 s"));
+        assert!(
+            zero.contains("zero") && zero.contains("e.g. \"30 seconds\""),
+            "{zero}"
+        );
+        let fraction = problem(Schedule::every("r", "1 hour").jitter(Duration::from_micros(1500)));
+        assert!(
+            fraction.contains("whole number of milliseconds"),
+            "{fraction}"
+        );
+        assert!(
+            Schedule::cron("n", "0 2 * * *")
+                .jitter("3 days")
+                .problem
+                .is_none()
+        );
+        assert_eq!(
+            Schedule::every("r", "1 hour")
+                .jitter("59 minutes")
+                .jitter_ms,
+            59 * 60_000
+        );
     }
 
     #[test]

@@ -12,8 +12,21 @@
 //! is one instance).
 //!
 //! Encoded as the engine's records are (`codec::encode_record`: a format
-//! version byte, then bincode), golden bytes below. A later release that
-//! needs more here adds a new value beside this one rather than fields.
+//! version byte, then bincode), golden bytes below, in one of two layouts:
+//!
+//! - [`FIRST_LAYOUT`], the first release's: the state without what came
+//!   since. Written whenever the state needs nothing more, so the release
+//!   before reads (and fires) every schedule that uses none of it.
+//! - [`EXTENDED_LAYOUT`]: the first layout with an [`Extension`] beside
+//!   it (a new value rather than fields: the first layout's bytes never
+//!   change). Written when a schedule has a jitter, the overlap policy
+//!   [`Overlap::QueueOne`](super::Overlap::QueueOne) or a kept tick. The
+//!   release before refuses its version byte outright, so it neither
+//!   fires such a schedule nor writes over it; it says it cannot read it.
+//!
+//! A layout this release does not know (a newer release's) is answered
+//! the same way: an error, and the stored value left as it is, since
+//! writing back what it understood of it would drop the rest.
 
 use serde::{Deserialize, Serialize};
 
@@ -35,6 +48,29 @@ pub(crate) struct ScheduleState {
     /// The second of the last manual run, and how many ran in it.
     pub(crate) manual_at: i64,
     pub(crate) manual_count: u32,
+    /// The tick kept, by [`Overlap::QueueOne`](super::Overlap::QueueOne),
+    /// to start once the previous tick's instance ends. Not in the first
+    /// layout: stored in its [`Extension`].
+    #[serde(skip)]
+    pub(crate) kept: Option<i64>,
+}
+
+/// The version byte of the first release's layout.
+const FIRST_LAYOUT: u8 = crate::codec::FORMAT_VERSION;
+
+/// The version byte of the layout with an [`Extension`]. Not the next
+/// byte, 3: the release before decodes that as its first layout
+/// (`codec::SEALED_FORMAT_VERSION`, the same layout), so it could take
+/// the extended bytes for a state of its own. It refuses 4.
+const EXTENDED_LAYOUT: u8 = crate::codec::SEALED_FORMAT_VERSION + 1;
+
+/// What the extended layout adds beside the first one. Fields are
+/// appended only by a new layout version.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct Extension {
+    kept: Option<i64>,
+    /// The definition's jitter, milliseconds (0: none).
+    jitter_ms: u64,
 }
 
 impl ScheduleState {
@@ -49,15 +85,44 @@ impl ScheduleState {
             pending: Vec::new(),
             manual_at: 0,
             manual_count: 0,
+            kept: None,
         }
     }
 
+    /// What the first layout cannot hold, `None` when it holds it all.
+    fn extension(&self) -> Option<Extension> {
+        let extension = Extension {
+            kept: self.kept,
+            jitter_ms: self.definition.jitter_ms,
+        };
+        let needed = self.kept.is_some()
+            || self.definition.jitter_ms != 0
+            || self.definition.overlap == super::Overlap::QueueOne;
+        needed.then_some(extension)
+    }
+
     pub(crate) fn encode(&self) -> Vec<u8> {
-        crate::codec::encode_record(self)
+        match self.extension() {
+            None => crate::codec::encode_record_as(self, FIRST_LAYOUT),
+            Some(extension) => crate::codec::encode_record_as(&(self, extension), EXTENDED_LAYOUT),
+        }
     }
 
     fn decode(name: &str, bytes: &[u8]) -> Result<ScheduleState> {
-        crate::codec::decode_record(bytes).map_err(|detail| Error::Corrupt {
+        let decoded = match bytes.first() {
+            Some(&EXTENDED_LAYOUT) => crate::codec::decode_record_as(bytes, EXTENDED_LAYOUT).map(
+                |(mut state, extension): (ScheduleState, Extension)| {
+                    state.kept = extension.kept;
+                    state.definition.jitter_ms = extension.jitter_ms;
+                    state
+                },
+            ),
+            Some(&version) if version > EXTENDED_LAYOUT => Err(format!(
+                "layout version {version} is a newer release's; this release leaves it alone (fire it from the newer release's workers, or upgrade)"
+            )),
+            _ => crate::codec::decode_record(bytes),
+        };
+        decoded.map_err(|detail| Error::Corrupt {
             what: format!("the stored state of schedule {name:?}"),
             detail,
         })
@@ -141,6 +206,7 @@ mod tests {
                 catch_up: CatchUp::All { at_most: 3 },
                 overlap: Overlap::Skip,
                 workflow: "w".into(),
+                jitter_ms: 0,
             },
             next: 1_893_456_900,
             paused: true,
@@ -148,6 +214,7 @@ mod tests {
             pending: vec![1_893_456_000],
             manual_at: 0,
             manual_count: 0,
+            kept: None,
         };
         let bytes = state.encode();
         assert_eq!(
@@ -156,10 +223,53 @@ mod tests {
         );
         assert_eq!(ScheduleState::decode("s", &bytes).unwrap(), state);
         assert!(ScheduleState::decode("s", &bytes[..5]).is_err());
+
+        // Queue-one, with a kept tick: the first layout, then the extension.
+        let mut queued = state.clone();
+        queued.definition.overlap = Overlap::QueueOne;
+        queued.kept = Some(1_893_456_900);
+        let extended = queued.encode();
+        assert_eq!(
+            extended, GOLDEN_EXTENDED,
+            "the stored encoding of a schedule changed: {extended:?}"
+        );
+        assert_eq!(ScheduleState::decode("s", &extended).unwrap(), queued);
+        // Without a kept tick the policy still needs the extension.
+        queued.kept = None;
+        assert_eq!(queued.encode()[0], EXTENDED_LAYOUT);
+        // So does a jitter, of any policy.
+        let mut jittered = state.clone();
+        jittered.definition.jitter_ms = 30_000;
+        let bytes = jittered.encode();
+        assert_eq!(bytes[0], EXTENDED_LAYOUT);
+        assert_eq!(bytes[bytes.len() - 4..], [0, 251, 48, 117]);
+        assert_eq!(ScheduleState::decode("s", &bytes).unwrap(), jittered);
+    }
+
+    #[test]
+    fn a_layout_of_a_newer_release_is_refused_not_misread() {
+        let mut newer = GOLDEN.to_vec();
+        newer[0] = EXTENDED_LAYOUT + 1;
+        let refused = ScheduleState::decode("s", &newer).unwrap_err().to_string();
+        assert!(refused.contains("newer release"), "{refused}");
+        // The release before takes the extended layout for no state of its
+        // own: its decoding (`codec::decode_record`) refuses the version.
+        assert!(crate::codec::decode_record::<ScheduleState>(GOLDEN_EXTENDED).is_err());
+        // Bytes after the extension (a field a layout added) are refused too.
+        let mut longer = GOLDEN_EXTENDED.to_vec();
+        longer.push(0);
+        assert!(ScheduleState::decode("s", &longer).is_err());
     }
 
     const GOLDEN: &[u8] = &[
         2, 1, 251, 8, 7, 0, 2, 3, 1, 1, 119, 252, 8, 184, 183, 225, 1, 1, 252, 0, 177, 183, 225, 1,
         252, 0, 177, 183, 225, 0, 0,
+    ];
+
+    /// The first layout (overlap 2, `QueueOne`), then the kept tick and
+    /// no jitter.
+    const GOLDEN_EXTENDED: &[u8] = &[
+        4, 1, 251, 8, 7, 0, 2, 3, 2, 1, 119, 252, 8, 184, 183, 225, 1, 1, 252, 0, 177, 183, 225, 1,
+        252, 0, 177, 183, 225, 0, 0, 1, 252, 8, 184, 183, 225, 0,
     ];
 }

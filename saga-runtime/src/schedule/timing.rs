@@ -43,6 +43,26 @@ impl Timing {
     }
 }
 
+/// How long after its time schedule `name`'s tick at `at` (seconds)
+/// fires, milliseconds in `[0, jitter_ms)`: a hash of the name and the
+/// time, so every worker, every run and every release agrees (FNV-1a,
+/// then SplitMix64's finalizer to spread the low bits; pinned by a test,
+/// since a change would move ticks workers already agree on).
+pub(crate) fn jitter_delay(name: &str, at: i64, jitter_ms: u64) -> u64 {
+    if jitter_ms == 0 {
+        return 0;
+    }
+    let mut bytes = Vec::with_capacity(name.len() + 9);
+    bytes.extend_from_slice(name.as_bytes());
+    // Not a name's character: "a" at 1 and "a1" at 0 hash apart.
+    bytes.push(b'.');
+    bytes.extend_from_slice(&at.to_le_bytes());
+    let mut z = crate::names::id::fnv1a(&bytes);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    (z ^ (z >> 31)) % jitter_ms
+}
+
 fn next_cron_after(cron: &Cron, zone: &TimeZone, after: i64) -> Option<i64> {
     let local = zone.to_datetime(Timestamp::from_second(after).ok()?);
     let mut from = local.date().at(local.hour(), local.minute(), 0, 0);
@@ -118,6 +138,27 @@ mod tests {
         assert_eq!(offset.next_after(0), Some(300));
         assert_eq!(offset.next_after(300), Some(1200));
         assert_eq!(offset.next_after(-1000), Some(-600));
+    }
+
+    #[test]
+    fn a_jitter_delay_is_pinned_and_within_the_jitter() {
+        assert_eq!(jitter_delay("nightly", 1_893_456_000, 0), 0);
+        let delays: Vec<u64> = (0..4)
+            .map(|k| jitter_delay("nightly", 1_893_456_000 + k * 3600, 600_000))
+            .collect();
+        assert_eq!(
+            delays,
+            [339_605, 362_533, 126_261, 491_234],
+            "the jitter delays changed"
+        );
+        for k in 0..1000 {
+            assert!(jitter_delay("r", k, 1000) < 1000);
+        }
+        // Spread over the window, not bunched at its start.
+        let late = (0..1000)
+            .filter(|k| jitter_delay("r", *k, 1000) >= 500)
+            .count();
+        assert!((400..600).contains(&late), "{late}");
     }
 
     #[test]
