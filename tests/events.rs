@@ -511,3 +511,124 @@ async fn start_with_an_existing_id_and_another_input_is_a_typed_error() {
         Err(Error::InputMismatch { .. })
     ));
 }
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Decision {
+    approved: bool,
+}
+
+/// Waits for a typed "decision" (a day at most).
+#[workflow(name = "decide")]
+async fn decide(ctx: WorkflowContext, (): ()) -> Result<bool, WorkflowError> {
+    let decision: Decision = ctx
+        .wait_for_event("wait-decision", "decision", "1 day")
+        .await?;
+    Ok(decision.approved)
+}
+
+/// The same wait, failing on an event that does not decode.
+#[workflow(name = "decide-strictly")]
+async fn decide_strictly(ctx: WorkflowContext, (): ()) -> Result<bool, WorkflowError> {
+    let decision: Decision = ctx
+        .wait_for_event("wait-decision", "decision", "1 day")
+        .fail_on_undecodable()
+        .await?;
+    Ok(decision.approved)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_that_does_not_decode_is_set_aside_and_the_wait_goes_on() {
+    let clock = TestClock::new();
+    let engine = engine_on(&clock).await;
+    let mut events = engine.subscribe();
+    let run = engine.start(decide, "decide-1", ()).await.unwrap();
+    until_history(&run, wait_started).await;
+    let bad = serde_json::json!({"approved": "yes"});
+    engine
+        .send_event("decide-1", "decision", &bad)
+        .await
+        .unwrap();
+    until_history(&run, |k| matches!(k, EventKind::EventRejected { .. })).await;
+    settle().await;
+    // Still waiting, with nothing pending: the event was set aside, and
+    // said why.
+    assert_eq!(run.status().await.unwrap(), Status::Waiting);
+    let inspected = run.inspect().await.unwrap();
+    assert!(inspected.pending_events.is_empty(), "{inspected:?}");
+    assert_eq!(inspected.rejected_events.len(), 1);
+    let rejected = &inspected.rejected_events[0];
+    assert_eq!(
+        (rejected.wait.as_str(), rejected.event_type.as_str()),
+        ("wait-decision", "decision")
+    );
+    assert!(
+        rejected.error.contains("invalid type"),
+        "{}",
+        rejected.error
+    );
+    let history = run.history().await.unwrap();
+    let line = history
+        .iter()
+        .find(|e| matches!(e.kind, EventKind::EventRejected { .. }))
+        .unwrap()
+        .to_string();
+    assert!(
+        line.contains("wait \"wait-decision\" rejected event \"decision\""),
+        "{line}"
+    );
+    // Subscribers see it too.
+    let mut seen = false;
+    while !seen {
+        let event = within("the rejection's event", events.recv())
+            .await
+            .unwrap();
+        seen =
+            event.instance == "decide-1" && matches!(event.kind, EventKind::EventRejected { .. });
+    }
+    // A good one is taken.
+    engine
+        .send_event("decide-1", "decision", &Decision { approved: true })
+        .await
+        .unwrap();
+    assert!(within("the result", run.result()).await.unwrap());
+    assert_eq!(run.inspect().await.unwrap().rejected_events.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rejection_leaves_the_waits_timeout_as_it_was() {
+    let clock = TestClock::new();
+    let engine = engine_on(&clock).await;
+    let run = engine.start(decide, "decide-2", ()).await.unwrap();
+    until_history(&run, wait_started).await;
+    within("the wait's deadline", clock.wait_for_sleepers(1)).await;
+    engine
+        .send_event("decide-2", "decision", &7u64)
+        .await
+        .unwrap();
+    until_history(&run, |k| matches!(k, EventKind::EventRejected { .. })).await;
+    clock.advance(Duration::from_secs(24 * HOUR));
+    let ended = within("the timeout", run.result()).await;
+    assert!(
+        matches!(&ended, Err(Error::WorkflowFailed { failure, .. }) if failure.message().contains("timed out")),
+        "{ended:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_that_fails_on_undecodable_events_fails_the_workflow() {
+    let clock = TestClock::new();
+    let engine = engine_on(&clock).await;
+    let run = engine.start(decide_strictly, "decide-3", ()).await.unwrap();
+    until_history(&run, wait_started).await;
+    let bad = serde_json::json!({"approved": "yes"});
+    engine
+        .send_event("decide-3", "decision", &bad)
+        .await
+        .unwrap();
+    let ended = within("the failure", run.result()).await;
+    assert!(
+        matches!(&ended, Err(Error::WorkflowFailed { failure, .. }) if failure.message().contains("does not decode")),
+        "{ended:?}"
+    );
+    assert!(run.inspect().await.unwrap().rejected_events.is_empty());
+}

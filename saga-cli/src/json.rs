@@ -116,6 +116,12 @@ pub(crate) fn instance(i: &Inspection, info: &InstanceInfo) -> Value {
                 "payload": payload(Some(&e.payload)),
                 "sent_at": rfc3339(e.sent_at),
             })).collect::<Vec<_>>(),
+            "rejected_events": i.rejected_events.iter().map(|e| json!({
+                "wait": e.wait,
+                "event_type": e.event_type,
+                "error": e.error,
+                "rejected_at": rfc3339(e.rejected_at),
+            })).collect::<Vec<_>>(),
             "tags": info.tags,
             "parent": info.parent,
             "failed_compensation": info.failed_compensation,

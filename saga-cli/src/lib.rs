@@ -87,7 +87,7 @@
 //! - `show`: `{"schema": 1, "instance": {"id", "workflow", "status",
 //!   "generation", "created_at", "updated_at", "finished_at", "input",
 //!   "output", "error", "rollback_cause", "rollback_error", "slots",
-//!   "compensations", "pending_events", "tags", "parent",
+//!   "compensations", "pending_events", "rejected_events", "tags", "parent",
 //!   "failed_compensation", "owner"}}`. Each slot has `"kind"`
 //!   (`"step"`, `"sleep"`, `"wait"` or `"child"`), `"name"`, `"occurrence"`,
 //!   `"generation"`, `"started_at"`, `"ended_at"`, `"duration_ms"`; a step

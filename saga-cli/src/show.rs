@@ -112,6 +112,21 @@ fn timeline(
             ));
         }
     }
+    if !i.rejected_events.is_empty() {
+        text.push_str(&format!(
+            "\n{}\n",
+            style.paint(Paint::Bold, "Events set aside (they do not decode)")
+        ));
+        for event in &i.rejected_events {
+            text.push_str(&format!(
+                "  {} by wait {} {}  {}\n",
+                escape(&format!("{:?}", event.event_type)),
+                escape(&format!("{:?}", event.wait)),
+                time(event.rejected_at),
+                style.paint(Paint::Red, &escape(&event.error))
+            ));
+        }
+    }
     text.push_str(&outcome(i, style));
     text
 }

@@ -394,3 +394,52 @@ fn history_prints_every_event_in_order() {
     assert_eq!(events[0]["event"], "InstanceCreated");
     assert_eq!(fails(store.path(), &["history", "nobody"]).code, 1);
 }
+
+#[test]
+fn show_lists_an_event_the_wait_set_aside() {
+    let store = waiting_store();
+    // `order-7` waits for a `payment` that is a number; this one is not.
+    ok(
+        store.path(),
+        &[
+            "send-event",
+            "order-7",
+            "payment",
+            "--json",
+            r#""forty-two""#,
+        ],
+    );
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let engine = saga_runtime::Engine::builder()
+            .clock(saga_runtime::TestClock::new())
+            .register(support::fulfil())
+            .open(store.path())
+            .unwrap();
+        let run = engine.instance("order-7").await.unwrap();
+        tokio::time::timeout(std::time::Duration::from_secs(30), async {
+            while run.inspect().await.unwrap().rejected_events.is_empty() {
+                tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+            }
+        })
+        .await
+        .expect("the wait sets the event aside");
+        engine.close().await;
+    });
+    let shown = ok(store.path(), &["show", "order-7"]);
+    assert!(shown.contains("Events set aside"), "{shown}");
+    assert!(
+        shown.contains(r#""payment" by wait "wait-payment""#),
+        "{shown}"
+    );
+    let shown = json(store.path(), &["show", "order-7"]);
+    let rejected = &shown["instance"]["rejected_events"][0];
+    assert_eq!(rejected["wait"], "wait-payment");
+    assert!(
+        rejected["error"].as_str().unwrap().contains("invalid type"),
+        "{rejected}"
+    );
+    assert_eq!(shown["instance"]["status"], "waiting");
+    let history = ok(store.path(), &["history", "order-7"]);
+    assert!(history.contains("rejected event \"payment\""), "{history}");
+}

@@ -132,8 +132,8 @@ pub use saga_macros::{rollback, step, workflow};
 pub mod inspect {
     pub use crate::instance::inspect::{
         CompensationOutcome, InspectedChild, InspectedCompensation, InspectedSleep, InspectedSlot,
-        InspectedStep, InspectedWait, Inspection, PayloadView, PendingEvent, REDACTED, StepState,
-        WaitState,
+        InspectedStep, InspectedWait, Inspection, PayloadView, PendingEvent, REDACTED,
+        RejectedEvent, StepState, WaitState,
     };
 }
 

@@ -59,6 +59,9 @@ pub struct Inspection {
     pub compensations: Vec<InspectedCompensation>,
     /// Events sent to the instance that no wait has taken yet.
     pub pending_events: Vec<PendingEvent>,
+    /// Events a wait set aside because their payload does not decode as
+    /// the wait's type, oldest first.
+    pub rejected_events: Vec<RejectedEvent>,
 }
 
 /// One durable call of the workflow code.
@@ -303,6 +306,21 @@ pub struct PendingEvent {
     pub payload: PayloadView,
     /// When it was sent.
     pub sent_at: SystemTime,
+}
+
+/// An event a wait set aside: its payload does not decode as the type
+/// the wait asks for (see `EventWaitCall::fail_on_undecodable`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RejectedEvent {
+    /// The wait that set it aside.
+    pub wait: String,
+    /// Its type.
+    pub event_type: String,
+    /// Why it does not decode.
+    pub error: String,
+    /// When it was set aside.
+    pub rejected_at: SystemTime,
 }
 
 /// A stored user value, shown without the user's types.
@@ -588,6 +606,16 @@ fn inspection(id: &str, state: &InstanceState, times: &Times) -> Inspection {
                 event_type: event.event_type.clone(),
                 payload: PayloadView::of(&event.payload),
                 sent_at: from_millis(event.sent_at),
+            })
+            .collect(),
+        rejected_events: state
+            .rejected
+            .iter()
+            .map(|r| RejectedEvent {
+                wait: r.wait.clone(),
+                event_type: r.event_type.clone(),
+                error: r.error.clone(),
+                rejected_at: from_millis(r.at),
             })
             .collect(),
     }

@@ -66,6 +66,7 @@ impl Change {
                 | Change::WaitStartedWithRollback { .. }
                 | Change::CreatedOnQueue { .. }
                 | Change::Dequeued
+                | Change::EventRejected { .. }
         )
     }
 }
@@ -118,6 +119,9 @@ impl CarriesPayloads for Entry {
             | Change::PausedWithParent
             | Change::WaitStartedWithRollback { .. }
             | Change::Dequeued => Vec::new(),
+            // The decode error only: the payload was the event's, which
+            // its own record holds (sealed).
+            Change::EventRejected { .. } => Vec::new(),
         }
     }
 }
@@ -320,6 +324,14 @@ pub(crate) enum Change {
     /// It took a slot of its queue, and holds it until it ends (a restart
     /// puts it back in the queue).
     Dequeued,
+    /// The wait of `slot` set the pending event `event` aside: its payload
+    /// does not decode as the wait's type (`error` says why). It is no
+    /// longer pending; the wait goes on.
+    EventRejected {
+        slot: u32,
+        event: EventId,
+        error: String,
+    },
 }
 
 /// How an instance ended.
@@ -357,7 +369,11 @@ mod tests {
     /// variant appended without counting it fails here.
     #[test]
     fn the_last_kind_of_record_is_counted() {
-        let last = bytes(Change::Dequeued);
+        let last = bytes(Change::EventRejected {
+            slot: 0,
+            event: (1, 0),
+            error: String::new(),
+        });
         // The version, `at` (1000 as a varint: 251, 232, 3), then the kind.
         assert_eq!(u32::from(last[4]), Change::KINDS - 1);
         assert!(!crate::codec::from_newer_release(&last, 1, Change::KINDS));
@@ -392,6 +408,15 @@ mod tests {
                 change: Change::Dequeued,
             });
             assert_eq!(kinds_needed(&dequeued), 36, "at {at}");
+            let rejected = encode_record(&Entry {
+                at,
+                change: Change::EventRejected {
+                    slot: 0,
+                    event: (1, 0),
+                    error: String::new(),
+                },
+            });
+            assert_eq!(kinds_needed(&rejected), 37, "at {at}");
             let started = encode_record(&Entry {
                 at,
                 change: Change::DriverStarted,
@@ -489,6 +514,14 @@ mod tests {
             ]
         );
         assert_eq!(bytes(Change::Dequeued), [2, 251, 232, 3, 35]);
+        assert_eq!(
+            bytes(Change::EventRejected {
+                slot: 4,
+                event: (9, 1),
+                error: "no".into(),
+            }),
+            [2, 251, 232, 3, 36, 4, 9, 1, 2, b'n', b'o']
+        );
     }
 
     /// The kinds this release adds are written with the index entry, which
@@ -526,6 +559,11 @@ mod tests {
                 order: 0,
             },
             Change::Dequeued,
+            Change::EventRejected {
+                slot: 0,
+                event: (1, 0),
+                error: "no".into(),
+            },
         ];
         for change in new_kinds {
             assert!(change.reindexes(), "{change:?}");

@@ -66,6 +66,20 @@ pub(crate) struct InstanceState {
     /// Its place in a queue (`start_on`). Never encoded.
     #[serde(skip)]
     pub(crate) queue: Option<super::queued::QueueSpot>,
+    /// The events its waits set aside, oldest first (`inspect` shows
+    /// them). Never encoded.
+    #[serde(skip)]
+    pub(crate) rejected: Vec<Rejected>,
+}
+
+/// An event a wait set aside: its payload does not decode as the wait's
+/// type (`Change::EventRejected`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Rejected {
+    pub(crate) at: u64,
+    pub(crate) wait: String,
+    pub(crate) event_type: String,
+    pub(crate) error: String,
 }
 
 impl InstanceState {
@@ -94,6 +108,7 @@ impl InstanceState {
             paused_with_parent: false,
             compensation_attempts: BTreeMap::new(),
             queue: None,
+            rejected: Vec::new(),
         }
     }
 
@@ -599,6 +614,23 @@ fn apply_to(
             EventKind::EventDelivered {
                 name,
                 event_type: pending.event_type,
+            }
+        }
+        Change::EventRejected { slot, event, error } => {
+            let pending = s.pending.remove(event).ok_or_else(|| {
+                format!("record {seq} rejects event {event:?}, which is not pending")
+            })?;
+            let name = s.slot(*slot)?.name.clone();
+            s.rejected.push(Rejected {
+                at,
+                wait: name.clone(),
+                event_type: pending.event_type.clone(),
+                error: error.clone(),
+            });
+            EventKind::EventRejected {
+                name,
+                event_type: pending.event_type,
+                error: error.clone(),
             }
         }
         Change::WaitTimedOut { slot } => {

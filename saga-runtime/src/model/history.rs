@@ -200,6 +200,17 @@ pub enum EventKind {
     /// The instance completed, was undone by its parent's rollback, and
     /// its compensations are over: it is `Compensated`.
     InstanceCompensated,
+    /// A wait found a stored event of its type whose payload does not
+    /// decode as the type the wait asks for: the event is set aside (no
+    /// longer pending) and the wait goes on waiting.
+    EventRejected {
+        /// The wait's name.
+        name: String,
+        /// The event's type.
+        event_type: String,
+        /// Why it does not decode.
+        error: String,
+    },
 }
 
 impl EventKind {
@@ -355,6 +366,14 @@ impl fmt::Display for EventKind {
                 status,
             } => write!(f, "child {name:?} ({child:?}) ended {status}"),
             EventKind::InstanceCompensated => f.write_str("compensated"),
+            EventKind::EventRejected {
+                name,
+                event_type,
+                error,
+            } => write!(
+                f,
+                "wait {name:?} rejected event {event_type:?}, which does not decode: {error}"
+            ),
         }
     }
 }

@@ -78,6 +78,7 @@ impl WorkflowContext {
                 event_type: event_type.to_owned(),
                 timeout: timeout.into_duration(),
                 rollback: None,
+                strict: false,
             }),
             running: None,
         }
@@ -148,6 +149,9 @@ struct WaitBegun<T> {
     event_type: String,
     timeout: Result<std::time::Duration, WaitError>,
     rollback: Option<RollbackRegistration<T>>,
+    /// Fail the wait on an event that does not decode, instead of setting
+    /// it aside ([`EventWaitCall::fail_on_undecodable`]).
+    strict: bool,
 }
 
 impl<T: DeserializeOwned + Send + 'static> EventWaitCall<T> {
@@ -162,6 +166,18 @@ impl<T: DeserializeOwned + Send + 'static> EventWaitCall<T> {
         H: RollbackAttribute + RollbackHandler<T, ()>,
     {
         self.on_rollback_with(register_rollback::<H, T, ()>(|config| config, ()))
+    }
+
+    /// Fails the wait with [`WaitError::Decode`] when the event it takes
+    /// does not decode as `T`. By default such an event is set aside
+    /// instead: recorded as rejected (in the history, `saga show` and
+    /// `subscribe()`, with the decode error), no longer pending, while the
+    /// wait goes on waiting, its timeout unchanged.
+    pub fn fail_on_undecodable(mut self) -> Self {
+        if let Some(begun) = &mut self.begun {
+            begun.strict = true;
+        }
+        self
     }
 
     /// Like [`on_rollback`](EventWaitCall::on_rollback), with a
@@ -200,6 +216,7 @@ impl<T: DeserializeOwned + Send + 'static> WaitBegun<T> {
             event_type,
             timeout,
             rollback,
+            strict,
         } = self;
         let shared = run.scope.clone();
         let type_problem = crate::names::check_event_type(&event_type).err();
@@ -241,6 +258,7 @@ impl<T: DeserializeOwned + Send + 'static> WaitBegun<T> {
             name,
             event_type,
             undoable,
+            decodes: (!strict).then_some(decodes_as::<T> as DecodeCheck),
         };
         let payload = wait.run(timeout).instrument(span).await?;
         // Sealed with a key this engine lacks: not the workflow's error
@@ -330,6 +348,29 @@ struct EventWait {
     event_type: String,
     /// Whether a compensation is registered for it.
     undoable: bool,
+    /// Whether a payload decodes as the wait's type, when an event that
+    /// does not is set aside rather than taken.
+    decodes: Option<DecodeCheck>,
+}
+
+/// Whether a payload decodes as a wait's type; why not when it does not.
+type DecodeCheck = fn(&Payload) -> Result<(), String>;
+
+/// Whether `payload` decodes as `T`. One sealed with a key this engine
+/// lacks is not rejected here: the wait takes it and parks the instance.
+fn decodes_as<T: DeserializeOwned>(payload: &Payload) -> Result<(), String> {
+    if payload.sealed_key().is_some() {
+        return Ok(());
+    }
+    payload.decode::<T>().map(drop)
+}
+
+/// What a look at the pending events found.
+enum Taken {
+    Payload(Payload),
+    /// An event that does not decode, set aside: look again.
+    Rejected,
+    None,
 }
 
 impl EventWait {
@@ -374,14 +415,15 @@ impl EventWait {
         loop {
             let sent = shared.live.event_sent.notified();
             match self.take_pending() {
-                Ok(Some(payload)) => {
+                Ok(Taken::Payload(payload)) => {
                     if let Err(e) = shared.core.journal.flush().await {
                         return shared.stall(e).await;
                     }
                     tracing::info!("event received");
                     return Ok(payload);
                 }
-                Ok(None) => {}
+                Ok(Taken::Rejected) => continue,
+                Ok(Taken::None) => {}
                 Err(e) => return shared.stall(e).await,
             }
             if shared.core.now_millis() >= deadline {
@@ -403,24 +445,27 @@ impl EventWait {
     }
 
     /// Takes the oldest stored event of this wait's type, if any, in the
-    /// same record that makes it this wait's result.
-    fn take_pending(&self) -> crate::Result<Option<Payload>> {
+    /// same record that makes it this wait's result; or sets it aside, in
+    /// a record of its own, when it does not decode as the wait's type.
+    fn take_pending(&self) -> crate::Result<Taken> {
         let slot = self.slot.index;
         self.scope.write(|state| {
             let found = state
                 .pending
                 .iter()
                 .find(|(_, e)| e.event_type == self.event_type);
-            Ok(match found {
-                Some((event, pending)) => (
-                    Some(Change::EventTaken {
-                        slot,
-                        event: *event,
-                    }),
-                    Some(pending.payload.clone()),
-                ),
-                None => (None, None),
-            })
+            let Some((event, pending)) = found else {
+                return Ok((None, Taken::None));
+            };
+            let event = *event;
+            if let Some(Err(error)) = self.decodes.map(|decodes| decodes(&pending.payload)) {
+                tracing::warn!(event_type = %self.event_type, %error, "an event that does not decode was set aside; the wait goes on");
+                return Ok((Some(Change::EventRejected { slot, event, error }), Taken::Rejected));
+            }
+            Ok((
+                Some(Change::EventTaken { slot, event }),
+                Taken::Payload(pending.payload.clone()),
+            ))
         })
     }
 
