@@ -99,6 +99,17 @@ async fn the_dashboard_shows_instances_and_controls_them_in_a_browser() {
     })
     .await
     .unwrap();
+    engine
+        .send_event("approval-3", "approved", "maybe")
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while waiting.inspect().await.unwrap().rejected_events.is_empty() {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await
+    .unwrap();
     let admin = saga_cli::Admin::new(&engine)
         .token(TOKEN)
         .bind("127.0.0.1:0".parse().unwrap())
@@ -152,9 +163,12 @@ async fn the_dashboard_shows_instances_and_controls_them_in_a_browser() {
             assert_eq!(browser.enabled(&button), enabled, "{control}");
         }
         std::fs::write(screenshot_path("failed-instance"), browser.screenshot()).unwrap();
-        // Terminate the waiting one with rollback, with the token.
+        // Terminate the waiting one with rollback, with the token; the
+        // event it set aside (not a bool) is shown.
         browser.go(&format!("{url}#/instance/approval-3"));
         browser.find("[data-status='waiting']");
+        let rejected = browser.text(&browser.find("#rejected"));
+        assert!(rejected.contains("approved") && rejected.contains("invalid type"), "{rejected}");
         browser.run(&format!(
             "document.getElementById('token').value = '{TOKEN}'; sessionStorage.setItem('saga-token', '{TOKEN}'); return true;"
         ));

@@ -299,6 +299,11 @@ async function showInstance(id) {
   const pending = shown.pending_events.length
     ? el("div", { class: "card" }, shown.pending_events.map(e => el("div", {}, el("span", { class: "mono" }, e.event_type), " sent ", when(e.sent_at), payload(e.payload))))
     : null;
+  const rejected = (shown.rejected_events || []).length
+    ? el("div", { class: "card", id: "rejected" }, shown.rejected_events.map(e => el("div", { class: "rejected" },
+      el("span", { class: "mono" }, e.event_type), " set aside by wait ", el("span", { class: "mono" }, e.wait), " ", when(e.rejected_at),
+      el("div", { class: "error" }, e.error))))
+    : null;
   const outcome = el("div", { class: "outcome", id: "outcome" },
     el("div", { class: "card" }, el("h3", {}, "error"), shown.error ? el("div", { class: "error" }, shown.error) : el("span", { class: "muted" }, shown.status === "complete" ? "none" : "none so far")),
     el("div", { class: "card" }, el("h3", {}, "rollback"),
@@ -313,6 +318,7 @@ async function showInstance(id) {
     el("h2", {}, "Calls"), el("div", { class: "card" }, steps),
     el("h2", {}, "Rollback, in the order it ran"), el("div", { class: "card" }, rollback),
     pending ? [el("h2", {}, "Events not taken yet"), pending] : null,
+    rejected ? [el("h2", {}, "Events set aside (they do not decode)"), rejected] : null,
     el("h2", {}, "Outcome"), outcome,
   ];
 }
