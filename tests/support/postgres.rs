@@ -34,6 +34,9 @@ pub(crate) async fn fresh_schema(tag: &str) -> String {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos());
+    // A schema name is a plain identifier: a tag's other characters (a
+    // `-` made invalid SQL) are dropped.
+    let tag: String = tag.chars().filter(char::is_ascii_alphanumeric).collect();
     let schema = format!(
         "saga_t_{tag}_{}_{}_{nanos}",
         std::process::id(),

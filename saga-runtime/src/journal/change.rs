@@ -67,6 +67,7 @@ impl Change {
                 | Change::CreatedOnQueue { .. }
                 | Change::Dequeued
                 | Change::EventRejected { .. }
+                | Change::Patched { .. }
         )
     }
 }
@@ -122,6 +123,8 @@ impl CarriesPayloads for Entry {
             // The decode error only: the payload was the event's, which
             // its own record holds (sealed).
             Change::EventRejected { .. } => Vec::new(),
+            // A name from the code.
+            Change::Patched { .. } => Vec::new(),
         }
     }
 }
@@ -332,6 +335,12 @@ pub(crate) enum Change {
         event: EventId,
         error: String,
     },
+    /// `ctx.patched(name)` answered true here: the instance runs the
+    /// patched code from now on, and its replays answer true again. Takes
+    /// no slot.
+    Patched {
+        name: String,
+    },
 }
 
 /// How an instance ended.
@@ -369,10 +378,8 @@ mod tests {
     /// variant appended without counting it fails here.
     #[test]
     fn the_last_kind_of_record_is_counted() {
-        let last = bytes(Change::EventRejected {
-            slot: 0,
-            event: (1, 0),
-            error: String::new(),
+        let last = bytes(Change::Patched {
+            name: String::new(),
         });
         // The version, `at` (1000 as a varint: 251, 232, 3), then the kind.
         assert_eq!(u32::from(last[4]), Change::KINDS - 1);
@@ -417,6 +424,11 @@ mod tests {
                 },
             });
             assert_eq!(kinds_needed(&rejected), 37, "at {at}");
+            let patched = encode_record(&Entry {
+                at,
+                change: Change::Patched { name: "p".into() },
+            });
+            assert_eq!(kinds_needed(&patched), 38, "at {at}");
             let started = encode_record(&Entry {
                 at,
                 change: Change::DriverStarted,
@@ -522,6 +534,12 @@ mod tests {
             }),
             [2, 251, 232, 3, 36, 4, 9, 1, 2, b'n', b'o']
         );
+        assert_eq!(
+            bytes(Change::Patched {
+                name: "fraud".into()
+            }),
+            [2, 251, 232, 3, 37, 5, b'f', b'r', b'a', b'u', b'd']
+        );
     }
 
     /// The kinds this release adds are written with the index entry, which
@@ -564,6 +582,7 @@ mod tests {
                 event: (1, 0),
                 error: "no".into(),
             },
+            Change::Patched { name: "p".into() },
         ];
         for change in new_kinds {
             assert!(change.reindexes(), "{change:?}");

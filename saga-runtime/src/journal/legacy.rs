@@ -194,6 +194,7 @@ pub(crate) fn import(legacy: &LegacyInstance) -> Result<Imported, String> {
         failed_compensation: false,
         queue: None,
         rejected: Vec::new(),
+        patches: std::collections::BTreeSet::new(),
     };
     Ok(Imported { state, history })
 }

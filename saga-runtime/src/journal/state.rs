@@ -70,6 +70,10 @@ pub(crate) struct InstanceState {
     /// them). Never encoded.
     #[serde(skip)]
     pub(crate) rejected: Vec<Rejected>,
+    /// The patches `ctx.patched` answered true for, this generation.
+    /// Never encoded.
+    #[serde(skip)]
+    pub(crate) patches: std::collections::BTreeSet<String>,
 }
 
 /// An event a wait set aside: its payload does not decode as the wait's
@@ -109,6 +113,7 @@ impl InstanceState {
             compensation_attempts: BTreeMap::new(),
             queue: None,
             rejected: Vec::new(),
+            patches: std::collections::BTreeSet::new(),
         }
     }
 
@@ -633,6 +638,10 @@ fn apply_to(
                 error: error.clone(),
             }
         }
+        Change::Patched { name } => {
+            s.patches.insert(name.clone());
+            EventKind::Patched { name: name.clone() }
+        }
         Change::WaitTimedOut { slot } => {
             let record = s.slot(*slot)?;
             let event_type = match &record.state {
@@ -982,6 +991,11 @@ fn restart(s: &mut InstanceState, seq: u64, at: u64, from_slot: u32) {
     s.compensations.clear();
     s.compensation_attempts.clear();
     s.paused_with_parent = false;
+    // A run from the beginning decides its patches again; one from a step
+    // keeps the calls before it, and the patches they were made under.
+    if from_slot == 0 {
+        s.patches.clear();
+    }
     s.generation = s.generation.saturating_add(1);
     s.status = Status::Queued;
     // A new generation waits for a slot of its queue again: the one it

@@ -211,6 +211,12 @@ pub enum EventKind {
         /// Why it does not decode.
         error: String,
     },
+    /// `ctx.patched(name)` answered true: the instance runs the patched
+    /// code.
+    Patched {
+        /// The patch's name.
+        name: String,
+    },
 }
 
 impl EventKind {
@@ -374,6 +380,7 @@ impl fmt::Display for EventKind {
                 f,
                 "wait {name:?} rejected event {event_type:?}, which does not decode: {error}"
             ),
+            EventKind::Patched { name } => write!(f, "patch {name:?} taken"),
         }
     }
 }

@@ -72,6 +72,8 @@ struct Replay {
     /// replays by position (it was `Blocked`): each call finds its slot by
     /// kind, name and occurrence, wherever history has it.
     by_name: bool,
+    /// The patches history says `ctx.patched` answered true for.
+    patches: std::collections::BTreeSet<String>,
 }
 
 /// A slot handed to a durable call.
@@ -189,6 +191,7 @@ impl Ctx {
                 tasks: Vec::new(),
                 by_name: mode == Mode::Rebuild
                     && state.rollback.as_ref().is_some_and(|plan| plan.by_name),
+                patches: state.patches.clone(),
             }),
         })
     }
@@ -268,6 +271,34 @@ impl Ctx {
             at: At::Position(index, recorded),
             generation: self.scope.generation,
         })
+    }
+
+    /// `ctx.patched(name)`: true when history recorded the patch, or when
+    /// this run reaches the call with nothing recorded past it (the run
+    /// then records it); false when history went past the call without
+    /// it. Rebuilding from history (a rollback's replay) answers from the
+    /// record alone. Takes no slot.
+    pub(crate) fn patched(&self, name: &str) -> bool {
+        if let Err(problem) = crate::names::check_name("patch", name) {
+            self.scope
+                .fail(Failure::new(FailureKind::Workflow, problem));
+            return false;
+        }
+        let mut replay = lock(&self.replay);
+        if replay.patches.contains(name) {
+            return true;
+        }
+        if self.scope.mode != Mode::Forward || replay.by_name || !replay.recorded.is_empty() {
+            return false;
+        }
+        replay.patches.insert(name.to_owned());
+        drop(replay);
+        if let Err(e) = self.scope.append(Change::Patched {
+            name: name.to_owned(),
+        }) {
+            self.scope.store_failed(e);
+        }
+        true
     }
 
     pub(crate) fn register_rollback(&self, registered: Registered) {
