@@ -111,6 +111,14 @@ impl Local {
         self.waiting.insert(waiting.id.clone(), waiting);
     }
 
+    /// `waiting` was just started on the queue: it waits, unless it took
+    /// a slot already (told from a stale read, it leaves a holder be).
+    pub(crate) fn arrive(&mut self, waiting: Waiting) {
+        if !self.holders.contains_key(&waiting.id) {
+            self.waiting.insert(waiting.id.clone(), waiting);
+        }
+    }
+
     /// Instance `id` holds a slot.
     pub(crate) fn hold(&mut self, id: &str, key: Option<String>) {
         self.waiting.remove(id);

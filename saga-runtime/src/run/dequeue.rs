@@ -90,6 +90,30 @@ impl Dispatch {
     }
 }
 
+/// Notes instance `id`, just started on a queue, as waiting before its
+/// start returns, on a store of one process: first come, first served
+/// then holds between starts made one after the other even while slots
+/// (or the rate) are free, which the driver task that notes it too does
+/// not promise. What it read may be stale: one the dispatcher took
+/// meanwhile holds its slot, and stays a holder. (A shared store keeps
+/// the order itself.)
+pub(crate) async fn note_started(runner: &Arc<Runner>, id: &str) {
+    let journal = &runner.core.journal;
+    if journal.shared() {
+        return;
+    }
+    let Ok((Some(spot), status)) = journal.read(id, |s| (s.queue.clone(), s.status)).await else {
+        return;
+    };
+    if spot.taken || status != Status::Queued {
+        return;
+    }
+    if let Some(queue) = lock(&runner.queues.local).get_mut(&spot.queue) {
+        queue.arrive(waiting(id, &spot));
+    }
+    runner.queues.poke();
+}
+
 fn waiting(id: &str, spot: &QueueSpot) -> Waiting {
     Waiting {
         id: id.to_owned(),
