@@ -193,6 +193,7 @@ pub(crate) fn import(legacy: &LegacyInstance) -> Result<Imported, String> {
         compensation_attempts: BTreeMap::new(),
         failed_compensation: false,
         queue: None,
+        took_slot_at: Vec::new(),
     };
     Ok(Imported { state, history })
 }

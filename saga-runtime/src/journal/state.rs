@@ -66,6 +66,10 @@ pub(crate) struct InstanceState {
     /// Its place in a queue (`start_on`). Never encoded.
     #[serde(skip)]
     pub(crate) queue: Option<super::queued::QueueSpot>,
+    /// When it took a slot of its queue (each `Dequeued`: more than one
+    /// after restarts), for the queue's rate. Never encoded.
+    #[serde(skip)]
+    pub(crate) took_slot_at: Vec<u64>,
 }
 
 impl InstanceState {
@@ -94,6 +98,7 @@ impl InstanceState {
             paused_with_parent: false,
             compensation_attempts: BTreeMap::new(),
             queue: None,
+            took_slot_at: Vec::new(),
         }
     }
 
@@ -388,6 +393,7 @@ fn apply_to(
                 return Err(format!("record {seq} takes a slot of no queue"));
             };
             spot.taken = true;
+            s.took_slot_at.push(at);
             // No event yet: `subscribe()` is not told of dequeues.
             return Ok(Vec::new());
         }
