@@ -119,8 +119,9 @@ impl Local {
         self.waiting.insert(waiting.id.clone(), waiting);
     }
 
-    /// `waiting` was just started on the queue: it waits, unless it took
-    /// a slot already (told from a stale read, it leaves a holder be).
+    /// `waiting` waits for a slot, unless it holds one here: told from a
+    /// read that may be stale, it leaves a holder be (only
+    /// [`Local::wait`] puts one back).
     pub(crate) fn arrive(&mut self, waiting: Waiting) {
         if !self.holders.contains_key(&waiting.id) {
             self.waiting.insert(waiting.id.clone(), waiting);

@@ -89,10 +89,13 @@ impl Dispatch {
             }
             return true;
         }
+        // What this task read may be stale: one the dispatcher took
+        // meanwhile is left a holder (the dispatcher reads the journal of
+        // each holder, and puts one back that waits again).
         if let Some(queue) = queue
             && status == Status::Queued
         {
-            queue.wait(waiting(id, spot));
+            queue.arrive(waiting(id, spot));
         }
         drop(local);
         self.poke();
@@ -254,19 +257,22 @@ async fn take_local(runner: &Arc<Runner>) -> Result<Option<u64>> {
     let mut rate_opens_at: Option<u64> = None;
     for queue in runner.queues.queues.all() {
         let limits = queue.limits();
-        // Holders that ended (or were put back, or removed) let go.
+        // Holders that ended (or were removed) let go; one put back waits.
         let holders = match lock(&runner.queues.local).get(&queue.name) {
             Some(local) => local.holders(),
             None => continue,
         };
         for id in holders {
-            let holds = journal
-                .read(&id, |s| {
-                    s.queue.as_ref().is_some_and(|q| q.holds_slot(s.status))
-                })
-                .await;
-            if !matches!(holds, Ok(true)) {
-                forget(runner, &queue.name, &id);
+            let read = journal.read(&id, |s| (s.queue.clone(), s.status)).await;
+            match read {
+                Ok((Some(spot), status)) if spot.holds_slot(status) => {}
+                // Put back (a restart): it waits again.
+                Ok((Some(spot), Status::Queued)) if !spot.taken => {
+                    if let Some(local) = lock(&runner.queues.local).get_mut(&queue.name) {
+                        local.wait(waiting(&id, &spot));
+                    }
+                }
+                _ => forget(runner, &queue.name, &id),
             }
         }
         loop {
