@@ -2,8 +2,10 @@
 //! until it takes a slot, and holds it until it ends; the queue's
 //! concurrency and per-key limits are never exceeded; higher priorities
 //! go first, first come first served within one, and keys take turns;
-//! the queue survives a reopen in order; bad declarations and starts are
-//! refused before anything is stored.
+//! a rate limit starts no more than its rate in any window of the
+//! engine's clock, a reopen included; the queue survives a reopen in
+//! order; bad declarations and starts are refused before anything is
+//! stored.
 //!
 //! The workflow is a bank transfer, written with `#[workflow]` and
 //! `#[step]` as users write them. Its one step notes in the test's
@@ -16,9 +18,10 @@ mod helpers;
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use saga_runtime::prelude::*;
-use saga_runtime::{Engine, EngineBuilder, Error, Queue};
+use saga_runtime::{Engine, EngineBuilder, Error, Queue, TestClock};
 use tokio::sync::Semaphore;
 
 use helpers::{Reopenable, fresh, wait_until, within};
@@ -426,6 +429,107 @@ async fn queued_instances_survive_a_reopen_in_order() {
     engine.close().await;
 }
 
+/// Two transfers begin per minute of the engine's clock, however many run.
+fn two_a_minute() -> Queue {
+    Queue::new("bank-api").rate_limit(2, Duration::from_secs(60))
+}
+
+/// On PostgreSQL a worker also looks at its queues every poll interval
+/// (real time): made an hour here, so that only the dispatcher's own wake
+/// at the window's end, on the engine's clock, starts what the rate held
+/// back. (On sled the dispatcher looks every 200 ms as well.)
+fn polling_rarely(builder: EngineBuilder) -> EngineBuilder {
+    #[cfg(feature = "postgres")]
+    if helpers::on_postgres() {
+        return builder.poll_interval(Duration::from_secs(3600));
+    }
+    builder
+}
+
+async fn began_count(bank: &Bank, n: usize) {
+    wait_until(&format!("{n} transfers begun"), || async {
+        bank.began().len() == n
+    })
+    .await;
+}
+
+/// Which transfers began, in id order: those dispatched together run at
+/// once, and may reach the bank in either order.
+fn began_sorted(bank: &Bank) -> Vec<String> {
+    let mut began = bank.began();
+    began.sort();
+    began
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_limit_starts_no_more_than_its_rate_in_any_window() {
+    let clock = TestClock::new();
+    let bank = std::sync::Arc::new(Bank::new());
+    // Transfers end at once: the rate counts starts, not what runs.
+    bank.open_gate();
+    let builder = with_queue(bank.clone(), two_a_minute()).clock(clock.clone());
+    let engine = fresh(polling_rarely(builder)).await;
+    let ids = start_transfers(&engine, "r", 5).await;
+    began_count(&bank, 2).await;
+    all_complete(&engine, &ids[..2]).await;
+    wait_until("three queued", || async {
+        queued_on(&engine, "bank-api").await == 3
+    })
+    .await;
+    helpers::settle().await;
+    assert_eq!(began_sorted(&bank), ids[..2]);
+    // The window has not moved on yet.
+    clock.advance(Duration::from_secs(59));
+    helpers::settle().await;
+    assert_eq!(began_sorted(&bank), ids[..2]);
+    assert_eq!(queued_on(&engine, "bank-api").await, 3);
+    // A minute after the first two began, the next two do: first come,
+    // first served.
+    clock.advance(Duration::from_secs(1));
+    began_count(&bank, 4).await;
+    helpers::settle().await;
+    assert_eq!(began_sorted(&bank), ids[..4]);
+    assert_eq!(queued_on(&engine, "bank-api").await, 1);
+    clock.advance(Duration::from_secs(60));
+    all_complete(&engine, &ids).await;
+    assert_eq!(began_sorted(&bank), ids);
+    engine.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reopen_does_not_reset_the_rate_window() {
+    let store = Reopenable::new("queuesrate").await;
+    let clock = TestClock::new();
+    let before = std::sync::Arc::new(Bank::new());
+    before.open_gate();
+    let open = |bank: &std::sync::Arc<Bank>| {
+        let bank = bank.clone();
+        let clock = clock.clone();
+        move || polling_rarely(with_queue(bank.clone(), two_a_minute()).clock(clock.clone()))
+    };
+    let engine = store.open(open(&before)).await;
+    let ids = start_transfers(&engine, "r", 3).await;
+    // Two begin and end; their starts still fill the window.
+    all_complete(&engine, &ids[..2]).await;
+    assert_eq!(began_sorted(&before), ids[..2]);
+    engine.close().await;
+
+    clock.advance(Duration::from_secs(30));
+    let after = std::sync::Arc::new(Bank::new());
+    after.open_gate();
+    let engine = store.open(open(&after)).await;
+    wait_until("one queued after the reopen", || async {
+        queued_on(&engine, "bank-api").await == 1
+    })
+    .await;
+    helpers::settle().await;
+    assert!(after.began().is_empty(), "the reopen reset the window");
+    clock.advance(Duration::from_secs(30));
+    all_complete(&engine, &ids[2..]).await;
+    assert_eq!(after.began(), ids[2..]);
+    engine.close().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_instance_keeps_its_slot() {
     let bank = std::sync::Arc::new(Bank::new());
@@ -600,6 +704,8 @@ async fn bad_queues_and_starts_are_refused_before_anything_is_stored() {
         Queue::new("bank-api").concurrency(0),
         Queue::new("bank-api").per_key(0),
         Queue::new("bank-api").per_worker(0),
+        Queue::new("bank-api").rate_limit(0, Duration::from_secs(1)),
+        Queue::new("bank-api").rate_limit(10, Duration::ZERO),
         Queue::new("Bank API"),
     ] {
         let opened = with_queue(bank(), bad.clone()).temporary();

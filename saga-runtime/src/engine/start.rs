@@ -164,6 +164,7 @@ impl<W: Workflow> StartOn<'_, W> {
         )
         .await?;
         runner.core.journal.flush().await?;
+        crate::run::dequeue::note_started(runner, id).await;
         runner.queues.poke();
         Ok(Run::new(Instance::new(runner.clone(), id)))
     }

@@ -195,6 +195,7 @@ pub(crate) fn import(legacy: &LegacyInstance) -> Result<Imported, String> {
         queue: None,
         rejected: Vec::new(),
         patches: std::collections::BTreeSet::new(),
+        took_slot_at: Vec::new(),
     };
     Ok(Imported { state, history })
 }

@@ -607,14 +607,16 @@ impl Journal {
     /// Takes the queued instances of `queue` that may run on this worker
     /// now, of the `workflows` it runs (see [`Store::take_queued`]): each
     /// is this worker's from then on, its `Dequeued` record written in the
-    /// transaction that took it.
+    /// transaction that took it. Also says when the queue's rate lets the
+    /// next start, if it lets none now.
     pub(crate) async fn take_queued(
         &self,
         queue: &crate::queue::Queue,
         workflows: &[&str],
-    ) -> Result<Vec<String>> {
+    ) -> Result<crate::store::QueueTaken> {
+        let at = self.now_millis();
         let record = self.sealer.encode_record(&Entry {
-            at: self.now_millis(),
+            at,
             change: Change::Dequeued,
         })?;
         let limits = queue.limits();
@@ -623,11 +625,15 @@ impl Journal {
             concurrency: limits.concurrency,
             per_key: limits.per_key,
             per_worker: limits.per_worker,
+            rate: limits
+                .rate
+                .map(|r| (r.starts, std::time::Duration::from_millis(r.per_ms))),
             workflows,
             record: &record,
+            at,
         };
         let taken = self.store.take_queued(&take).await?;
-        for id in &taken {
+        for id in &taken.ids {
             // Read again: the store wrote a record this engine did not.
             self.hold(id).cached().invalidate();
             self.refresh_index(id).await;

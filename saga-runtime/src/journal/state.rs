@@ -74,6 +74,10 @@ pub(crate) struct InstanceState {
     /// Never encoded.
     #[serde(skip)]
     pub(crate) patches: std::collections::BTreeSet<String>,
+    /// When it took a slot of its queue (each `Dequeued`: more than one
+    /// after restarts), for the queue's rate. Never encoded.
+    #[serde(skip)]
+    pub(crate) took_slot_at: Vec<u64>,
 }
 
 /// An event a wait set aside: its payload does not decode as the wait's
@@ -114,6 +118,7 @@ impl InstanceState {
             queue: None,
             rejected: Vec::new(),
             patches: std::collections::BTreeSet::new(),
+            took_slot_at: Vec::new(),
         }
     }
 
@@ -408,6 +413,7 @@ fn apply_to(
                 return Err(format!("record {seq} takes a slot of no queue"));
             };
             spot.taken = true;
+            s.took_slot_at.push(at);
             // No event yet: `subscribe()` is not told of dequeues.
             return Ok(Vec::new());
         }

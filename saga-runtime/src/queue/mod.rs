@@ -9,11 +9,14 @@
 //! so a crash never leaks one.
 //!
 //! Also here: `order`, which waiting instance goes next (priority, then
-//! keys in turn, then first come first served).
+//! keys in turn, then first come first served), and `rate`, how many may
+//! start now by a queue's rate limit.
 
 pub(crate) mod order;
+pub(crate) mod rate;
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use crate::error::{Error, Result};
 
@@ -26,9 +29,14 @@ use crate::error::{Error, Result};
 ///
 /// ```
 /// # use saga_runtime::Queue;
+/// # use std::time::Duration;
 /// // At most 10 transfers against the bank's API at once, one per
-/// // customer, and 4 on any one worker.
-/// let bank = Queue::new("bank-api").concurrency(10).per_key(1).per_worker(4);
+/// // customer, 4 on any one worker, and 100 begun per second.
+/// let bank = Queue::new("bank-api")
+///     .concurrency(10)
+///     .per_key(1)
+///     .per_worker(4)
+///     .rate_limit(100, Duration::from_secs(1));
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[must_use]
@@ -37,6 +45,8 @@ pub struct Queue {
     concurrency: Option<u32>,
     per_key: Option<u32>,
     per_worker: Option<u32>,
+    /// At most `.0` starts in any window of `.1`.
+    rate: Option<(u32, Duration)>,
 }
 
 impl Queue {
@@ -48,6 +58,7 @@ impl Queue {
             concurrency: None,
             per_key: None,
             per_worker: None,
+            rate: None,
         }
     }
 
@@ -73,6 +84,17 @@ impl Queue {
         self
     }
 
+    /// At most `n` instances of the queue start (take a slot) in any
+    /// window of length `per`, across all workers, on the engine's clock.
+    /// One held back waits `Queued`, in its order, and starts when the
+    /// window allows. Ends do not count: it limits how often work begins,
+    /// not how much runs (that is [`concurrency`](Queue::concurrency)).
+    /// `per` is counted in whole milliseconds.
+    pub fn rate_limit(mut self, n: u32, per: Duration) -> Queue {
+        self.rate = Some((n, per));
+        self
+    }
+
     /// The queue's name.
     pub fn name(&self) -> &str {
         &self.name
@@ -84,6 +106,7 @@ impl Queue {
             concurrency: self.concurrency.unwrap_or(u32::MAX),
             per_key: self.per_key.unwrap_or(u32::MAX),
             per_worker: self.per_worker.unwrap_or(u32::MAX),
+            rate: self.rate.and_then(|(n, per)| rate::Rate::new(n, per)),
         }
     }
 
@@ -105,6 +128,13 @@ impl Queue {
                 )));
             }
         }
+        if let Some((n, per)) = self.rate
+            && rate::Rate::new(n, per).is_none()
+        {
+            return Err(invalid(format!(
+                "its rate limit is {n} per {per:?}, so nothing would ever start; give at least 1 per at least 1ms, or leave the limit out"
+            )));
+        }
         Ok(())
     }
 }
@@ -115,6 +145,7 @@ pub(crate) struct Limits {
     pub(crate) concurrency: u32,
     pub(crate) per_key: u32,
     pub(crate) per_worker: u32,
+    pub(crate) rate: Option<rate::Rate>,
 }
 
 /// The queues an engine declared, by name.
@@ -188,6 +219,8 @@ mod tests {
             Queue::new("q").concurrency(0),
             Queue::new("q").per_key(0),
             Queue::new("q").per_worker(0),
+            Queue::new("q").rate_limit(0, Duration::from_secs(1)),
+            Queue::new("q").rate_limit(1, Duration::ZERO),
         ] {
             assert!(
                 matches!(

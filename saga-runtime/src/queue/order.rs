@@ -2,8 +2,8 @@
 //! priority first; within a priority, keys take turns (the key served
 //! longest ago goes first, so one key with 10,000 waiting does not starve
 //! the others); within a key, first come first served. No pick takes a
-//! key past its limit, the queue past its concurrency, or this worker
-//! past its capacity.
+//! key past its limit, the queue past its concurrency or its rate, or
+//! this worker past its capacity.
 //!
 //! One piece of code for both stores: a store of one process keeps its
 //! waiting instances in memory ([`Local`]); a store shared by workers
@@ -12,6 +12,7 @@
 use std::collections::HashMap;
 
 use super::Limits;
+use super::rate::{Rate, Window};
 
 /// An instance waiting for a slot.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -39,16 +40,21 @@ pub(crate) struct Held {
 pub(crate) type Turns = HashMap<Option<String>, u64>;
 
 /// Picks, from `waiting`, the instances that take free slots now, in the
-/// order they take them; `held` and `turns` are updated with each pick.
+/// order they take them, at most `starts` of them (what the queue's rate
+/// allows now); `held` and `turns` are updated with each pick.
 pub(crate) fn pick(
     waiting: &[Waiting],
     limits: Limits,
+    starts: u32,
     held: &mut Held,
     turns: &mut Turns,
 ) -> Vec<String> {
     let mut taken = vec![false; waiting.len()];
     let mut picked = Vec::new();
-    while held.total < limits.concurrency && held.here < limits.per_worker {
+    while held.total < limits.concurrency
+        && held.here < limits.per_worker
+        && picked.len() < starts as usize
+    {
         let Some(next) = best(waiting, &taken, limits, held, turns) else {
             break;
         };
@@ -102,6 +108,8 @@ pub(crate) struct Local {
     /// The instances holding a slot, and their keys.
     holders: HashMap<String, Option<String>>,
     turns: Turns,
+    /// The latest starts, for the queue's rate.
+    window: Window,
 }
 
 impl Local {
@@ -109,6 +117,15 @@ impl Local {
     pub(crate) fn wait(&mut self, waiting: Waiting) {
         self.holders.remove(&waiting.id);
         self.waiting.insert(waiting.id.clone(), waiting);
+    }
+
+    /// `waiting` waits for a slot, unless it holds one here: told from a
+    /// read that may be stale, it leaves a holder be (only
+    /// [`Local::wait`] puts one back).
+    pub(crate) fn arrive(&mut self, waiting: Waiting) {
+        if !self.holders.contains_key(&waiting.id) {
+            self.waiting.insert(waiting.id.clone(), waiting);
+        }
     }
 
     /// Instance `id` holds a slot.
@@ -129,10 +146,31 @@ impl Local {
         self.holders.keys().cloned().collect()
     }
 
-    /// The instances that take free slots now, of those `runnable` says
-    /// this engine can run, in order; each then holds its slot here
-    /// until [`Local::forget`] or [`Local::wait`].
-    pub(crate) fn pick(&mut self, limits: Limits, runnable: impl Fn(&str) -> bool) -> Vec<String> {
+    /// An instance of the queue took its slot at `at` (its `Dequeued`
+    /// record's time), for the queue's rate.
+    pub(crate) fn started(&mut self, at: u64, rate: Rate) {
+        self.window.started(at, rate);
+    }
+
+    /// When the rate lets the next waiting instance start, if it holds
+    /// one back at `now`.
+    pub(crate) fn opens_at(&self, rate: Rate, now: u64) -> Option<u64> {
+        if self.waiting.is_empty() {
+            return None;
+        }
+        self.window.opens_at(rate, now)
+    }
+
+    /// The instances that take free slots at `now`, of those `runnable`
+    /// says this engine can run, in order; each then holds its slot here
+    /// until [`Local::forget`] or [`Local::wait`]. Their starts count
+    /// against the rate once taken ([`Local::started`]).
+    pub(crate) fn pick(
+        &mut self,
+        limits: Limits,
+        now: u64,
+        runnable: impl Fn(&str) -> bool,
+    ) -> Vec<String> {
         let mut held = Held {
             total: u32::try_from(self.holders.len()).unwrap_or(u32::MAX),
             ..Held::default()
@@ -148,7 +186,10 @@ impl Local {
             .cloned()
             .collect();
         waiting.sort_by_key(|w| w.order);
-        let picked = pick(&waiting, limits, &mut held, &mut self.turns);
+        let starts = limits
+            .rate
+            .map_or(u32::MAX, |rate| self.window.room(rate, now));
+        let picked = pick(&waiting, limits, starts, &mut held, &mut self.turns);
         for id in &picked {
             if let Some(w) = self.waiting.remove(id) {
                 self.holders.insert(w.id, w.key);
@@ -176,6 +217,7 @@ mod tests {
             concurrency,
             per_key,
             per_worker: u32::MAX,
+            rate: None,
         }
     }
 
@@ -190,6 +232,7 @@ mod tests {
         let picked = pick(
             &queue,
             limits(10, 10),
+            u32::MAX,
             &mut Held::default(),
             &mut Turns::new(),
         );
@@ -206,12 +249,19 @@ mod tests {
         let picked = pick(
             &queue,
             limits(4, 10),
+            u32::MAX,
             &mut Held::default(),
             &mut Turns::new(),
         );
         assert_eq!(picked, ["a0", "b0", "a1", "b1"]);
         let mut held = Held::default();
-        let picked = pick(&queue, limits(10, 1), &mut held, &mut Turns::new());
+        let picked = pick(
+            &queue,
+            limits(10, 1),
+            u32::MAX,
+            &mut held,
+            &mut Turns::new(),
+        );
         assert_eq!(picked, ["a0", "b0"]);
         assert_eq!(held.total, 2);
     }
@@ -223,6 +273,19 @@ mod tests {
             total: 2,
             ..Held::default()
         };
-        assert!(pick(&queue, limits(2, 1), &mut held, &mut Turns::new()).is_empty());
+        assert!(pick(&queue, limits(2, 1), u32::MAX, &mut held, &mut Turns::new()).is_empty());
+    }
+
+    #[test]
+    fn no_more_start_than_the_rate_allows() {
+        let queue = [waiting("a", None, 0, 1), waiting("b", None, 0, 2)];
+        let picked = pick(
+            &queue,
+            limits(10, 10),
+            1,
+            &mut Held::default(),
+            &mut Turns::new(),
+        );
+        assert_eq!(picked, ["a"]);
     }
 }

@@ -156,10 +156,26 @@ pub struct QueueTake<'a> {
     pub per_key: u32,
     /// Of them, on this worker.
     pub per_worker: u32,
+    /// At most `.0` instances of the queue start in any window of `.1`.
+    pub rate: Option<(u32, std::time::Duration)>,
     /// The workflows this worker runs: it takes only their instances.
     pub workflows: &'a [&'a str],
     /// The `Dequeued` record to append to each instance taken.
     pub record: &'a [u8],
+    /// The time of the take on the engine's clock (the record's), in
+    /// milliseconds since the Unix epoch: the rate counts starts by it.
+    pub at: u64,
+}
+
+/// What a take of queued instances did ([`Store::take_queued`]).
+#[doc(hidden)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct QueueTaken {
+    /// The instances taken: this worker's from then on.
+    pub ids: Vec<String>,
+    /// When the queue's rate lets one more start, if it lets none start
+    /// now (milliseconds since the Unix epoch, the engine's clock).
+    pub rate_opens_at: Option<u64>,
 }
 
 /// Durable storage of journals and the index. Not yet a stable API.
@@ -345,13 +361,14 @@ pub trait Store: Send + Sync + 'static {
     }
     /// Takes queued instances of `take.queue` that may run now: the
     /// highest priority first, keys in turn, first come first served,
-    /// without going past a limit, which it checks in the transaction
+    /// without going past a limit (the rate's included, counted at
+    /// `take.at`), which it checks in the transaction
     /// that takes them (so two workers never exceed one). Each taken
     /// instance is this worker's, with the `Dequeued` record appended.
     /// Only a shared store has any: a store of one process leaves the
     /// engine to hand out slots in memory.
-    fn take_queued<'a>(&'a self, _take: &'a QueueTake<'a>) -> StoreFuture<'a, Vec<String>> {
-        answered(Ok(Vec::new()))
+    fn take_queued<'a>(&'a self, _take: &'a QueueTake<'a>) -> StoreFuture<'a, QueueTaken> {
+        answered(Ok(QueueTaken::default()))
     }
     /// Posts an intent for instance `id` (an event, a control call) to the
     /// inbox of the worker that drives it, durably, and returns the post's

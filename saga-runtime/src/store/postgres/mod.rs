@@ -539,11 +539,14 @@ impl Store for PgStore {
         })
     }
 
-    fn take_queued<'a>(&'a self, take: &'a super::QueueTake<'a>) -> StoreFuture<'a, Vec<String>> {
+    fn take_queued<'a>(
+        &'a self,
+        take: &'a super::QueueTake<'a>,
+    ) -> StoreFuture<'a, super::QueueTaken> {
         let take = queued::Take::of(take);
         Box::pin(async move {
             if self.read_only {
-                return Ok(Vec::new());
+                return Ok(super::QueueTaken::default());
             }
             self.call(|reply| Job::TakeQueued { take, reply }).await
         })

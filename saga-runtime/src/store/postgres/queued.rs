@@ -13,6 +13,12 @@
 //! all in the same transaction: the slot is in the row and in the
 //! journal at once, and a taker that dies leaves an instance that holds
 //! its slot, which another worker claims and runs.
+//!
+//! A queue with a rate limit keeps its starts in `queue_starts`, each at
+//! the engine's time of its take (its `Dequeued` record's time, passed
+//! in, so a test's clock rules here too): the take counts those within
+//! the window, under the same lock, adds its own, and drops those that
+//! left the window.
 
 use tokio_postgres::Client;
 
@@ -21,6 +27,9 @@ use super::lease;
 use crate::codec::NEEDS_SEALED;
 use crate::queue::Limits;
 use crate::queue::order::{Held, Turns, Waiting};
+use crate::queue::rate::{Rate, Window};
+use crate::store::QueueTaken;
+use crate::time::clock::{from_millis, to_millis};
 
 /// The most waiting rows read per take: the first few of each key and
 /// priority (as many as could take slots now).
@@ -33,6 +42,8 @@ pub(crate) struct Take {
     pub(crate) limits: Limits,
     pub(crate) workflows: Vec<String>,
     pub(crate) record: Vec<u8>,
+    /// The engine's time of the take, in milliseconds.
+    pub(crate) at: u64,
 }
 
 impl Take {
@@ -43,21 +54,23 @@ impl Take {
                 concurrency: take.concurrency,
                 per_key: take.per_key,
                 per_worker: take.per_worker,
+                rate: take.rate.and_then(|(n, per)| Rate::new(n, per)),
             },
             workflows: take.workflows.iter().map(|w| (*w).to_owned()).collect(),
             record: take.record.to_vec(),
+            at: take.at,
         }
     }
 }
 
 /// Takes, in one transaction, the instances of `take.queue` that may
-/// run on `worker` now; their ids.
+/// run on `worker` now; their ids, and when the rate lets the next start.
 pub(super) async fn take(
     client: &Client,
     schema: &str,
     worker: &str,
     take: &Take,
-) -> Result<Vec<String>, Failure> {
+) -> Result<QueueTaken, Failure> {
     client.batch_execute("BEGIN").await?;
     match take_in_transaction(client, schema, worker, take).await {
         Ok(taken) => {
@@ -76,7 +89,7 @@ async fn take_in_transaction(
     s: &str,
     worker: &str,
     take: &Take,
-) -> Result<Vec<String>, Failure> {
+) -> Result<QueueTaken, Failure> {
     let queue = &take.queue;
     client
         .execute(
@@ -91,14 +104,33 @@ async fn take_in_transaction(
         .saturating_sub(held.total)
         .min(take.limits.per_worker.saturating_sub(held.here));
     if room == 0 {
-        return Ok(Vec::new());
+        return Ok(QueueTaken::default());
+    }
+    let mut window = match take.limits.rate {
+        Some(rate) => Some((rate, latest_starts(client, s, take, rate).await?)),
+        None => None,
+    };
+    let starts = window
+        .as_ref()
+        .map_or(u32::MAX, |(rate, w)| w.room(*rate, take.at));
+    let opens_at = |window: &Option<(Rate, Window)>| {
+        window
+            .as_ref()
+            .and_then(|(rate, w)| w.opens_at(*rate, take.at))
+    };
+    let room = room.min(starts);
+    if room == 0 {
+        return Ok(QueueTaken {
+            ids: Vec::new(),
+            rate_opens_at: opens_at(&window),
+        });
     }
     let waiting = waiting(client, s, take, room.min(take.limits.per_key)).await?;
     if waiting.is_empty() {
-        return Ok(Vec::new());
+        return Ok(QueueTaken::default());
     }
     let mut turns = turns(client, s, queue).await?;
-    let picked = crate::queue::order::pick(&waiting, take.limits, &mut held, &mut turns);
+    let picked = crate::queue::order::pick(&waiting, take.limits, starts, &mut held, &mut turns);
     let needs = crate::codec::kinds_needed(&take.record).min(0xFFFF) as i32;
     let rows = client
         .query(
@@ -118,6 +150,14 @@ async fn take_in_transaction(
         )
         .await?;
     let taken: Vec<String> = rows.iter().map(|row| row.get(0)).collect();
+    if let Some((rate, w)) = &mut window
+        && !taken.is_empty()
+    {
+        record_starts(client, s, take, taken.len()).await?;
+        for _ in &taken {
+            w.started(take.at, *rate);
+        }
+    }
     // When each key taken was served: a key served now waits behind the
     // others next time.
     let mut served: std::collections::HashMap<String, i64> = std::collections::HashMap::new();
@@ -140,7 +180,57 @@ async fn take_in_transaction(
             )
             .await?;
     }
-    Ok(taken)
+    Ok(QueueTaken {
+        ids: taken,
+        rate_opens_at: opens_at(&window),
+    })
+}
+
+/// The latest starts of the queue within its rate's window at the take's
+/// time (at most as many as the rate allows: only those can fill it);
+/// the older ones are dropped.
+async fn latest_starts(
+    client: &Client,
+    s: &str,
+    take: &Take,
+    rate: Rate,
+) -> Result<Window, Failure> {
+    let window_start = from_millis(take.at.saturating_sub(rate.per_ms));
+    client
+        .execute(
+            &format!("DELETE FROM {s}.queue_starts WHERE queue = $1 AND taken_at <= $2"),
+            &[&take.queue, &window_start],
+        )
+        .await?;
+    let rows = client
+        .query(
+            &format!(
+                "SELECT taken_at FROM {s}.queue_starts WHERE queue = $1
+                 ORDER BY taken_at DESC LIMIT $2"
+            ),
+            &[&take.queue, &i64::from(rate.starts)],
+        )
+        .await?;
+    let mut window = Window::default();
+    for row in &rows {
+        window.started(to_millis(row.get(0)), rate);
+    }
+    Ok(window)
+}
+
+/// Counts `n` starts of the queue at the take's time.
+async fn record_starts(client: &Client, s: &str, take: &Take, n: usize) -> Result<(), Failure> {
+    let n = i64::try_from(n).unwrap_or(i64::MAX);
+    client
+        .execute(
+            &format!(
+                "INSERT INTO {s}.queue_starts (queue, taken_at)
+                 SELECT $1, $2 FROM generate_series(1, $3::bigint)"
+            ),
+            &[&take.queue, &from_millis(take.at), &n],
+        )
+        .await?;
+    Ok(())
 }
 
 /// The slots of `queue` held now: rows taken and not ended.

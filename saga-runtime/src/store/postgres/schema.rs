@@ -163,6 +163,15 @@ const MIGRATIONS: &[&str] = &[
          state bytea NOT NULL,
          updated_at timestamptz NOT NULL DEFAULT now()
      );",
+    // 9: queue rate limits. Each start of a queue with a rate, at the
+    // engine's time of its take (its `Dequeued` record's time): a take
+    // counts the starts within the window, under the queue's lock, and
+    // drops those that left it.
+    "CREATE TABLE {s}.queue_starts (
+         queue text NOT NULL,
+         taken_at timestamptz NOT NULL
+     );
+     CREATE INDEX queue_starts_by_time ON {s}.queue_starts (queue, taken_at);",
 ];
 
 /// The newest schema version this release knows.

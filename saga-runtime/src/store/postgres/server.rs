@@ -222,7 +222,7 @@ pub(super) enum Job {
     /// `queued`); flushed before it answers, as a claim is.
     TakeQueued {
         take: super::queued::Take,
-        reply: oneshot::Sender<Result<Vec<String>>>,
+        reply: oneshot::Sender<Result<crate::store::QueueTaken>>,
     },
     /// Flush, end the lease (other workers claim what is left), and stop.
     Release {
@@ -792,8 +792,11 @@ impl Server {
                     Job::Read { read, reply } => {
                         let _ = reply.send(self.read_now(&read).await);
                     }
-                    Job::Claim { reply, .. } | Job::TakeQueued { reply, .. } => {
+                    Job::Claim { reply, .. } => {
                         let _ = reply.send(Ok(Vec::new()));
+                    }
+                    Job::TakeQueued { reply, .. } => {
+                        let _ = reply.send(Ok(crate::store::QueueTaken::default()));
                     }
                     Job::Write { reply, .. } => {
                         if let Some(reply) = reply {
@@ -1011,7 +1014,7 @@ impl Server {
 
     /// Takes the queued instances `take` allows, in one transaction, then
     /// flushes; they are this worker's from then on.
-    async fn take_queued(&mut self, take: super::queued::Take) -> Result<Vec<String>> {
+    async fn take_queued(&mut self, take: super::queued::Take) -> Result<crate::store::QueueTaken> {
         if let Some(failed) = &self.failed {
             return Err(Error::Store(failed.clone()));
         }
@@ -1023,11 +1026,11 @@ impl Server {
                 async move { super::queued::take(&conn.client, &schema, &worker, &take).await }
             })
             .await?;
-        if taken.is_empty() {
+        if taken.ids.is_empty() {
             return Ok(taken);
         }
         self.flush().await?;
-        lock(&self.owned).extend(taken.iter().cloned());
+        lock(&self.owned).extend(taken.ids.iter().cloned());
         Ok(taken)
     }
 
