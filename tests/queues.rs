@@ -172,6 +172,49 @@ async fn all_complete(engine: &Engine, ids: &[String]) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscribers_are_told_when_an_instance_leaves_its_queue() {
+    let bank = std::sync::Arc::new(Bank::new());
+    let engine = fresh(with_queue(
+        bank.clone(),
+        Queue::new("bank-api").concurrency(1),
+    ))
+    .await;
+    let mut events = engine.subscribe();
+    start_transfers(&engine, "s", 2).await;
+    wait_until("one at the bank", || async { bank.running() == 1 }).await;
+    let mut left = Vec::new();
+    while left.is_empty() {
+        let event = within("a dequeue", events.recv()).await.unwrap();
+        if let saga_runtime::EventKind::Dequeued { queue } = &event.kind {
+            assert_eq!(queue, "bank-api");
+            left.push(event.instance.clone());
+        }
+    }
+    assert_eq!(left, ["s-0"]);
+    bank.open_gate();
+    while left.len() < 2 {
+        let event = within("the second dequeue", events.recv()).await.unwrap();
+        if matches!(event.kind, saga_runtime::EventKind::Dequeued { .. }) {
+            left.push(event.instance.clone());
+        }
+    }
+    assert_eq!(left, ["s-0", "s-1"]);
+    let history = engine
+        .instance("s-1")
+        .await
+        .unwrap()
+        .history()
+        .await
+        .unwrap();
+    assert!(
+        history
+            .iter()
+            .any(|e| e.to_string().contains("took a slot of queue \"bank-api\"")),
+        "{history:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_queue_never_runs_more_than_its_concurrency() {
     let bank = std::sync::Arc::new(Bank::new());
     let engine = fresh(with_queue(

@@ -414,8 +414,8 @@ fn apply_to(
             };
             spot.taken = true;
             s.took_slot_at.push(at);
-            // No event yet: `subscribe()` is not told of dequeues.
-            return Ok(Vec::new());
+            let queue = spot.queue.clone();
+            return Ok(vec![EventKind::Dequeued { queue }]);
         }
         Change::DriverStarted => {
             // A value written before a crash belongs to no failure: the

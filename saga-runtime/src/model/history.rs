@@ -217,6 +217,11 @@ pub enum EventKind {
         /// The patch's name.
         name: String,
     },
+    /// It took a slot of its queue: it leaves the queue's wait and runs.
+    Dequeued {
+        /// The queue.
+        queue: String,
+    },
 }
 
 impl EventKind {
@@ -381,6 +386,7 @@ impl fmt::Display for EventKind {
                 "wait {name:?} rejected event {event_type:?}, which does not decode: {error}"
             ),
             EventKind::Patched { name } => write!(f, "patch {name:?} taken"),
+            EventKind::Dequeued { queue } => write!(f, "took a slot of queue {queue:?}"),
         }
     }
 }
