@@ -278,3 +278,28 @@ async fn a_typed_error_over_the_payload_limit_keeps_its_message_only() {
     let failure = step_failure(run.result().await.unwrap_err());
     assert_eq!(failure.downcast::<Huge>().map(|h| h.0.len()), Some(10));
 }
+
+#[step(name = "pay-later", renamed_from = "pay-by-invoice", read_only)]
+async fn pay_later() -> Result<u64, StepError> {
+    Err(StepError::fatal("invoices are off today"))
+}
+
+/// Catches the failure of one step, matched by the step function itself.
+#[workflow(name = "pay-or-give-up")]
+async fn pay_or_give_up(ctx: WorkflowContext, (): ()) -> Result<String, WorkflowError> {
+    match pay_later(&ctx).await {
+        Ok(_) => Ok("paid".into()),
+        Err(failed) if failed.is::<pay_later>() && !failed.is::<charge_card>() => {
+            Ok(format!("gave up on {}: {}", failed.step(), failed.error()))
+        }
+        Err(failed) => Err(failed.into()),
+    }
+}
+
+#[tokio::test]
+async fn a_step_failure_is_matched_by_its_step_function() {
+    let engine = engine();
+    let run = engine.start(pay_or_give_up, "give-up-1", ()).await.unwrap();
+    let answer: String = run.result().await.unwrap();
+    assert_eq!(answer, "gave up on pay-later: invoices are off today");
+}

@@ -551,3 +551,16 @@ impl StepTask {
         None
     }
 }
+
+impl StepFailed {
+    /// Whether the step that failed is `S`, a `#[step]` function named as
+    /// a type: `failed.is::<charge_card>()`. It compares the step's name
+    /// and its `renamed_from`, so a renamed step still matches, and a
+    /// misspelt or removed step is a compile error, where comparing
+    /// [`step()`](StepFailed::step) with a string literal silently stops
+    /// matching.
+    pub fn is<S: crate::workflow::macro_support::StepDefinition>(&self) -> bool {
+        let names = S::NAMES;
+        self.step == names.name || names.renamed_from == Some(self.step.as_str())
+    }
+}
