@@ -705,6 +705,11 @@ async fn a_run_time_schedule_fires_its_ticks_until_deleted() {
     has_exactly(&engine, "created", &ids).await;
     // Every tick gets the stored input.
     assert_eq!(result_of(&engine, &ids[2]).await, (7, 1));
+    // The last tick's instance ended: its outcome.
+    assert_eq!(
+        info(&engine, "created").await.last_outcome,
+        Some(Status::Complete)
+    );
     let manual = engine.schedules().trigger("created").await.unwrap();
     assert!(manual.id().ends_with("~m1"), "{}", manual.id());
 

@@ -12,6 +12,8 @@ use super::state::{self, Decision};
 use super::{CatchUp, Declared, Overlap, Schedule, firing, system_time, unix_seconds};
 use crate::error::{Error, Result};
 use crate::instance::Instance;
+use crate::model::status::Status;
+use crate::names::id::InstanceId;
 use crate::run::runner::Runner;
 
 /// How many next fire times [`Schedules::list`] shows of each schedule.
@@ -62,6 +64,10 @@ pub struct ScheduleInfo {
     pub paused: bool,
     /// The time of the last tick it fired (manual runs aside).
     pub last_tick: Option<SystemTime>,
+    /// The status of the last tick's instance: its outcome once it ended
+    /// (`None`: no tick yet, or its instance is not there, e.g. removed
+    /// by retention).
+    pub last_outcome: Option<Status>,
     /// Its catch-up policy.
     pub catch_up: CatchUp,
     /// Its overlap policy.
@@ -147,9 +153,17 @@ impl<'a> Schedules<'a> {
             }
         }
         let stored = state::all(&self.runner.core.journal).await?;
+        let mut outcomes = Vec::with_capacity(stored.len());
+        for (name, s) in &stored {
+            outcomes.push(match s.last_tick {
+                Some(at) => self.status_of(&InstanceId::tick(name, at, 0)).await?,
+                None => None,
+            });
+        }
         Ok(stored
             .into_iter()
-            .map(|(name, s)| {
+            .zip(outcomes)
+            .map(|((name, s), last_outcome)| {
                 let timing = s.definition.timing.timing();
                 let mut next_fires = Vec::new();
                 let mut at = (!s.paused && s.next != i64::MAX).then_some(s.next);
@@ -167,6 +181,7 @@ impl<'a> Schedules<'a> {
                     next_fires,
                     paused: s.paused,
                     last_tick: s.last_tick.map(system_time),
+                    last_outcome,
                     catch_up: s.definition.catch_up,
                     overlap: s.definition.overlap,
                     jitter: (s.definition.jitter_ms > 0)
@@ -336,6 +351,15 @@ impl<'a> Schedules<'a> {
         let id = firing::start_tick(self.runner, &schedule, now, manual).await?;
         journal.flush().await?;
         Ok(Instance::new(self.runner.clone(), &id))
+    }
+
+    /// The status of instance `id`, `None` if there is none.
+    async fn status_of(&self, id: &InstanceId) -> Result<Option<Status>> {
+        match self.runner.core.journal.read(id, |s| s.status).await {
+            Ok(status) => Ok(Some(status)),
+            Err(Error::UnknownInstance { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     /// Stores the definition of a schedule this engine declares before a
