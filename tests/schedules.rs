@@ -739,6 +739,26 @@ async fn a_run_time_schedule_fires_its_ticks_until_deleted() {
 }
 
 #[tokio::test]
+async fn a_run_time_schedule_fires_where_its_workflow_is_registered() {
+    let clock = TestClock::new();
+    let engine = fresh(Engine::builder().clock(clock.clone())).await;
+    engine
+        .schedules()
+        .create(every_minute("unrun", (4, 0)))
+        .await
+        .unwrap();
+    clock.advance(Duration::from_secs(MINUTE));
+    settle().await;
+    assert!(instances(&engine, "unrun").await.is_empty());
+    assert_eq!(info(&engine, "unrun").await.last_tick, None);
+    // Registered now: it fires the tick it missed (catch-up latest).
+    engine.register(remind).unwrap();
+    let first = tick_id("unrun", EPOCH + 60);
+    has_exactly(&engine, "unrun", std::slice::from_ref(&first)).await;
+    assert_eq!(result_of(&engine, &first).await, (4, 0));
+}
+
+#[tokio::test]
 async fn a_run_time_schedule_survives_a_reopen() {
     let clock = TestClock::new();
     let store = Reopenable::new("schedcreated").await;

@@ -74,6 +74,7 @@ async fn find_run_time_for_ever(runner: Weak<Runner>, declared: Arc<Declared>) {
             return;
         };
         let changed = declared.changed.notified();
+        let mut failed = false;
         match strong.core.journal.schedule_states().await {
             Ok(stored) => {
                 let mut seen = std::collections::HashSet::new();
@@ -101,12 +102,14 @@ async fn find_run_time_for_ever(runner: Weak<Runner>, declared: Arc<Declared>) {
             }
             Err(Error::Closed) => return,
             Err(e) => {
-                tracing::warn!(error = %e, "could not read the stored schedules; trying again")
+                tracing::warn!(error = %e, "could not read the stored schedules; trying again");
+                failed = true;
             }
         }
         let poll = strong.core.journal.shared().then_some(strong.core.poll);
         drop(strong);
         match poll {
+            _ if failed => tokio::time::sleep(AFTER_FAILURE).await,
             Some(poll) => {
                 tokio::select! {
                     () = changed => {}
