@@ -5,11 +5,12 @@
 //! every second, catching up every missed tick (`CatchUp::All` with a
 //! bound far above the test's length), so no tick is skipped by a policy.
 //! The parent kills one of the two at a random moment, restarts it at
-//! once, and again, until the schedule has fired 200 ticks; then it waits
-//! for every tick's instance to end, and counts them: every tick time
-//! from the first to the last appears in exactly one instance (by its
-//! derived id, and by the tick the instance received), none twice, none
-//! missing. It prints the figures.
+//! once, and again, until the schedule has fired 200 ticks (and there
+//! were at least 10 kills); then it waits for every tick's instance to
+//! end, and counts them: every tick time from the first to the last
+//! appears in exactly one instance (by its derived id, and by the tick
+//! the instance received), none twice, none missing. It prints the
+//! figures.
 //!
 //! A test clock is per process, so the workers keep time by the wall
 //! clock. The interval grammar names ticks by the second (1 s is the
@@ -40,6 +41,9 @@ use saga_runtime::{CatchUp, Clock, Schedule, Sleep, Tick};
 
 const SCHEDULE: &str = "every-second";
 const TICKS: i64 = 200;
+/// The fewest kills: the chaos goes on past 200 ticks until there were
+/// this many.
+const MIN_KILLS: u32 = 10;
 /// How much faster than the wall clock the workers' clock runs.
 const SPEED: u32 = 20;
 /// The whole test, real time: well above what 200 ticks take.
@@ -173,7 +177,8 @@ async fn two_workers_one_killed_at_random_fire_every_tick_once() {
     let last_wanted = first + Duration::from_secs(TICKS as u64 - 1);
 
     let mut kills = 0;
-    while fired().await.is_none_or(|last| last < last_wanted) {
+    // At least MIN_KILLS, however slow the machine is to restart one.
+    while kills < MIN_KILLS || fired().await.is_none_or(|last| last < last_wanted) {
         assert!(began.elapsed() < BOUND, "200 ticks took too long");
         tokio::time::sleep(Duration::from_millis(100 + rng.below(900))).await;
         let victim = rng.below(2) as usize;
@@ -225,7 +230,6 @@ async fn two_workers_one_killed_at_random_fire_every_tick_once() {
     assert_eq!((duplicates, missed), (0, 0));
     assert!(ticks >= TICKS as usize, "{ticks} ticks");
     assert_eq!(ids.len(), ticks);
-    assert!(kills >= 5, "only {kills} kills");
     observer.close().await;
     postgres::drop_schema(&schema).await;
 }
