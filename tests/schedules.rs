@@ -825,6 +825,17 @@ async fn a_declaration_never_overwrites_a_run_time_schedule() {
         matches!(&error, Error::InvalidSchedule { reason, .. } if reason.contains("declares")),
         "{error:?}"
     );
+    // Once the run-time one is deleted, the declaration takes the name.
+    engine.schedules().delete("taken").await.unwrap();
+    wait_until("the declaration to take the name", || async {
+        let listed = engine.schedules().list().await.unwrap();
+        listed.iter().any(|s| s.name == "taken" && !s.run_time)
+    })
+    .await;
+    let declared = info(&engine, "taken").await;
+    assert!(declared.declared_here, "{declared:?}");
+    assert_eq!(declared.timing, "every 3600 s");
+    assert_eq!(declared.next_fires[0], at(EPOCH + 3600));
 }
 
 /// Input that does not survive JSON: a NaN is written as `null`.

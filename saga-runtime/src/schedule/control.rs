@@ -211,7 +211,8 @@ impl<'a> Schedules<'a> {
     ///
     /// A build-time declaration of the name (another engine's
     /// `.schedule(..)`) never writes over a run-time schedule: it is
-    /// skipped, and says so in the log.
+    /// skipped, and says so in the log; once the run-time one is deleted,
+    /// the declaration takes the name (from its first tick after then).
     ///
     /// # Examples
     ///

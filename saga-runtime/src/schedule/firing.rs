@@ -19,6 +19,7 @@
 //! time stays the tick's, and a tick is due once the clock reaches its
 //! time plus its delay (`Definition::fires_at`, the same on every worker).
 
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -240,7 +241,7 @@ pub(crate) async fn register(runner: &Runner, schedule: &Declaration) -> Result<
                     }
                     Some(s) if s.definition == schedule.definition => Decision::Keep(()),
                     Some(s) if s.definition.input.is_some() => {
-                        tracing::warn!(schedule = %schedule.name, "a run-time schedule of this name is stored: the build-time declaration is skipped (delete the run-time one to let it register)");
+                        tracing::warn!(schedule = %schedule.name, "a run-time schedule of this name is stored: the build-time declaration is skipped (it takes the name once the run-time one is deleted)");
                         Decision::Keep(())
                     }
                     Some(s) => {
@@ -275,7 +276,23 @@ async fn fire_due(runner: &Arc<Runner>, schedule: &Declaration) -> Result<Wait> 
         .is_some_and(|s| s.definition.input.is_some() && !schedule.is_run_time())
     {
         // A run-time schedule of the name: not this declaration's.
+        schedule.shadowed.store(true, Ordering::Relaxed);
         return Ok(Wait::Change);
+    }
+    if stored.is_none() && schedule.shadowed.swap(false, Ordering::Relaxed) {
+        // The run-time one was deleted: the declaration takes the name,
+        // from its first tick after now.
+        let now = super::unix_seconds(runner.core.clock.now());
+        let next = schedule.timing.next_after(now);
+        state::update(journal, &schedule.name, |stored| {
+            Ok(match stored {
+                None => Decision::Put(ScheduleState::new(schedule.definition.clone(), next), ()),
+                Some(_) => Decision::Keep(()),
+            })
+        })
+        .await?;
+        journal.flush().await?;
+        return Ok(Wait::Now);
     }
     let Some(stored) = stored else {
         // Removed from under it (by hand, in the database): said, every

@@ -401,6 +401,7 @@ impl Schedule {
             target,
             declared_at: unix_seconds(now),
             registered: tokio::sync::OnceCell::new(),
+            shadowed: Default::default(),
         })
     }
 }
@@ -648,6 +649,10 @@ pub(crate) struct Declaration {
     /// set from the start for a run-time schedule, whose definition is
     /// the store's.
     pub(crate) registered: tokio::sync::OnceCell<()>,
+    /// Set while a run-time schedule of the name is stored, which this
+    /// declaration never overwrites: once that one is deleted, the
+    /// declaration stores itself (see `firing::fire_due`).
+    pub(crate) shadowed: std::sync::atomic::AtomicBool,
 }
 
 impl Declaration {
@@ -668,6 +673,7 @@ impl Declaration {
             target: Arc::new(JsonTarget::new(workflow, input)),
             declared_at: 0,
             registered: tokio::sync::OnceCell::new_with(Some(())),
+            shadowed: Default::default(),
         })
     }
 
