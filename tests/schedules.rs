@@ -5,7 +5,9 @@
 //! and resume (no catch-up of paused ticks), durable; trigger; jitter,
 //! alike on every engine; overlap queue-one, durable; the last
 //! registration wins; bad input as typed errors before anything is
-//! stored. The workflows are written with `#[workflow]`, as users write
+//! stored; run-time schedules (created, fired by any worker that runs the
+//! workflow, durable across a reopen, deleted, never overwritten by a
+//! declaration). The workflows are written with `#[workflow]`, as users write
 //! them.
 
 #[path = "support/helpers.rs"]
@@ -654,4 +656,290 @@ async fn two_workers_with_one_schedule_fire_each_tick_once() {
         .collect();
     has_exactly(&one, "shared", &ids).await;
     assert_eq!(instances(&two, "shared").await, ids);
+}
+
+/// An engine on `clock` that registers `remind` and declares nothing.
+fn worker(clock: &TestClock) -> EngineBuilder {
+    Engine::builder().clock(clock.clone()).register(remind)
+}
+
+/// A run-time schedule every minute whose ticks start `remind` with
+/// `input`.
+fn every_minute(name: &str, input: (i64, u32)) -> Schedule {
+    Schedule::every(name, "1 minute").start_with_input(remind, &input)
+}
+
+/// The result of the instance `id`, once it completed.
+async fn result_of(engine: &Engine, id: &str) -> (i64, u32) {
+    let instance = engine.instance(id).await.unwrap();
+    until_status(&instance, Status::Complete).await;
+    instance.result().await.unwrap()
+}
+
+#[tokio::test]
+async fn a_run_time_schedule_fires_its_ticks_until_deleted() {
+    let clock = TestClock::new();
+    let engine = fresh(worker(&clock)).await;
+    engine
+        .schedules()
+        .create(every_minute("created", (7, 1)))
+        .await
+        .unwrap();
+    // Creating it again alike does nothing.
+    engine
+        .schedules()
+        .create(every_minute("created", (7, 1)))
+        .await
+        .unwrap();
+    let listed = info(&engine, "created").await;
+    assert!(listed.run_time && !listed.declared_here, "{listed:?}");
+    assert_eq!(
+        (listed.timing.as_str(), listed.workflow.as_str()),
+        ("every 60 s", "remind")
+    );
+    assert_eq!(listed.next_fires[0], at(EPOCH + 60));
+    step(&engine, &clock, "created", MINUTE, 3).await;
+    let ids: Vec<String> = (1..=3)
+        .map(|i| tick_id("created", EPOCH + i * 60))
+        .collect();
+    has_exactly(&engine, "created", &ids).await;
+    // Every tick gets the stored input.
+    assert_eq!(result_of(&engine, &ids[2]).await, (7, 1));
+    // The last tick's instance ended: its outcome.
+    assert_eq!(
+        info(&engine, "created").await.last_outcome,
+        Some(Status::Complete)
+    );
+    let manual = engine.schedules().trigger("created").await.unwrap();
+    assert!(manual.id().ends_with("~m1"), "{}", manual.id());
+
+    engine.schedules().delete("created").await.unwrap();
+    assert!(engine.schedules().list().await.unwrap().is_empty());
+    clock.advance(Duration::from_secs(3 * MINUTE));
+    settle().await;
+    let mut with_manual = ids.clone();
+    with_manual.push(manual.id().to_owned());
+    with_manual.sort();
+    assert_eq!(instances(&engine, "created").await, with_manual);
+    let again = engine.schedules().delete("created").await.unwrap_err();
+    assert!(matches!(again, Error::UnknownSchedule { .. }), "{again:?}");
+    // Deleted, the name is free for another one.
+    engine
+        .schedules()
+        .create(every_minute("created", (8, 0)))
+        .await
+        .unwrap();
+    step(&engine, &clock, "created", MINUTE, 1).await;
+    let next = tick_id("created", EPOCH + 7 * 60);
+    wait_until("the new schedule's tick", || async {
+        instances(&engine, "created").await.contains(&next)
+    })
+    .await;
+    assert_eq!(result_of(&engine, &next).await, (8, 0));
+}
+
+#[tokio::test]
+async fn a_run_time_schedule_fires_where_its_workflow_is_registered() {
+    let clock = TestClock::new();
+    let engine = fresh(Engine::builder().clock(clock.clone())).await;
+    engine
+        .schedules()
+        .create(every_minute("unrun", (4, 0)))
+        .await
+        .unwrap();
+    clock.advance(Duration::from_secs(MINUTE));
+    settle().await;
+    assert!(instances(&engine, "unrun").await.is_empty());
+    assert_eq!(info(&engine, "unrun").await.last_tick, None);
+    // Registered now: it fires the tick it missed (catch-up latest).
+    engine.register(remind).unwrap();
+    let first = tick_id("unrun", EPOCH + 60);
+    has_exactly(&engine, "unrun", std::slice::from_ref(&first)).await;
+    assert_eq!(result_of(&engine, &first).await, (4, 0));
+}
+
+#[tokio::test]
+async fn a_run_time_schedule_survives_a_reopen() {
+    let clock = TestClock::new();
+    let store = Reopenable::new("schedcreated").await;
+    let engine = store.open(|| worker(&clock)).await;
+    engine
+        .schedules()
+        .create(every_minute("durable", (3, 0)))
+        .await
+        .unwrap();
+    step(&engine, &clock, "durable", MINUTE, 2).await;
+    let second = tick_id("durable", EPOCH + 120);
+    wait_until("2 instances", || async {
+        instances(&engine, "durable").await.len() == 2
+    })
+    .await;
+    until_status(&engine.instance(&second).await.unwrap(), Status::Complete).await;
+    engine.close().await;
+
+    // Nothing declares it: the reopened engine fires it from the store.
+    let engine = store.open(|| worker(&clock)).await;
+    step(&engine, &clock, "durable", MINUTE, 2).await;
+    let ids: Vec<String> = (1..=4)
+        .map(|i| tick_id("durable", EPOCH + i * 60))
+        .collect();
+    has_exactly(&engine, "durable", &ids).await;
+    assert_eq!(result_of(&engine, &ids[3]).await, (3, 0));
+}
+
+#[tokio::test]
+async fn a_declaration_never_overwrites_a_run_time_schedule() {
+    let clock = TestClock::new();
+    let store = Reopenable::new("schedshadowed").await;
+    let engine = store.open(|| worker(&clock)).await;
+    engine
+        .schedules()
+        .create(every_minute("taken", (5, 0)))
+        .await
+        .unwrap();
+    engine.close().await;
+    // The next release declares the name hourly, with a closure.
+    let engine = store
+        .open(|| {
+            builder(
+                &clock,
+                Schedule::every("taken", "1 hour").start(remind, input),
+            )
+        })
+        .await;
+    let listed = info(&engine, "taken").await;
+    assert!(listed.run_time && !listed.declared_here, "{listed:?}");
+    assert_eq!(listed.timing, "every 60 s");
+    step(&engine, &clock, "taken", MINUTE, 1).await;
+    let first = tick_id("taken", EPOCH + 60);
+    has_exactly(&engine, "taken", std::slice::from_ref(&first)).await;
+    // Fired as the run-time schedule says: its stored input.
+    assert_eq!(result_of(&engine, &first).await, (5, 0));
+    // The declaring engine may not create a run-time one of its name.
+    let error = engine
+        .schedules()
+        .create(every_minute("taken", (6, 0)))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&error, Error::InvalidSchedule { reason, .. } if reason.contains("declares")),
+        "{error:?}"
+    );
+    // Once the run-time one is deleted, the declaration takes the name.
+    engine.schedules().delete("taken").await.unwrap();
+    wait_until("the declaration to take the name", || async {
+        let listed = engine.schedules().list().await.unwrap();
+        listed.iter().any(|s| s.name == "taken" && !s.run_time)
+    })
+    .await;
+    let declared = info(&engine, "taken").await;
+    assert!(declared.declared_here, "{declared:?}");
+    assert_eq!(declared.timing, "every 3600 s");
+    assert_eq!(declared.next_fires[0], at(EPOCH + 3600));
+}
+
+/// Input that does not survive JSON: a NaN is written as `null`.
+#[workflow(name = "measure")]
+async fn measure(_ctx: WorkflowContext, reading: f64) -> Result<f64, WorkflowError> {
+    Ok(reading)
+}
+
+#[tokio::test]
+async fn bad_run_time_schedules_are_typed_errors() {
+    let clock = TestClock::new();
+    let engine = fresh(
+        builder(
+            &clock,
+            Schedule::every("declared", "1 hour").start(remind, input),
+        )
+        .register(measure),
+    )
+    .await;
+    let create =
+        |schedule: Schedule| async { engine.schedules().create(schedule).await.unwrap_err() };
+
+    let zero = create(Schedule::every("r", "0 minutes").start_with_input(remind, &(1, 0))).await;
+    assert!(matches!(zero, Error::InvalidInterval { .. }), "{zero:?}");
+    let cron = create(Schedule::cron("r", "0 25 * * *").start_with_input(remind, &(1, 0))).await;
+    assert!(matches!(cron, Error::InvalidCron { .. }), "{cron:?}");
+    let closure = create(Schedule::every("r", "1 hour").start(remind, input)).await;
+    assert!(
+        matches!(&closure, Error::InvalidSchedule { reason, .. } if reason.contains("start_with_input")),
+        "{closure:?}"
+    );
+    let nothing = create(Schedule::every("r", "1 hour")).await;
+    assert!(
+        matches!(&nothing, Error::InvalidSchedule { reason, .. } if reason.contains("start_with_input")),
+        "{nothing:?}"
+    );
+    let nan = create(Schedule::every("r", "1 hour").start_with_input(measure, &f64::NAN)).await;
+    assert!(matches!(nan, Error::Encode { .. }), "{nan:?}");
+
+    engine
+        .schedules()
+        .create(every_minute("r", (1, 0)))
+        .await
+        .unwrap();
+    let other = create(every_minute("r", (2, 0))).await;
+    assert!(
+        matches!(&other, Error::InvalidSchedule { reason, .. } if reason.contains("delete it first")),
+        "{other:?}"
+    );
+    // A build-time schedule is not deleted: its engine would store it again.
+    info(&engine, "declared").await;
+    let declared = engine.schedules().delete("declared").await.unwrap_err();
+    assert!(
+        matches!(&declared, Error::InvalidSchedule { reason, .. } if reason.contains("build time")),
+        "{declared:?}"
+    );
+    let unknown = engine.schedules().delete("nope").await.unwrap_err();
+    assert!(
+        matches!(unknown, Error::UnknownSchedule { .. }),
+        "{unknown:?}"
+    );
+    // Nothing was stored but the one good schedule and the declared one.
+    let names: Vec<String> = engine
+        .schedules()
+        .list()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    assert_eq!(names, ["declared", "r"]);
+}
+
+#[tokio::test]
+async fn a_run_time_schedule_is_fired_by_any_worker_that_runs_its_workflow() {
+    // Two workers share a store only on PostgreSQL.
+    if !helpers::on_postgres() {
+        return;
+    }
+    let clock = TestClock::new();
+    let store = Reopenable::new("schedanyworker").await;
+    // One worker without the workflow creates it; the other fires it.
+    let creator = store.open(|| Engine::builder().clock(clock.clone())).await;
+    let runner = store.open(|| worker(&clock)).await;
+    creator
+        .schedules()
+        .create(every_minute("elsewhere", (9, 0)))
+        .await
+        .unwrap();
+    for _ in 0..3 {
+        clock.advance(Duration::from_secs(MINUTE));
+        caught_up(&runner, &clock, "elsewhere").await;
+    }
+    let ids: Vec<String> = (1..=3)
+        .map(|i| tick_id("elsewhere", EPOCH + i * 60))
+        .collect();
+    has_exactly(&runner, "elsewhere", &ids).await;
+    assert_eq!(result_of(&runner, &ids[0]).await, (9, 0));
+    creator.schedules().delete("elsewhere").await.unwrap();
+    wait_until("the worker to see the deletion", || async {
+        runner.schedules().list().await.unwrap().is_empty()
+    })
+    .await;
+    clock.advance(Duration::from_secs(3 * MINUTE));
+    settle().await;
+    assert_eq!(instances(&runner, "elsewhere").await, ids);
 }

@@ -110,16 +110,21 @@
 //!   `kind` is `workflow`, `step`, `sleep` or `wait`; an unreadable index
 //!   entry is not checked.
 //! - `schedules`: `{"schema": 1, "schedules": [{"name", "workflow",
-//!   "timing", "paused", "next_ticks", "last_tick", "catch_up", "overlap",
-//!   "jitter_ms", "kept_tick", "declared_here"}]}`, by name; `timing` reads as `every 900 s` or
+//!   "timing", "paused", "next_ticks", "last_tick", "last_outcome",
+//!   "catch_up", "overlap", "jitter_ms", "kept_tick", "declared_here",
+//!   "run_time"}]}`, by name; `timing` reads as `every 900 s` or
 //!   `cron "0 2 * * *" in Europe/Paris`; `next_ticks` the next three
 //!   times it fires (none while paused); `last_tick` the last tick it
-//!   fired (manual runs aside), or `null`; `catch_up` `{"policy", "at_most"}`
+//!   fired (manual runs aside), or `null`; `last_outcome` the status of
+//!   that tick's instance (`running`, `complete`, `compensated`, ...), or
+//!   `null` (no tick yet, or its instance is gone); `catch_up` `{"policy", "at_most"}`
 //!   (`skip`, `latest`, or `all` with its `at_most`); `overlap` `allow`,
 //!   `skip` or `queue-one`; `jitter_ms` the most a tick fires late on
 //!   purpose, or `null`; `kept_tick` the tick `queue-one` keeps, or
 //!   `null`; `declared_here` whether the engine the command ran on declares
-//!   it (and so fires it).
+//!   it (and so fires it); `run_time` whether it was created at run time
+//!   (`engine.schedules().create`: any engine that registers its workflow
+//!   fires it).
 //! - `queues`: `{"schema": 1, "queues": [{"queue", "waiting", "started"}],
 //!   "unreadable_count"}`, by name: every queue an instance names, and
 //!   those the engine declares; `waiting` the instances `Queued` for a

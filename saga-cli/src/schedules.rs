@@ -1,6 +1,6 @@
 //! `saga schedules`: the schedules the store keeps (their definition, next
-//! ticks, paused state and last tick), and `pause`, `resume` and `trigger`
-//! of one.
+//! ticks, paused state, last tick and its outcome), and `pause`, `resume`
+//! and `trigger` of one.
 //!
 //! The stored state holds each schedule's definition, so any engine lists,
 //! pauses and resumes it. Only an engine that declares a schedule knows
@@ -53,6 +53,7 @@ async fn list(
         "STATE",
         "NEXT TICK",
         "LAST TICK",
+        "LAST OUTCOME",
     ]);
     for schedule in &schedules {
         table.row(row(schedule, style));
@@ -79,6 +80,10 @@ fn row(schedule: &ScheduleInfo, style: &Style) -> Vec<Cell> {
                 .map_or("-".to_owned(), |t| time(*t)),
         ),
         Cell::plain(schedule.last_tick.map_or("-".to_owned(), time)),
+        match schedule.last_outcome {
+            Some(status) => Cell::status(status, style),
+            None => Cell::plain("-"),
+        },
     ]
 }
 
@@ -91,6 +96,7 @@ fn listed(schedule: &ScheduleInfo) -> Value {
         "paused": schedule.paused,
         "next_ticks": schedule.next_fires.iter().map(|t| rfc3339(*t)).collect::<Vec<_>>(),
         "last_tick": schedule.last_tick.map(rfc3339),
+        "last_outcome": schedule.last_outcome.map(|s| s.to_string()),
         "catch_up": catch_up(schedule.catch_up),
         "overlap": match schedule.overlap {
             Overlap::Allow => "allow",
@@ -101,6 +107,7 @@ fn listed(schedule: &ScheduleInfo) -> Value {
         "jitter_ms": schedule.jitter.map(|j| j.as_millis() as u64),
         "kept_tick": schedule.kept_tick.map(rfc3339),
         "declared_here": schedule.declared_here,
+        "run_time": schedule.run_time,
     })
 }
 
@@ -139,7 +146,15 @@ async fn resume(engine: &Engine, name: &str, out: &mut impl Write) -> Result<(),
 }
 
 async fn trigger(engine: &Engine, name: &str, out: &mut impl Write) -> Result<(), CliError> {
-    if !stored(engine, name).await?.declared_here {
+    let schedule = stored(engine, name).await?;
+    if schedule.run_time {
+        return Err(CliError::usage(format!(
+            "schedule \"{name}\" was created at run time, and only an engine that registers its workflow ({workflow}) starts its ticks, which this one does not: trigger it on the running service, with saga --url URL schedules trigger {name} (saga_cli::serve)",
+            name = escape(name),
+            workflow = escape(&schedule.workflow),
+        )));
+    }
+    if !schedule.declared_here {
         return Err(CliError::usage(format!(
             "schedule \"{name}\" is stored, but only an engine that declares it (Engine::builder().schedule(..)) knows what its ticks start, and this one does not: trigger it on the running service, with saga --url URL schedules trigger {name} (saga_cli::serve)",
             name = escape(name),

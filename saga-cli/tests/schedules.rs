@@ -1,5 +1,6 @@
 //! `saga schedules` on a store an application's engine wrote with two
-//! schedules declared: the list and its `--json`, `pause` and `resume`
+//! schedules declared: the list and its `--json` (with the last tick's
+//! outcome), `pause` and `resume`
 //! (durable: the application's engine sees them), an unknown name, and
 //! `trigger`, which needs an engine that declares the schedule.
 
@@ -35,6 +36,7 @@ fn schedules_lists_each_with_its_timing_next_and_last_tick() {
         "STATE",
         "NEXT TICK",
         "LAST TICK",
+        "LAST OUTCOME",
     ] {
         assert!(lines[0].contains(column), "{table}");
     }
@@ -53,6 +55,9 @@ fn schedules_lists_each_with_its_timing_next_and_last_tick() {
     let next = reminders.find("2030-01-01 00:30:00 UTC").expect(&table);
     let last = reminders.find("2030-01-01 00:15:00 UTC").expect(&table);
     assert!(next < last, "{table}");
+    // The last tick's instance ended: its outcome.
+    let outcome = reminders.find("complete").expect(&table);
+    assert!(last < outcome, "{table}");
 
     let listed = json(store.path(), &["schedules"]);
     let names: Vec<&str> = listed["schedules"]
@@ -84,7 +89,13 @@ fn schedules_lists_each_with_its_timing_next_and_last_tick() {
         reminders["declared_here"], false,
         "the binary declares none"
     );
+    assert_eq!(reminders["last_outcome"], "complete");
+    assert_eq!(reminders["run_time"], false);
     assert_eq!(listed["schedules"][0]["last_tick"], serde_json::Value::Null);
+    assert_eq!(
+        listed["schedules"][0]["last_outcome"],
+        serde_json::Value::Null
+    );
 }
 
 #[test]

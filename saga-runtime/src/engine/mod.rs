@@ -544,8 +544,14 @@ impl Engine {
     /// under a name already registered is [`Error::WorkflowNameTaken`]; a
     /// workflow whose steps take a service the engine was not given is
     /// [`Error::MissingService`].
+    ///
+    /// A stored run-time schedule
+    /// ([`Schedules::create`](crate::Schedules::create)) of the workflow
+    /// fires here from then on.
     pub fn register<W: Workflow>(&self, workflow: W) -> Result<()> {
-        self.runner().register(Arc::new(workflow))
+        self.runner().register(Arc::new(workflow))?;
+        self.handle.schedules.changed.notify_waiters();
+        Ok(())
     }
 
     /// Starts an instance of `workflow` with a caller-chosen `id` (1–100

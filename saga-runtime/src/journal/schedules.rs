@@ -29,4 +29,14 @@ impl Journal {
         }
         self.store.swap_schedule(name, old, new).await
     }
+
+    /// Removes the state of `name` if it is `old` now.
+    pub(crate) async fn remove_schedule_state(&self, name: &str, old: &[u8]) -> Result<bool> {
+        if self.read_only() {
+            return Err(crate::Error::ReadOnly {
+                what: format!("the deletion of schedule {name:?}"),
+            });
+        }
+        self.store.remove_schedule(name, old).await
+    }
 }

@@ -1,16 +1,19 @@
-//! `engine.schedules()`: pause, resume, list and trigger schedules. Every
+//! `engine.schedules()`: create and delete run-time schedules; pause,
+//! resume, list and trigger any schedule. Every
 //! change is a swap of the stored state, so it holds for every worker and
 //! across restarts.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::state::{self, Decision};
-use super::{CatchUp, Declared, Overlap, firing, system_time, unix_seconds};
 #[cfg(doc)]
-use super::{Schedule, Tick};
+use super::Tick;
+use super::state::{self, Decision};
+use super::{CatchUp, Declared, Overlap, Schedule, firing, system_time, unix_seconds};
 use crate::error::{Error, Result};
 use crate::instance::Instance;
+use crate::model::status::Status;
+use crate::names::id::InstanceId;
 use crate::run::runner::Runner;
 
 /// How many next fire times [`Schedules::list`] shows of each schedule.
@@ -61,6 +64,10 @@ pub struct ScheduleInfo {
     pub paused: bool,
     /// The time of the last tick it fired (manual runs aside).
     pub last_tick: Option<SystemTime>,
+    /// The status of the last tick's instance: its outcome once it ended
+    /// (`None`: no tick yet, or its instance is not there, e.g. removed
+    /// by retention).
+    pub last_outcome: Option<Status>,
     /// Its catch-up policy.
     pub catch_up: CatchUp,
     /// Its overlap policy.
@@ -72,6 +79,9 @@ pub struct ScheduleInfo {
     pub kept_tick: Option<SystemTime>,
     /// Whether this engine declares it (and so fires it, and may trigger it).
     pub declared_here: bool,
+    /// Whether it was created at run time ([`Schedules::create`]): any
+    /// engine that registers its workflow fires it.
+    pub run_time: bool,
 }
 
 impl<'a> Schedules<'a> {
@@ -143,9 +153,17 @@ impl<'a> Schedules<'a> {
             }
         }
         let stored = state::all(&self.runner.core.journal).await?;
+        let mut outcomes = Vec::with_capacity(stored.len());
+        for (name, s) in &stored {
+            outcomes.push(match s.last_tick {
+                Some(at) => self.status_of(&InstanceId::tick(name, at, 0)).await?,
+                None => None,
+            });
+        }
         Ok(stored
             .into_iter()
-            .map(|(name, s)| {
+            .zip(outcomes)
+            .map(|((name, s), last_outcome)| {
                 let timing = s.definition.timing.timing();
                 let mut next_fires = Vec::new();
                 let mut at = (!s.paused && s.next != i64::MAX).then_some(s.next);
@@ -155,21 +173,134 @@ impl<'a> Schedules<'a> {
                     at = timing.as_ref().and_then(|t| t.next_after(tick));
                 }
                 ScheduleInfo {
-                    declared_here: self.declared.find(&name).is_some(),
+                    declared_here: self.declared.find(&name).is_some()
+                        && s.definition.input.is_none(),
                     name,
                     timing: s.definition.timing.to_string(),
                     workflow: s.definition.workflow,
                     next_fires,
                     paused: s.paused,
                     last_tick: s.last_tick.map(system_time),
+                    last_outcome,
                     catch_up: s.definition.catch_up,
                     overlap: s.definition.overlap,
                     jitter: (s.definition.jitter_ms > 0)
                         .then(|| Duration::from_millis(s.definition.jitter_ms)),
                     kept_tick: s.kept.map(system_time),
+                    run_time: s.definition.input.is_some(),
                 }
             })
             .collect())
+    }
+
+    /// Creates a run-time schedule, durably: from then on every engine
+    /// that registers its workflow fires it (on PostgreSQL, every worker
+    /// of the database, within its poll interval), across restarts, until
+    /// [`delete`](Schedules::delete). Its first tick is the first after
+    /// now. It says what it starts with
+    /// [`Schedule::start_with_input`]: the input is stored, as JSON, and
+    /// every tick's instance gets it (not encrypted by the engine's codec
+    /// while it is stored in the schedule).
+    ///
+    /// Creating it again with the same definition does nothing. A
+    /// schedule of the name stored otherwise, or declared by this
+    /// engine's builder, is [`Error::InvalidSchedule`], as is one that
+    /// starts nothing or with a closure (`.start(..)`: a closure cannot be
+    /// stored); a mistake in the schedule is its typed error
+    /// ([`Error::InvalidCron`], [`Error::InvalidInterval`], ...).
+    ///
+    /// A build-time declaration of the name (another engine's
+    /// `.schedule(..)`) never writes over a run-time schedule: it is
+    /// skipped, and says so in the log; once the run-time one is deleted,
+    /// the declaration takes the name (from its first tick after then).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use saga_runtime::prelude::*;
+    /// # use saga_runtime::Schedule;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), saga_runtime::Error> {
+    /// let remind = workflow_fn("remind", |_ctx: WorkflowContext, who: String| async move {
+    ///     Ok::<_, WorkflowError>(who)
+    /// });
+    /// let engine = Engine::builder().register(remind).temporary()?;
+    /// let schedule = Schedule::every("remind-ada", "15 minutes")
+    ///     .start_with_input(remind, &"ada".to_owned());
+    /// engine.schedules().create(schedule).await?;
+    /// assert!(engine.schedules().list().await?[0].run_time);
+    /// engine.schedules().delete("remind-ada").await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    ///
+    /// One swap of the stored state: dropped before it, nothing is
+    /// created; after it, the schedule exists (durable once flushed).
+    pub async fn create(&self, schedule: Schedule) -> Result<()> {
+        let now_time = self.runner.core.clock.now();
+        let name = schedule.name().to_owned();
+        let exists = |reason: &str| Error::InvalidSchedule {
+            schedule: name.clone(),
+            reason: reason.to_owned(),
+        };
+        if self.declared.find(&name).is_some() {
+            return Err(exists(
+                "this engine's builder declares a schedule of this name; give the run-time one another name",
+            ));
+        }
+        let declaration = schedule.checked(now_time, true)?;
+        let definition = declaration.definition.clone();
+        let next = declaration
+            .timing
+            .next_after(unix_seconds(now_time))
+            .unwrap_or(i64::MAX);
+        let journal = &self.runner.core.journal;
+        state::update(journal, &name, |stored| match stored {
+            None => {
+                let mut new = state::ScheduleState::new(definition.clone(), None);
+                new.next = next;
+                Ok(Decision::Put(new, ()))
+            }
+            Some(s) if s.definition == definition => Ok(Decision::Keep(())),
+            Some(s) if s.definition.input.is_none() => Err(exists(
+                "a schedule of this name is declared at build time (it is stored); give the run-time one another name",
+            )),
+            Some(_) => Err(exists(
+                "a run-time schedule of this name exists with another definition; delete it first",
+            )),
+        })
+        .await?;
+        journal.flush().await?;
+        self.declared.changed.notify_waiters();
+        Ok(())
+    }
+
+    /// Deletes run-time schedule `name`, for every worker, durably: it
+    /// fires no more ticks (a tick decided on but not started yet is
+    /// dropped; instances started stay). An unknown name is
+    /// [`Error::UnknownSchedule`]; a build-time schedule is
+    /// [`Error::InvalidSchedule`] (its engine would store it again when
+    /// built: remove its `.schedule(..)` instead, or pause it).
+    ///
+    /// # Cancel safety
+    ///
+    /// One removal of the stored state, by compare-and-swap: dropped
+    /// before it, the schedule is as it was; after it, gone.
+    pub async fn delete(&self, name: &str) -> Result<()> {
+        let journal = &self.runner.core.journal;
+        state::update(journal, name, |stored| match stored {
+            None => Err(unknown(name)),
+            Some(s) if s.definition.input.is_none() => Err(Error::InvalidSchedule {
+                schedule: name.to_owned(),
+                reason: "it is declared at build time, and its engines would store it again: remove its .schedule(..) from the builder, or pause it".to_owned(),
+            }),
+            Some(_) => Ok(Decision::Remove(())),
+        })
+        .await?;
+        journal.flush().await?;
+        self.declared.changed.notify_waiters();
+        Ok(())
     }
 
     /// Starts an extra instance of schedule `name` now, whatever its
@@ -185,15 +316,26 @@ impl<'a> Schedules<'a> {
     /// instance is created: dropped in between, that number is skipped
     /// and nothing starts; dropped after, the instance runs.
     pub async fn trigger(&self, name: &str) -> Result<Instance> {
-        let schedule = self
-            .declared
-            .find(name)
-            .ok_or_else(|| Error::UnknownSchedule {
+        let journal = &self.runner.core.journal;
+        let (_, stored) = state::load(journal, name).await?;
+        let run_time = stored
+            .as_ref()
+            .and_then(|s| s.definition.input.is_some().then_some(&s.definition));
+        let schedule = match run_time {
+            Some(definition) => Arc::new(
+                super::Declaration::run_time(self.runner, name, definition).ok_or_else(|| {
+                    Error::UnknownSchedule {
+                        name: name.to_owned(),
+                        reason: "it is a run-time schedule whose workflow this engine does not register",
+                    }
+                })?,
+            ),
+            None => self.declared.find(name).cloned().ok_or_else(|| Error::UnknownSchedule {
                 name: name.to_owned(),
                 reason: "this engine does not declare it (trigger it from one whose builder has .schedule(..) for it)",
-            })?;
-        firing::register(self.runner, schedule).await?;
-        let journal = &self.runner.core.journal;
+            })?,
+        };
+        firing::register(self.runner, &schedule).await?;
         let now = unix_seconds(self.runner.core.clock.now());
         let manual = state::update(journal, name, |stored| {
             let stored = stored.ok_or_else(|| unknown(name))?;
@@ -207,9 +349,18 @@ impl<'a> Schedules<'a> {
             Ok(Decision::Put(changed.clone(), changed.manual_count))
         })
         .await?;
-        let id = firing::start_tick(self.runner, schedule, now, manual).await?;
+        let id = firing::start_tick(self.runner, &schedule, now, manual).await?;
         journal.flush().await?;
         Ok(Instance::new(self.runner.clone(), &id))
+    }
+
+    /// The status of instance `id`, `None` if there is none.
+    async fn status_of(&self, id: &InstanceId) -> Result<Option<Status>> {
+        match self.runner.core.journal.read(id, |s| s.status).await {
+            Ok(status) => Ok(Some(status)),
+            Err(Error::UnknownInstance { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     /// Stores the definition of a schedule this engine declares before a

@@ -19,6 +19,7 @@
 //! time stays the tick's, and a tick is due once the clock reaches its
 //! time plus its delay (`Definition::fires_at`, the same on every worker).
 
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -37,16 +38,87 @@ const ON_TIME: i64 = 60;
 /// How long a task waits before it looks again after a failure (real time).
 const AFTER_FAILURE: Duration = Duration::from_secs(1);
 
-/// Starts the firing task of each declared schedule; they end with the
-/// engine.
+/// Starts the firing task of each declared schedule, and the task that
+/// finds the stored run-time schedules; they end with the engine.
 pub(crate) fn spawn(runner: &Arc<Runner>, declared: &Arc<Declared>) {
     for declaration in &declared.schedules {
-        let task = runner.core.runtime.spawn(fire_for_ever(
-            Arc::downgrade(runner),
-            declared.clone(),
-            declaration.clone(),
-        ));
-        runner.core.track(task);
+        spawn_one(runner, declared, declaration.clone());
+    }
+    let task = runner.core.runtime.spawn(find_run_time_for_ever(
+        Arc::downgrade(runner),
+        declared.clone(),
+    ));
+    runner.core.track(task);
+}
+
+fn spawn_one(runner: &Arc<Runner>, declared: &Arc<Declared>, declaration: Arc<Declaration>) {
+    let task = runner.core.runtime.spawn(fire_for_ever(
+        Arc::downgrade(runner),
+        declared.clone(),
+        declaration,
+    ));
+    runner.core.track(task);
+}
+
+/// Any engine that registers a run-time schedule's workflow fires it: this
+/// task looks at the stored schedules when a control call rings (a create
+/// here) and, on a shared store, every poll interval (a create by another
+/// worker), and starts a firing task for each run-time schedule it does
+/// not fire yet. A firing task ends when its schedule is deleted or
+/// created again otherwise; the next look starts one for the new one.
+async fn find_run_time_for_ever(runner: Weak<Runner>, declared: Arc<Declared>) {
+    // The task of each run-time schedule fired here, by the declaration
+    // it holds: gone once the task ended.
+    let mut firing: std::collections::HashMap<String, Weak<Declaration>> = Default::default();
+    loop {
+        let Some(strong) = runner.upgrade() else {
+            return;
+        };
+        let changed = declared.changed.notified();
+        let mut failed = false;
+        match strong.core.journal.schedule_states().await {
+            Ok(stored) => {
+                let mut seen = std::collections::HashSet::new();
+                for (name, bytes) in stored {
+                    // One this release cannot read is reported by `list`.
+                    let Ok(state) = state::ScheduleState::decode(&name, &bytes) else {
+                        continue;
+                    };
+                    let fired = firing.get(&name).and_then(Weak::upgrade);
+                    if fired.is_some_and(|d| d.definition == state.definition) {
+                        seen.insert(name);
+                        continue;
+                    }
+                    let Some(declaration) =
+                        Declaration::run_time(&strong, &name, &state.definition)
+                    else {
+                        continue;
+                    };
+                    let declaration = Arc::new(declaration);
+                    firing.insert(name.clone(), Arc::downgrade(&declaration));
+                    spawn_one(&strong, &declared, declaration);
+                    seen.insert(name);
+                }
+                firing.retain(|name, _| seen.contains(name));
+            }
+            Err(Error::Closed) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not read the stored schedules; trying again");
+                failed = true;
+            }
+        }
+        let poll = strong.core.journal.shared().then_some(strong.core.poll);
+        drop(strong);
+        match poll {
+            _ if failed => tokio::time::sleep(AFTER_FAILURE).await,
+            Some(poll) => {
+                tokio::select! {
+                    () = changed => {}
+                    () = tokio::time::sleep(poll) => {}
+                }
+            }
+            None => changed.await,
+        }
     }
 }
 
@@ -63,6 +135,9 @@ enum Wait {
     Change,
     /// A failure passed: a moment of real time.
     Failed,
+    /// Nothing ever: the run-time schedule was deleted (or created again,
+    /// which another task fires).
+    Gone,
 }
 
 async fn fire_for_ever(runner: Weak<Runner>, declared: Arc<Declared>, schedule: Arc<Declaration>) {
@@ -141,6 +216,7 @@ async fn fire_for_ever(runner: Weak<Runner>, declared: Arc<Declared>, schedule: 
                 }
             }
             Wait::Failed => tokio::time::sleep(AFTER_FAILURE).await,
+            Wait::Gone => return,
         }
     }
 }
@@ -149,7 +225,9 @@ async fn fire_for_ever(runner: Weak<Runner>, declared: Arc<Declared>, schedule: 
 /// to the store fires first at its first tick after the engine was built;
 /// one stored with another definition (another release's) takes this
 /// one, the last registered, and its next tick is counted again from
-/// then. Paused state, last tick and pending ticks stay.
+/// then. Paused state, last tick and pending ticks stay. A run-time
+/// schedule of the name is never written over: the declaration is
+/// skipped (said once, in the log), and fires nothing.
 pub(crate) async fn register(runner: &Runner, schedule: &Declaration) -> Result<()> {
     schedule
         .registered
@@ -162,6 +240,10 @@ pub(crate) async fn register(runner: &Runner, schedule: &Declaration) -> Result<
                         Decision::Put(ScheduleState::new(schedule.definition.clone(), next), ())
                     }
                     Some(s) if s.definition == schedule.definition => Decision::Keep(()),
+                    Some(s) if s.definition.input.is_some() => {
+                        tracing::warn!(schedule = %schedule.name, "a run-time schedule of this name is stored: the build-time declaration is skipped (it takes the name once the run-time one is deleted)");
+                        Decision::Keep(())
+                    }
                     Some(s) => {
                         let mut changed = s.clone();
                         changed.definition = schedule.definition.clone();
@@ -182,6 +264,36 @@ async fn fire_due(runner: &Arc<Runner>, schedule: &Declaration) -> Result<Wait> 
     register(runner, schedule).await?;
     let journal = &runner.core.journal;
     let (_, stored) = state::load(journal, &schedule.name).await?;
+    if schedule.is_run_time()
+        && stored
+            .as_ref()
+            .is_none_or(|s| s.definition != schedule.definition)
+    {
+        return Ok(Wait::Gone);
+    }
+    if stored
+        .as_ref()
+        .is_some_and(|s| s.definition.input.is_some() && !schedule.is_run_time())
+    {
+        // A run-time schedule of the name: not this declaration's.
+        schedule.shadowed.store(true, Ordering::Relaxed);
+        return Ok(Wait::Change);
+    }
+    if stored.is_none() && schedule.shadowed.swap(false, Ordering::Relaxed) {
+        // The run-time one was deleted: the declaration takes the name,
+        // from its first tick after now.
+        let now = super::unix_seconds(runner.core.clock.now());
+        let next = schedule.timing.next_after(now);
+        state::update(journal, &schedule.name, |stored| {
+            Ok(match stored {
+                None => Decision::Put(ScheduleState::new(schedule.definition.clone(), next), ()),
+                Some(_) => Decision::Keep(()),
+            })
+        })
+        .await?;
+        journal.flush().await?;
+        return Ok(Wait::Now);
+    }
     let Some(stored) = stored else {
         // Removed from under it (by hand, in the database): said, every
         // moment, until the engine is built again and registers it.
@@ -420,6 +532,7 @@ mod tests {
             overlap,
             workflow: "w".into(),
             jitter_ms,
+            input: None,
         };
         let mut state = ScheduleState::new(definition, Some(900));
         state.last_tick = Some(0);

@@ -6,8 +6,10 @@
 //! - `state` is what the store keeps of each schedule: its definition, its
 //!   next fire time, whether it is paused, its last tick, and the ticks
 //!   decided on but maybe not started yet.
-//! - `firing` is the task of each declared schedule that fires its ticks;
-//!   `control` is `engine.schedules()`.
+//! - `firing` is the task of each schedule that fires its ticks: each
+//!   declared one, and each run-time one (created by
+//!   `engine.schedules().create`, its input stored as JSON) whose
+//!   workflow the engine registers; `control` is `engine.schedules()`.
 //!
 //! A tick's instance id is `InstanceId::tick(schedule, at, 0)`, so a tick
 //! fired twice (two workers, a retry after a crash) starts one instance:
@@ -285,6 +287,37 @@ impl Schedule {
         self
     }
 
+    /// The workflow each tick starts, and its input: the same for every
+    /// tick, stored as JSON. This is how a run-time schedule
+    /// ([`Schedules::create`](crate::Schedules::create)) says what it
+    /// starts, since a closure cannot be stored; `input` is checked
+    /// against the workflow's input type here, and encoded (and decoded
+    /// back) at once: one that cannot be is the error of `create` (or of
+    /// the builder's `open`). A builder's schedule may use it too.
+    pub fn start_with_input<W: Workflow>(mut self, workflow: W, input: &W::Input) -> Schedule {
+        let what = format!("the input of schedule {:?}", self.name);
+        let json = match Payload::encode(input) {
+            Ok(Payload::Json(json)) => json,
+            Ok(_) => unreachable!("Payload::encode makes JSON"),
+            Err(detail) => {
+                self.note(Error::Encode { what, detail });
+                return self;
+            }
+        };
+        // An input that does not read back (a NaN written as `null`)
+        // would fail every tick's instance at once.
+        if let Err(detail) = serde_json::from_slice::<W::Input>(&json) {
+            let detail = format!("it does not decode back: {detail}");
+            self.note(Error::Encode { what, detail });
+            return self;
+        }
+        self.target = Some(Arc::new(JsonTarget {
+            workflow: Arc::new(workflow),
+            input: json,
+        }));
+        self
+    }
+
     /// The schedule's name.
     pub fn name(&self) -> &str {
         &self.name
@@ -322,6 +355,54 @@ impl Schedule {
     /// The workflow it starts, for the builder to register.
     pub(crate) fn workflow(&self) -> Option<Arc<dyn ErasedWorkflow>> {
         self.target.as_ref().map(|t| t.workflow())
+    }
+}
+
+impl Schedule {
+    /// The schedule checked, declared at `now`: the first mistake is the
+    /// answer. A run-time one (`run_time`) keeps its input in its
+    /// definition, and so needs one that is stored.
+    pub(crate) fn checked(self, now: SystemTime, run_time: bool) -> Result<Declaration> {
+        if let Some(problem) = self.problem {
+            return Err(problem);
+        }
+        let invalid = |reason: &str| Error::InvalidSchedule {
+            schedule: self.name.clone(),
+            reason: reason.to_owned(),
+        };
+        let Some(target) = self.target else {
+            return Err(invalid(if run_time {
+                "it starts nothing: add .start_with_input(workflow, &input)"
+            } else {
+                "it starts nothing: add .start(workflow, |tick| input)"
+            }));
+        };
+        let input = target.stored_input().map(<[u8]>::to_vec);
+        if run_time && input.is_none() {
+            return Err(invalid(
+                "a run-time schedule stores its input, and a closure cannot be stored: use .start_with_input(workflow, &input)",
+            ));
+        }
+        let timing = self
+            .timing
+            .timing()
+            .ok_or_else(|| invalid("its timing does not parse"))?;
+        Ok(Declaration {
+            name: Arc::from(self.name.as_str()),
+            definition: Definition {
+                timing: self.timing,
+                catch_up: self.catch_up,
+                overlap: self.overlap,
+                workflow: target.workflow_name().to_owned(),
+                jitter_ms: self.jitter_ms,
+                input: input.filter(|_| run_time),
+            },
+            timing,
+            target,
+            declared_at: unix_seconds(now),
+            registered: tokio::sync::OnceCell::new(),
+            shadowed: Default::default(),
+        })
     }
 }
 
@@ -462,6 +543,10 @@ pub(crate) struct Definition {
     /// in the first layout of the stored state (`state::Extension`).
     #[serde(skip)]
     pub(crate) jitter_ms: u64,
+    /// A run-time schedule's input, JSON (`None`: declared at build time).
+    /// Only in the run-time layout of the stored state (`state::RunTime`).
+    #[serde(skip)]
+    pub(crate) input: Option<Vec<u8>>,
 }
 
 impl Definition {
@@ -482,6 +567,43 @@ pub(crate) trait TickTarget: Send + Sync + 'static {
     /// The encoded input for `tick`; a panic of the user's closure is an
     /// error.
     fn input(&self, core: &Core, tick: &Tick) -> Result<Payload>;
+    /// The input as stored, JSON, when it is the same for every tick.
+    fn stored_input(&self) -> Option<&[u8]> {
+        None
+    }
+}
+
+/// A workflow and its input, JSON, the same for every tick: what a
+/// run-time schedule starts.
+pub(crate) struct JsonTarget {
+    workflow: Arc<dyn ErasedWorkflow>,
+    input: Vec<u8>,
+}
+
+impl JsonTarget {
+    /// What a stored run-time schedule starts: `workflow` (registered
+    /// here) with `input`.
+    pub(crate) fn new(workflow: Arc<dyn ErasedWorkflow>, input: Vec<u8>) -> JsonTarget {
+        JsonTarget { workflow, input }
+    }
+}
+
+impl TickTarget for JsonTarget {
+    fn workflow(&self) -> Arc<dyn ErasedWorkflow> {
+        self.workflow.clone()
+    }
+
+    fn workflow_name(&self) -> &'static str {
+        self.workflow.workflow_name()
+    }
+
+    fn input(&self, _core: &Core, _tick: &Tick) -> Result<Payload> {
+        Ok(Payload::Json(self.input.clone()))
+    }
+
+    fn stored_input(&self) -> Option<&[u8]> {
+        Some(&self.input)
+    }
 }
 
 struct Target<W, F> {
@@ -523,11 +645,43 @@ pub(crate) struct Declaration {
     /// When the engine was built (seconds since the epoch): a schedule new
     /// to the store fires first at its first tick after then.
     pub(crate) declared_at: i64,
-    /// Set once this engine stored its definition (see `firing::register`).
+    /// Set once this engine stored its definition (see `firing::register`);
+    /// set from the start for a run-time schedule, whose definition is
+    /// the store's.
     pub(crate) registered: tokio::sync::OnceCell<()>,
+    /// Set while a run-time schedule of the name is stored, which this
+    /// declaration never overwrites: once that one is deleted, the
+    /// declaration stores itself (see `firing::fire_due`).
+    pub(crate) shadowed: std::sync::atomic::AtomicBool,
 }
 
 impl Declaration {
+    /// A run-time schedule `name`, stored as `definition`, as this engine
+    /// runs it: `None` unless its workflow is registered here (and its
+    /// timing parses).
+    pub(crate) fn run_time(
+        runner: &crate::run::runner::Runner,
+        name: &str,
+        definition: &Definition,
+    ) -> Option<Declaration> {
+        let input = definition.input.clone()?;
+        let workflow = runner.workflow(&definition.workflow)?;
+        Some(Declaration {
+            name: Arc::from(name),
+            definition: definition.clone(),
+            timing: definition.timing.timing()?,
+            target: Arc::new(JsonTarget::new(workflow, input)),
+            declared_at: 0,
+            registered: tokio::sync::OnceCell::new_with(Some(())),
+            shadowed: Default::default(),
+        })
+    }
+
+    /// Whether it is a run-time schedule (its definition the store's).
+    pub(crate) fn is_run_time(&self) -> bool {
+        self.definition.input.is_some()
+    }
+
     /// The tick at `at` (manual run `manual`).
     pub(crate) fn tick(&self, at: i64, manual: u32) -> Tick {
         Tick {
@@ -552,41 +706,16 @@ impl Declared {
     pub(crate) fn check(schedules: Vec<Schedule>, now: SystemTime) -> Result<Declared> {
         let mut declared = Declared::default();
         for schedule in schedules {
-            if let Some(problem) = schedule.problem {
-                return Err(problem);
-            }
-            let invalid = |reason: &str| Error::InvalidSchedule {
-                schedule: schedule.name.clone(),
-                reason: reason.to_owned(),
-            };
             if declared.find(&schedule.name).is_some() {
-                return Err(invalid(
-                    "it is declared twice in one builder; give each schedule a name of its own",
-                ));
+                return Err(Error::InvalidSchedule {
+                    schedule: schedule.name,
+                    reason:
+                        "it is declared twice in one builder; give each schedule a name of its own"
+                            .to_owned(),
+                });
             }
-            let Some(target) = schedule.target else {
-                return Err(invalid(
-                    "it starts nothing: add .start(workflow, |tick| input)",
-                ));
-            };
-            let timing = schedule
-                .timing
-                .timing()
-                .ok_or_else(|| invalid("its timing does not parse"))?;
-            declared.schedules.push(Arc::new(Declaration {
-                name: Arc::from(schedule.name.as_str()),
-                definition: Definition {
-                    timing: schedule.timing,
-                    catch_up: schedule.catch_up,
-                    overlap: schedule.overlap,
-                    workflow: target.workflow_name().to_owned(),
-                    jitter_ms: schedule.jitter_ms,
-                },
-                timing,
-                target,
-                declared_at: unix_seconds(now),
-                registered: tokio::sync::OnceCell::new(),
-            }));
+            let declaration = schedule.checked(now, false)?;
+            declared.schedules.push(Arc::new(declaration));
         }
         Ok(declared)
     }

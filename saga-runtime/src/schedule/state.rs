@@ -24,6 +24,13 @@
 //!   release before refuses its version byte outright, so it neither
 //!   fires such a schedule nor writes over it; it says it cannot read it.
 //!
+//! - [`RUN_TIME_LAYOUT`]: the extended layout with a [`RunTime`] beside
+//!   it: the input of a schedule created at run time
+//!   (`engine.schedules().create(..)`), as JSON. Written for every
+//!   run-time schedule. The releases before refuse its version byte (the
+//!   one before this as a newer release's layout), so none of them fires
+//!   a run-time schedule without its input, or writes over it.
+//!
 //! A layout this release does not know (a newer release's) is answered
 //! the same way: an error, and the stored value left as it is, since
 //! writing back what it understood of it would drop the rest.
@@ -64,6 +71,19 @@ const FIRST_LAYOUT: u8 = crate::codec::FORMAT_VERSION;
 /// the extended bytes for a state of its own. It refuses 4.
 const EXTENDED_LAYOUT: u8 = crate::codec::SEALED_FORMAT_VERSION + 1;
 
+/// The version byte of the layout with an [`Extension`] and a
+/// [`RunTime`]: the next byte, which the release before refuses as a
+/// newer release's.
+const RUN_TIME_LAYOUT: u8 = EXTENDED_LAYOUT + 1;
+
+/// What the run-time layout adds beside the extended one. Fields are
+/// appended only by a new layout version.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct RunTime {
+    /// The input of every tick's instance, JSON.
+    input: Vec<u8>,
+}
+
 /// What the extended layout adds beside the first one. Fields are
 /// appended only by a new layout version.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -102,13 +122,23 @@ impl ScheduleState {
     }
 
     pub(crate) fn encode(&self) -> Vec<u8> {
+        if let Some(input) = &self.definition.input {
+            let extension = Extension {
+                kept: self.kept,
+                jitter_ms: self.definition.jitter_ms,
+            };
+            let run_time = RunTime {
+                input: input.clone(),
+            };
+            return crate::codec::encode_record_as(&(self, extension, run_time), RUN_TIME_LAYOUT);
+        }
         match self.extension() {
             None => crate::codec::encode_record_as(self, FIRST_LAYOUT),
             Some(extension) => crate::codec::encode_record_as(&(self, extension), EXTENDED_LAYOUT),
         }
     }
 
-    fn decode(name: &str, bytes: &[u8]) -> Result<ScheduleState> {
+    pub(crate) fn decode(name: &str, bytes: &[u8]) -> Result<ScheduleState> {
         let decoded = match bytes.first() {
             Some(&EXTENDED_LAYOUT) => crate::codec::decode_record_as(bytes, EXTENDED_LAYOUT).map(
                 |(mut state, extension): (ScheduleState, Extension)| {
@@ -117,7 +147,15 @@ impl ScheduleState {
                     state
                 },
             ),
-            Some(&version) if version > EXTENDED_LAYOUT => Err(format!(
+            Some(&RUN_TIME_LAYOUT) => crate::codec::decode_record_as(bytes, RUN_TIME_LAYOUT).map(
+                |(mut state, extension, run_time): (ScheduleState, Extension, RunTime)| {
+                    state.kept = extension.kept;
+                    state.definition.jitter_ms = extension.jitter_ms;
+                    state.definition.input = Some(run_time.input);
+                    state
+                },
+            ),
+            Some(&version) if version > RUN_TIME_LAYOUT => Err(format!(
                 "layout version {version} is a newer release's; this release leaves it alone (fire it from the newer release's workers, or upgrade)"
             )),
             _ => crate::codec::decode_record(bytes),
@@ -134,6 +172,8 @@ impl ScheduleState {
 pub(crate) enum Decision<R> {
     Keep(R),
     Put(ScheduleState, R),
+    /// Remove the stored state (a deleted schedule).
+    Remove(R),
 }
 
 /// How many times an update reads again after losing a swap before it
@@ -156,6 +196,14 @@ pub(crate) async fn update<R>(
                     .swap_schedule_state(name, bytes.as_deref(), &new.encode())
                     .await?
                 {
+                    return Ok(answer);
+                }
+            }
+            Decision::Remove(answer) => {
+                let Some(old) = bytes.as_deref() else {
+                    return Ok(answer);
+                };
+                if journal.remove_schedule_state(name, old).await? {
                     return Ok(answer);
                 }
             }
@@ -207,6 +255,7 @@ mod tests {
                 overlap: Overlap::Skip,
                 workflow: "w".into(),
                 jitter_ms: 0,
+                input: None,
             },
             next: 1_893_456_900,
             paused: true,
@@ -247,9 +296,50 @@ mod tests {
     }
 
     #[test]
+    fn a_run_time_schedule_has_a_layout_of_its_own() {
+        let mut state = ScheduleState::new(
+            Definition {
+                timing: TimingSpec::Every {
+                    every: 900,
+                    offset: 0,
+                },
+                catch_up: CatchUp::Latest,
+                overlap: Overlap::Allow,
+                workflow: "w".into(),
+                jitter_ms: 0,
+                input: Some(b"[1]".to_vec()),
+            },
+            Some(900),
+        );
+        state.kept = Some(7);
+        let bytes = state.encode();
+        assert_eq!(
+            bytes, GOLDEN_RUN_TIME,
+            "the stored encoding of a schedule changed: {bytes:?}"
+        );
+        assert_eq!(ScheduleState::decode("s", &bytes).unwrap(), state);
+        // The release before reads it as a newer release's layout: refused.
+        let refused = crate::codec::decode_record::<ScheduleState>(&bytes);
+        assert!(refused.is_err());
+        assert!(
+            crate::codec::decode_record_as::<(ScheduleState, Extension)>(&bytes, EXTENDED_LAYOUT)
+                .is_err()
+        );
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert!(ScheduleState::decode("s", &longer).is_err());
+    }
+
+    /// The first layout (every 900 s, the default policies), then the
+    /// extension (kept tick 7, no jitter), then the input `[1]`.
+    const GOLDEN_RUN_TIME: &[u8] = &[
+        5, 1, 251, 8, 7, 0, 1, 0, 1, 119, 251, 8, 7, 0, 0, 0, 0, 0, 1, 14, 0, 3, 91, 49, 93,
+    ];
+
+    #[test]
     fn a_layout_of_a_newer_release_is_refused_not_misread() {
         let mut newer = GOLDEN.to_vec();
-        newer[0] = EXTENDED_LAYOUT + 1;
+        newer[0] = RUN_TIME_LAYOUT + 1;
         let refused = ScheduleState::decode("s", &newer).unwrap_err().to_string();
         assert!(refused.contains("newer release"), "{refused}");
         // The release before takes the extended layout for no state of its

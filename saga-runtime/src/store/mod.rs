@@ -430,4 +430,11 @@ pub trait Store: Send + Sync + 'static {
             "this store keeps no schedules".into(),
         )))
     }
+    /// Removes the state of schedule `name` if it is `old` now; `true`
+    /// when it did. Durable as [`swap_schedule`](Store::swap_schedule).
+    fn remove_schedule<'a>(&'a self, _name: &'a str, _old: &'a [u8]) -> StoreFuture<'a, bool> {
+        answered(Err(crate::error::Error::Store(
+            "this store keeps no schedules".into(),
+        )))
+    }
 }

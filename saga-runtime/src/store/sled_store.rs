@@ -374,6 +374,17 @@ impl SledStore {
         failpoint::after(Call::Write, n)?;
         Ok(swapped)
     }
+
+    fn remove_schedule_now(&self, name: &str, old: &[u8]) -> Result<bool> {
+        let n = failpoint::before(Call::Write)?;
+        let removed = self
+            .schedules
+            .compare_and_swap(name.as_bytes(), Some(old), None::<&[u8]>)
+            .map_err(sled_error)?
+            .is_ok();
+        failpoint::after(Call::Write, n)?;
+        Ok(removed)
+    }
 }
 
 impl Store for SledStore {
@@ -457,6 +468,10 @@ impl Store for SledStore {
         new: &'a [u8],
     ) -> StoreFuture<'a, bool> {
         answered(self.swap_schedule_now(name, old, new))
+    }
+
+    fn remove_schedule<'a>(&'a self, name: &'a str, old: &'a [u8]) -> StoreFuture<'a, bool> {
+        answered(self.remove_schedule_now(name, old))
     }
 
     fn flush(&self) -> Result<()> {

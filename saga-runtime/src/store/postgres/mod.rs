@@ -637,6 +637,14 @@ impl Store for PgStore {
         })
     }
 
+    fn remove_schedule<'a>(&'a self, name: &'a str, old: &'a [u8]) -> StoreFuture<'a, bool> {
+        let call = schedules::ScheduleCall::remove(&self.schema, name, old);
+        Box::pin(async move {
+            self.refuse_if_read_only()?;
+            self.schedule_call(call).await?.swapped()
+        })
+    }
+
     /// Flushes and ends the lease, so other workers claim this one's
     /// unfinished instances at once instead of after the lease time; the
     /// store's thread then ends.

@@ -1,7 +1,7 @@
 //! The `schedules` table (migration 8): one row per schedule, its state
 //! opaque bytes (`schedule::state`). A swap is one statement, a
 //! conditional UPDATE on the old value (or an INSERT that does nothing if
-//! the row exists), so of two workers that advance a schedule at once one
+//! the row exists; a removal a DELETE on the old value), so of two workers that advance a schedule at once one
 //! changes the row and the other changes nothing and reads again. Run on
 //! the pool's connections, which commit synchronously: a swap is durable
 //! when it answers. A swap retried after a lost connection may find its
@@ -24,6 +24,7 @@ enum Kind {
     All,
     One,
     Swap,
+    Remove,
 }
 
 /// What a call answers.
@@ -75,6 +76,17 @@ impl ScheduleCall {
         }
     }
 
+    /// No row in place of `old`.
+    pub(super) fn remove(schema: &str, name: &str, old: &[u8]) -> ScheduleCall {
+        ScheduleCall {
+            sql: format!("DELETE FROM {schema}.schedules WHERE name = $1 AND state = $2"),
+            name: Some(name.to_owned()),
+            old: Some(old.to_vec()),
+            new: None,
+            kind: Kind::Remove,
+        }
+    }
+
     pub(super) async fn run(
         &self,
         client: &Client,
@@ -98,6 +110,10 @@ impl ScheduleCall {
                     }
                 };
                 ScheduleAnswer::Swapped(changed == 1)
+            }
+            Kind::Remove => {
+                let removed = client.execute(&self.sql, &[&self.name, &self.old]).await?;
+                ScheduleAnswer::Swapped(removed == 1)
             }
         })
     }
