@@ -118,6 +118,36 @@ fn builder(ran: &Arc<Ran>) -> impl Fn() -> saga_runtime::EngineBuilder + '_ {
     move || Engine::builder().provide_arc(ran.clone())
 }
 
+/// The store opened by the release that runs `workflow`.
+async fn release<W: Workflow>(store: &Reopenable, ran: &Arc<Ran>, workflow: W) -> Engine {
+    let engine = store.open(builder(ran)).await;
+    engine.register(workflow).unwrap();
+    engine
+}
+
+/// Starts `id` under the release of `workflow`, leaves it waiting for an
+/// event, and closes the store.
+async fn left_waiting<W: Workflow<Input = ()> + Copy>(
+    store: &Reopenable,
+    ran: &Arc<Ran>,
+    workflow: W,
+    ids: &[&str],
+) {
+    let engine = release(store, ran, workflow).await;
+    for id in ids {
+        let run = engine.start(workflow, id, ()).await.unwrap();
+        until_status(&run, Status::Waiting).await;
+    }
+    engine.close().await;
+}
+
+/// Sends `id` the event it waits for, and waits for its end.
+async fn finish<P: Serialize>(engine: &Engine, id: &str, event_type: &str, payload: &P) {
+    engine.send_event(id, event_type, payload).await.unwrap();
+    let run = engine.instance(id).await.unwrap();
+    within("the order's end", run.result::<()>()).await.unwrap();
+}
+
 async fn patched(engine: &Engine, id: &str) -> bool {
     let history = engine.instance(id).await.unwrap().history().await.unwrap();
     history
@@ -129,23 +159,13 @@ async fn patched(engine: &Engine, id: &str) -> bool {
 async fn old_instances_replay_without_the_patch_and_new_ones_take_it() {
     let ran = Arc::new(Ran::default());
     let store = Reopenable::new("patches").await;
-    let engine = store.open(builder(&ran)).await;
-    engine.register(order_v1).unwrap();
-    for id in ["order-old", "order-unpatched"] {
-        let run = engine.start(order_v1, id, ()).await.unwrap();
-        until_status(&run, Status::Waiting).await;
-    }
-    engine.close().await;
+    left_waiting(&store, &ran, order_v1, &["order-old", "order-unpatched"]).await;
 
     // The release with the patch: the old instance went past its place.
-    let engine = store.open(builder(&ran)).await;
-    engine.register(order_v2).unwrap();
-    let new = engine.start(order_v2, "order-new", ()).await.unwrap();
-    until_status(&new, Status::Waiting).await;
+    left_waiting(&store, &ran, order_v2, &["order-new"]).await;
+    let engine = release(&store, &ran, order_v2).await;
     for id in ["order-old", "order-new"] {
-        engine.send_event(id, "shipped", &1u64).await.unwrap();
-        let run = engine.instance(id).await.unwrap();
-        within("the order's end", run.result::<()>()).await.unwrap();
+        finish(&engine, id, "shipped", &1u64).await;
     }
     assert_eq!(ran.of("order-old"), ["reserve", "charge-card"]);
     assert_eq!(
@@ -154,19 +174,18 @@ async fn old_instances_replay_without_the_patch_and_new_ones_take_it() {
     );
     assert!(!patched(&engine, "order-old").await);
     assert!(patched(&engine, "order-new").await);
-    drop(new);
     engine.close().await;
 
     // Without the patch the old instance could not go on: the release
     // that calls the new step unconditionally parks it.
-    let engine = store.open(builder(&ran)).await;
-    engine.register(order_v3).unwrap();
+    let engine = release(&store, &ran, order_v3).await;
     let unpatched = engine.instance("order-unpatched").await.unwrap();
     let blocked = within("the block", unpatched.result::<()>()).await;
     assert!(
         matches!(&blocked, Err(Error::Blocked { .. })),
         "{blocked:?}"
     );
+    drop(unpatched);
     engine.close().await;
 }
 
@@ -174,25 +193,12 @@ async fn old_instances_replay_without_the_patch_and_new_ones_take_it() {
 async fn a_retired_patch_replays_the_instances_that_took_it() {
     let ran = Arc::new(Ran::default());
     let store = Reopenable::new("patchesretired").await;
-    let engine = store.open(builder(&ran)).await;
-    engine.register(order_v2).unwrap();
-    let run = engine.start(order_v2, "order-7", ()).await.unwrap();
-    until_status(&run, Status::Waiting).await;
-    drop(run);
-    engine.close().await;
-
+    left_waiting(&store, &ran, order_v2, &["order-7"]).await;
     // The release after: no `patched` call, the fraud check kept. The
     // patch took no slot, so the history replays as it was written.
-    let engine = store.open(builder(&ran)).await;
-    engine.register(order_v3).unwrap();
-    engine
-        .send_event("order-7", "shipped", &1u64)
-        .await
-        .unwrap();
-    let run = engine.instance("order-7").await.unwrap();
-    within("the order's end", run.result::<()>()).await.unwrap();
+    let engine = release(&store, &ran, order_v3).await;
+    finish(&engine, "order-7", "shipped", &1u64).await;
     assert_eq!(ran.of("order-7"), ["reserve", "fraud-check", "charge-card"]);
-    drop(run);
     engine.close().await;
 }
 
@@ -200,24 +206,11 @@ async fn a_retired_patch_replays_the_instances_that_took_it() {
 async fn an_instance_waiting_before_the_patch_takes_it() {
     let ran = Arc::new(Ran::default());
     let store = Reopenable::new("patcheswaiting").await;
-    let engine = store.open(builder(&ran)).await;
-    engine.register(approved_v1).unwrap();
-    let run = engine.start(approved_v1, "approved-1", ()).await.unwrap();
-    until_status(&run, Status::Waiting).await;
-    drop(run);
-    engine.close().await;
-
-    let engine = store.open(builder(&ran)).await;
-    engine.register(approved_v2).unwrap();
-    engine
-        .send_event("approved-1", "approval", &true)
-        .await
-        .unwrap();
-    let run = engine.instance("approved-1").await.unwrap();
-    within("the order's end", run.result::<()>()).await.unwrap();
+    left_waiting(&store, &ran, approved_v1, &["approved-1"]).await;
+    let engine = release(&store, &ran, approved_v2).await;
+    finish(&engine, "approved-1", "approval", &true).await;
     // Nothing in its history lay past the patch: it runs the new code.
     assert_eq!(ran.of("approved-1"), ["fraud-check", "charge-card"]);
     assert!(patched(&engine, "approved-1").await);
-    drop(run);
     engine.close().await;
 }

@@ -57,6 +57,13 @@ async fn approval(ctx: WorkflowContext, (): ()) -> Result<bool, WorkflowError> {
         .await?)
 }
 
+/// Types the admin token into the page's header, as an operator does.
+fn type_token(browser: &Browser) {
+    browser.run(&format!(
+        "document.getElementById('token').value = '{TOKEN}'; sessionStorage.setItem('saga-token', '{TOKEN}'); return true;"
+    ));
+}
+
 fn screenshot_path(name: &str) -> std::path::PathBuf {
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(std::path::PathBuf::from)
@@ -131,9 +138,7 @@ async fn the_dashboard_shows_instances_and_controls_them_in_a_browser() {
         let schedule = browser.text(&browser.find("#schedules tr[data-schedule='nightly-bookings']"));
         assert!(schedule.contains("active") && schedule.contains("every 86400 s"), "{schedule}");
         std::fs::write(screenshot_path("list"), browser.screenshot()).unwrap();
-        browser.run(&format!(
-            "document.getElementById('token').value = '{TOKEN}'; sessionStorage.setItem('saga-token', '{TOKEN}'); return true;"
-        ));
+        type_token(&browser);
         browser.click(&browser.find("#schedules tr[data-schedule='nightly-bookings'] button[data-control='pause']"));
         browser.accept_dialog();
         browser.wait_for(
@@ -169,9 +174,7 @@ async fn the_dashboard_shows_instances_and_controls_them_in_a_browser() {
         browser.find("[data-status='waiting']");
         let rejected = browser.text(&browser.find("#rejected"));
         assert!(rejected.contains("approved") && rejected.contains("invalid type"), "{rejected}");
-        browser.run(&format!(
-            "document.getElementById('token').value = '{TOKEN}'; sessionStorage.setItem('saga-token', '{TOKEN}'); return true;"
-        ));
+        type_token(&browser);
         browser.click(&browser.find("button[data-control='terminate with rollback']"));
         browser.accept_dialog();
         browser.wait_for(
