@@ -275,6 +275,18 @@ async fn instance_counts_give_each_status_and_each_queues_depth() {
     );
     assert_eq!(counts.statuses.len(), Status::ALL.len());
     assert_eq!(depth_of(&counts, "bank-api"), (3, 2));
+    let oldest = |counts: &saga_runtime::InstanceCounts| {
+        counts
+            .queues
+            .iter()
+            .find(|d| d.queue == "bank-api")
+            .unwrap()
+            .oldest_waiting
+    };
+    assert!(
+        oldest(&counts).is_some(),
+        "three wait: the oldest one's creation"
+    );
     assert_eq!(
         depth_of(&counts, "idle"),
         (0, 0),
@@ -288,6 +300,7 @@ async fn instance_counts_give_each_status_and_each_queues_depth() {
     assert_eq!(in_status(&counts, Status::Complete), 5);
     assert_eq!(in_status(&counts, Status::Queued), 0);
     assert_eq!(depth_of(&counts, "bank-api"), (0, 0));
+    assert_eq!(oldest(&counts), None);
 }
 
 fn depth_of(counts: &saga_runtime::InstanceCounts, name: &str) -> (u64, u64) {

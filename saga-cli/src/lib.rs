@@ -125,11 +125,12 @@
 //!   it (and so fires it); `run_time` whether it was created at run time
 //!   (`engine.schedules().create`: any engine that registers its workflow
 //!   fires it).
-//! - `queues`: `{"schema": 1, "queues": [{"queue", "waiting", "started"}],
+//! - `queues`: `{"schema": 1, "queues": [{"queue", "waiting", "started", "oldest_waiting"}],
 //!   "unreadable_count"}`, by name: every queue an instance names, and
 //!   those the engine declares; `waiting` the instances `Queued` for a
-//!   slot, `started` those that left the wait and have not ended;
-//!   `unreadable_count` the index entries that did not read, not counted.
+//!   slot, `started` those that left the wait and have not ended,
+//!   `oldest_waiting` when the longest-waiting one was created (or
+//!   `null`); `unreadable_count` the index entries that did not read, not counted.
 //!
 //! # Exit codes
 //!

@@ -8,7 +8,7 @@ use serde_json::json;
 use crate::CliError;
 use crate::args::QueuesArgs;
 use crate::json;
-use crate::output::{Cell, Paint, Style, Table};
+use crate::output::{Cell, Paint, Style, Table, rfc3339, time};
 use saga_runtime::Engine;
 
 pub(crate) async fn run(
@@ -24,7 +24,14 @@ pub(crate) async fn run(
         let queues: Vec<_> = counts
             .queues
             .iter()
-            .map(|d| json!({"queue": d.queue, "waiting": d.waiting, "started": d.started}))
+            .map(|d| {
+                json!({
+                    "queue": d.queue,
+                    "waiting": d.waiting,
+                    "started": d.started,
+                    "oldest_waiting": d.oldest_waiting.map(rfc3339),
+                })
+            })
             .collect();
         return json::print(
             out,
@@ -46,12 +53,13 @@ pub(crate) async fn run(
         writeln!(out, "no queues")?;
         return Ok(());
     }
-    let mut table = Table::new(vec!["QUEUE", "WAITING", "STARTED"]);
+    let mut table = Table::new(vec!["QUEUE", "WAITING", "STARTED", "OLDEST WAITING"]);
     for depth in &counts.queues {
         table.row(vec![
             Cell::plain(&depth.queue),
             Cell::plain(depth.waiting.to_string()),
             Cell::plain(depth.started.to_string()),
+            Cell::plain(depth.oldest_waiting.map_or("-".to_owned(), time)),
         ]);
     }
     write!(out, "{}", table.render(style))?;

@@ -34,6 +34,17 @@ pub struct QueueDepth {
     /// Instances that left the queue's wait and have not ended: those
     /// that hold a slot, paused or waiting ones included.
     pub started: u64,
+    /// When the instance that has waited longest was created (`None`:
+    /// none waits).
+    pub oldest_waiting: Option<std::time::SystemTime>,
+}
+
+/// One queue's depth while counting.
+#[derive(Default)]
+struct Depth {
+    waiting: u64,
+    started: u64,
+    oldest_waiting: Option<std::time::SystemTime>,
 }
 
 /// Instances read per page while counting.
@@ -58,11 +69,11 @@ impl Engine {
     /// once the count is whole).
     pub async fn instance_counts(&self) -> Result<InstanceCounts> {
         let mut statuses: Vec<(Status, u64)> = Status::ALL.iter().map(|s| (*s, 0)).collect();
-        let mut queues: BTreeMap<String, (u64, u64)> = self
+        let mut queues: BTreeMap<String, Depth> = self
             .runner()
             .queues
             .names()
-            .map(|name| (name.to_owned(), (0, 0)))
+            .map(|name| (name.to_owned(), Depth::default()))
             .collect();
         let mut unreadable = 0;
         let filter = ListFilter::all();
@@ -78,9 +89,11 @@ impl Engine {
                 if let Some(queue) = &info.queue {
                     let depth = queues.entry(queue.clone()).or_default();
                     if info.status == Status::Queued {
-                        depth.0 += 1;
+                        depth.waiting += 1;
+                        let oldest = depth.oldest_waiting.get_or_insert(info.created_at);
+                        *oldest = (*oldest).min(info.created_at);
                     } else if !info.status.is_terminal() {
-                        depth.1 += 1;
+                        depth.started += 1;
                     }
                 }
             }
@@ -93,10 +106,11 @@ impl Engine {
             statuses,
             queues: queues
                 .into_iter()
-                .map(|(queue, (waiting, started))| QueueDepth {
+                .map(|(queue, depth)| QueueDepth {
                     queue,
-                    waiting,
-                    started,
+                    waiting: depth.waiting,
+                    started: depth.started,
+                    oldest_waiting: depth.oldest_waiting,
                 })
                 .collect(),
             unreadable,
