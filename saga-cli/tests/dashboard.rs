@@ -13,6 +13,7 @@ use saga_runtime::prelude::*;
 use saga_runtime::{Engine, Queue, Schedule, Status, Tick};
 
 use support::webdriver::Browser;
+use support::{serve_with_token, wait_until};
 
 const TOKEN: &str = "dashboard-test-token";
 
@@ -99,29 +100,19 @@ async fn the_dashboard_shows_instances_and_controls_them_in_a_browser() {
             .is_err()
     );
     let waiting = engine.start(approval, "approval-3", ()).await.unwrap();
-    tokio::time::timeout(Duration::from_secs(30), async {
-        while waiting.status().await.unwrap() != Status::Waiting {
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
+    wait_until("the approval's wait", || async {
+        waiting.status().await.unwrap() == Status::Waiting
     })
-    .await
-    .unwrap();
+    .await;
     engine
         .send_event("approval-3", "approved", "maybe")
         .await
         .unwrap();
-    tokio::time::timeout(Duration::from_secs(30), async {
-        while waiting.inspect().await.unwrap().rejected_events.is_empty() {
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
+    wait_until("the event set aside", || async {
+        !waiting.inspect().await.unwrap().rejected_events.is_empty()
     })
-    .await
-    .unwrap();
-    let admin = saga_cli::Admin::new(&engine)
-        .token(TOKEN)
-        .bind("127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
+    .await;
+    let admin = serve_with_token(&engine, TOKEN).await;
     let url = format!("http://{}/", admin.local_addr());
 
     tokio::task::spawn_blocking(move || {

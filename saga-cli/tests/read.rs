@@ -417,13 +417,10 @@ fn show_lists_an_event_the_wait_set_aside() {
             .open(store.path())
             .unwrap();
         let run = engine.instance("order-7").await.unwrap();
-        tokio::time::timeout(std::time::Duration::from_secs(30), async {
-            while run.inspect().await.unwrap().rejected_events.is_empty() {
-                tokio::time::sleep(std::time::Duration::from_millis(2)).await;
-            }
+        support::wait_until("the wait to set the event aside", || async {
+            !run.inspect().await.unwrap().rejected_events.is_empty()
         })
-        .await
-        .expect("the wait sets the event aside");
+        .await;
         engine.close().await;
     });
     let shown = ok(store.path(), &["show", "order-7"]);

@@ -11,7 +11,7 @@ use std::time::Duration;
 use saga_runtime::prelude::*;
 use saga_runtime::{Engine, TestClock};
 
-use support::{Order, TempDir, fulfil, reminders};
+use support::{Order, TempDir, fulfil, reminders, serve_with_token};
 
 const TOKEN: &str = "t0ken-for-tests";
 
@@ -72,11 +72,7 @@ async fn saga_url_reads_and_controls_a_running_services_sled_store() {
         .await
         .unwrap();
     clock.wait_for_sleepers(1).await;
-    let admin = saga_cli::Admin::new(&engine)
-        .token(TOKEN)
-        .bind("127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
+    let admin = serve_with_token(&engine, TOKEN).await;
     let url = format!("http://{}", admin.local_addr());
 
     // Reads need no token (this engine has no codec).
@@ -197,11 +193,7 @@ async fn saga_url_lists_schedules_and_queues_and_controls_a_schedule_with_the_to
         .schedule(reminders())
         .open(dir.path())
         .unwrap();
-    let admin = saga_cli::Admin::new(&engine)
-        .token(TOKEN)
-        .bind("127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
+    let admin = serve_with_token(&engine, TOKEN).await;
     let url = format!("http://{}", admin.local_addr());
 
     // Listing schedules and queues are reads: no token.

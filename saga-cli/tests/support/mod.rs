@@ -295,6 +295,16 @@ pub fn nested_store() -> TempDir {
     dir
 }
 
+/// The admin endpoint of `engine` on a free loopback port, whose control
+/// calls need `token`.
+pub async fn serve_with_token(engine: &Engine, token: &str) -> saga_cli::AdminServer {
+    saga_cli::Admin::new(engine)
+        .token(token)
+        .bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap()
+}
+
 /// Polls `condition` every few real milliseconds until it holds; fails
 /// the test after 30 seconds, far beyond what a loaded machine needs.
 pub async fn wait_until<F: Future<Output = bool>>(what: &str, condition: impl Fn() -> F) {
