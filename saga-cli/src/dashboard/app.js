@@ -100,9 +100,20 @@ async function showList() {
   const pager = el("div", { class: "pager" },
     filters.pages.length ? el("button", { onclick: () => { filters.after = filters.pages.pop() || null; render(); } }, "← newer") : null,
     listed.next ? el("button", { id: "older", onclick: () => { filters.pages.push(filters.after); filters.after = listed.next; render(); } }, "older →") : null);
-  const [queues, schedules] = await Promise.all([json(["queues"]).catch(() => null), json(["schedules"]).catch(() => null)]);
+  const [queues, schedules] = await Promise.all([queueDepths(), json(["schedules"]).catch(() => null)]);
   return [el("h1", {}, "Instances"), el("div", { class: "filters" }, status, workflow, prefix), el("div", { class: "card" }, table, pager),
     queuePanel(queues), schedulePanel(schedules)];
+}
+
+// `saga queues` counts the whole store (it walks the index), so the list's
+// 2-second refresh asks for it at most every 30 seconds.
+const QUEUES_EVERY_MS = 30000;
+let depths = { at: 0, listed: null };
+async function queueDepths() {
+  if (Date.now() - depths.at >= QUEUES_EVERY_MS) {
+    depths = { at: Date.now(), listed: await json(["queues"]).catch(() => null) };
+  }
+  return depths.listed;
 }
 
 // The queues' depth (`saga queues`), when there are queues.
