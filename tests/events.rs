@@ -632,3 +632,42 @@ async fn a_wait_that_fails_on_undecodable_events_fails_the_workflow() {
     );
     assert!(run.inspect().await.unwrap().rejected_events.is_empty());
 }
+
+/// A payload type whose `Deserialize` panics on "boom".
+#[derive(Debug)]
+struct Fragile;
+
+impl<'de> Deserialize<'de> for Fragile {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        assert_ne!(text, "boom", "the payload type panics");
+        Ok(Fragile)
+    }
+}
+
+#[workflow(name = "fragile")]
+async fn fragile(ctx: WorkflowContext, (): ()) -> Result<(), WorkflowError> {
+    let _: Fragile = ctx.wait_for_event("wait-fragile", "poke", "1 day").await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_payload_type_that_panics_while_decoding_sets_the_event_aside() {
+    let clock = TestClock::new();
+    let engine = engine_on(&clock).await;
+    let run = engine.start(fragile, "fragile-1", ()).await.unwrap();
+    until_history(&run, wait_started).await;
+    engine
+        .send_event("fragile-1", "poke", "boom")
+        .await
+        .unwrap();
+    until_history(&run, |k| matches!(k, EventKind::EventRejected { .. })).await;
+    let rejected = run.inspect().await.unwrap().rejected_events;
+    assert!(rejected[0].error.contains("panicked"), "{rejected:?}");
+    // The instance goes on: a payload that decodes is taken.
+    engine
+        .send_event("fragile-1", "poke", "fine")
+        .await
+        .unwrap();
+    within("the result", run.result()).await.unwrap();
+}

@@ -358,11 +358,16 @@ type DecodeCheck = fn(&Payload) -> Result<(), String>;
 
 /// Whether `payload` decodes as `T`. One sealed with a key this engine
 /// lacks is not rejected here: the wait takes it and parks the instance.
+/// It runs under the instance's lock, so a `Deserialize` that panics is
+/// caught here and the event is set aside with the panic's message.
 fn decodes_as<T: DeserializeOwned>(payload: &Payload) -> Result<(), String> {
     if payload.sealed_key().is_some() {
         return Ok(());
     }
-    payload.decode::<T>().map(drop)
+    match crate::panic::catch(|| payload.decode::<T>()) {
+        Ok(decoded) => decoded.map(drop),
+        Err(panic) => Err(format!("its Deserialize panicked: {panic}")),
+    }
 }
 
 /// What a look at the pending events found.
