@@ -109,11 +109,7 @@ fn transfer_of(name: &str, key: &str) -> Transfer {
 
 #[step(name = "call-bank", read_only)]
 async fn call_bank(bank: Service<Bank>, t: Transfer) -> Result<(), StepError> {
-    bank.enter(&t);
-    let permit = bank.gate.acquire().await.map_err(StepError::fatal)?;
-    permit.forget();
-    bank.leave(&t);
-    Ok(())
+    call_bank_body(&bank, &t).await
 }
 
 /// After the bank call: a boundary where a paused transfer parks.
@@ -807,4 +803,254 @@ async fn bad_queues_and_starts_are_refused_before_anything_is_stored() {
             Err(Error::UnknownInstance { .. })
         ));
     }
+}
+
+/// After the bank call and a wait: a second call at the bank.
+#[step(name = "call-bank-again", read_only)]
+async fn call_bank_again(bank: Service<Bank>, t: Transfer) -> Result<(), StepError> {
+    call_bank_body(&bank, &t).await
+}
+
+async fn call_bank_body(bank: &Bank, t: &Transfer) -> Result<(), StepError> {
+    bank.enter(t);
+    let permit = bank.gate.acquire().await.map_err(StepError::fatal)?;
+    permit.forget();
+    bank.leave(t);
+    Ok(())
+}
+
+/// A transfer that calls the bank, sleeps an hour, and calls it again.
+#[workflow(name = "napping-transfer")]
+async fn napping_transfer(ctx: WorkflowContext, t: Transfer) -> Result<(), WorkflowError> {
+    call_bank(&ctx, t.clone()).await?;
+    ctx.sleep("nap", Duration::from_secs(3600)).await?;
+    call_bank_again(&ctx, t).await?;
+    Ok(())
+}
+
+/// A transfer that calls the bank, waits for an approval, and calls it
+/// again.
+#[workflow(name = "approved-transfer")]
+async fn approved_transfer(ctx: WorkflowContext, t: Transfer) -> Result<(), WorkflowError> {
+    call_bank(&ctx, t.clone()).await?;
+    let approved: bool = ctx
+        .wait_for_event("approval", "approval", Duration::from_secs(86_400))
+        .await?;
+    if approved {
+        call_bank_again(&ctx, t).await?;
+    }
+    Ok(())
+}
+
+fn releasing(bank: &std::sync::Arc<Bank>, clock: &TestClock) -> EngineBuilder {
+    Engine::builder()
+        .clock(clock.clone())
+        .provide_arc(bank.clone())
+        .queue(
+            Queue::new("bank-api")
+                .concurrency(1)
+                .release_while_waiting(),
+        )
+        .register(napping_transfer)
+        .register(approved_transfer)
+}
+
+/// Whether the history of `id` has an event that `is` picks.
+async fn told(engine: &Engine, id: &str, is: fn(&saga_runtime::EventKind) -> bool) -> bool {
+    let history = engine.instance(id).await.unwrap().history().await.unwrap();
+    history.iter().any(|e| is(&e.kind))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_that_releases_while_waiting_lends_a_sleepers_slot() {
+    let clock = TestClock::new();
+    let bank = std::sync::Arc::new(Bank::new());
+    bank.open_gate();
+    let engine = fresh(releasing(&bank, &clock)).await;
+    let mut ids = Vec::new();
+    for n in 0..3 {
+        let id = format!("nap-{n}");
+        let t = transfer_of(&id, "any");
+        engine
+            .start_on("bank-api", napping_transfer, &id, t)
+            .await
+            .unwrap();
+        ids.push(id);
+    }
+    // Each gives its slot back as it sleeps, so the next takes it: all
+    // three called the bank and sleep, one at a time.
+    wait_until("all three asleep", || async {
+        let mut asleep = 0;
+        for id in &ids {
+            let status = engine.instance(id).await.unwrap().status().await.unwrap();
+            asleep += usize::from(status == Status::Waiting);
+        }
+        asleep == 3 && bank.began().len() == 3
+    })
+    .await;
+    assert!(
+        told(&engine, "nap-0", |k| matches!(
+            k,
+            saga_runtime::EventKind::SlotReleased { .. }
+        ))
+        .await
+    );
+    let counts = engine.instance_counts().await.unwrap();
+    assert_eq!(depth_of(&counts, "bank-api"), (0, 3));
+    // Awake, each waits for a slot again, and goes on from its sleep once
+    // it takes one.
+    clock.advance(Duration::from_secs(7200));
+    all_complete(&engine, &ids).await;
+    assert_eq!(bank.began().len(), 6);
+    assert_eq!(bank.most(), 1, "two held the queue's one slot at once");
+    assert!(
+        told(&engine, "nap-2", |k| matches!(
+            k,
+            saga_runtime::EventKind::Requeued { .. }
+        ))
+        .await
+    );
+    engine.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_wait_gives_its_slot_back_and_waits_for_one_when_the_event_came() {
+    let clock = TestClock::new();
+    let bank = std::sync::Arc::new(Bank::new());
+    let engine = fresh(releasing(&bank, &clock)).await;
+    for id in ["a-0", "a-1"] {
+        let t = transfer_of(id, "any");
+        engine
+            .start_on("bank-api", approved_transfer, id, t)
+            .await
+            .unwrap();
+    }
+    bank.gate.add_permits(2);
+    wait_until("both at their wait", || async {
+        bank.began().len() == 2 && queued_on(&engine, "bank-api").await == 0
+    })
+    .await;
+    // a-1 holds no slot while it waits: a-0, approved first, takes the
+    // free one; a-1's approval puts it back in the queue, behind a-0's
+    // second bank call, which holds the slot.
+    engine.send_event("a-0", "approval", &true).await.unwrap();
+    wait_until("a-0 at the bank again", || async { bank.running() == 1 }).await;
+    engine.send_event("a-1", "approval", &true).await.unwrap();
+    wait_until("a-1 queued again", || async {
+        queued_on(&engine, "bank-api").await == 1
+    })
+    .await;
+    helpers::settle().await;
+    assert_eq!(bank.running(), 1, "a-1 went on without a slot");
+    bank.open_gate();
+    all_complete(&engine, &["a-0".into(), "a-1".into()]).await;
+    assert_eq!(bank.began(), ["a-0", "a-1", "a-0", "a-1"]);
+    assert_eq!(bank.most(), 1);
+    engine.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sleeper_that_gave_its_slot_back_survives_a_reopen_without_one() {
+    let store = Reopenable::new("queuesrelease").await;
+    let clock = TestClock::new();
+    let bank = std::sync::Arc::new(Bank::new());
+    bank.open_gate();
+    let engine = store.open(|| releasing(&bank, &clock)).await;
+    for id in ["r-0", "r-1"] {
+        let t = transfer_of(id, "any");
+        engine
+            .start_on("bank-api", napping_transfer, id, t)
+            .await
+            .unwrap();
+    }
+    wait_until("both asleep", || async { bank.began().len() == 2 }).await;
+    wait_until("both gave their slot back", || async {
+        engine.instance_counts().await.unwrap().queues[0].started == 2
+            && told(&engine, "r-1", |k| {
+                matches!(k, saga_runtime::EventKind::SlotReleased { .. })
+            })
+            .await
+    })
+    .await;
+    engine.close().await;
+    let engine = store.open(|| releasing(&bank, &clock)).await;
+    helpers::settle().await;
+    assert_eq!(bank.began().len(), 2, "a reopen ran a sleeper on");
+    clock.advance(Duration::from_secs(7200));
+    all_complete(&engine, &["r-0".into(), "r-1".into()]).await;
+    assert_eq!(bank.began().len(), 4);
+    assert_eq!(bank.most(), 1);
+    engine.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_default_queue_takes_every_plain_start_but_no_child() {
+    let bank = std::sync::Arc::new(Bank::new());
+    let engine = fresh(
+        Engine::builder()
+            .provide_arc(bank.clone())
+            .default_queue(Queue::new("work").concurrency(1))
+            .register(transfer)
+            .register(batch),
+    )
+    .await;
+    let t = transfer_of("first", "f");
+    engine.start(transfer, "first", t).await.unwrap();
+    wait_until("the first at the bank", || async { bank.running() == 1 }).await;
+    let t = transfer_of("second", "s");
+    engine.start(transfer, "second", t).await.unwrap();
+    let options = saga_runtime::StartOptions::new().tag("customer", "42");
+    let t = transfer_of("tagged", "t");
+    engine
+        .start_with(transfer, "tagged", t, options)
+        .await
+        .unwrap();
+    for id in ["first", "second", "tagged"] {
+        let info = engine.instance(id).await.unwrap().info().await.unwrap();
+        assert_eq!(info.queue.as_deref(), Some("work"), "{id}");
+    }
+    assert_eq!(queued_on(&engine, "work").await, 2);
+    helpers::settle().await;
+    assert_eq!(bank.began(), ["first"]);
+    bank.open_gate();
+    all_complete(&engine, &["first".into(), "second".into(), "tagged".into()]).await;
+    assert_eq!(bank.most(), 1);
+    // A batch takes the queue's slot; its child runs outside the queue.
+    let t = transfer_of("in-batch", "b");
+    let parent = engine.start(batch, "batch-9", t).await.unwrap();
+    within("the batch's end", parent.result()).await.unwrap();
+    let child = engine.instance("batch-9.one").await.unwrap();
+    assert_eq!(child.info().await.unwrap().queue, None);
+    engine.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parent_waiting_for_its_child_gives_its_slot_back() {
+    let clock = TestClock::new();
+    let bank = std::sync::Arc::new(Bank::new());
+    let engine = fresh(releasing(&bank, &clock).register(transfer).register(batch)).await;
+    for id in ["batch-a", "batch-b"] {
+        let t = transfer_of(id, id);
+        engine.start_on("bank-api", batch, id, t).await.unwrap();
+    }
+    // Each parent lets go of the queue's one slot while its child runs
+    // (outside the queue): both children are at the bank at once.
+    wait_until("both children at the bank", || async {
+        bank.running() == 2
+    })
+    .await;
+    bank.open_gate();
+    for id in ["batch-a", "batch-b"] {
+        let run = engine.instance(id).await.unwrap();
+        within("the batch's end", run.result::<()>()).await.unwrap();
+        assert!(
+            told(&engine, id, |k| matches!(
+                k,
+                saga_runtime::EventKind::Requeued { .. }
+            ))
+            .await,
+            "{id} went on without waiting for a slot"
+        );
+    }
+    engine.close().await;
 }

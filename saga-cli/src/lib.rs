@@ -42,7 +42,7 @@
 //! | `schedules [--json]` | the stored schedules: timing, workflow, next tick, paused, last tick |
 //! | `schedules pause NAME`, `schedules resume NAME` | pauses a schedule for every worker, resumes it |
 //! | `schedules trigger NAME` | starts an extra tick now (on an engine that declares the schedule) |
-//! | `queues [--json]` | each queue's waiting and started instances |
+//! | `queues [--json]` | each queue's waiting and started instances, and its limits |
 //!
 //! Control commands write their intent into the instance's journal; the
 //! engine that drives the instance (this one, or the application's when
@@ -125,12 +125,16 @@
 //!   it (and so fires it); `run_time` whether it was created at run time
 //!   (`engine.schedules().create`: any engine that registers its workflow
 //!   fires it).
-//! - `queues`: `{"schema": 1, "queues": [{"queue", "waiting", "started", "oldest_waiting"}],
-//!   "unreadable_count"}`, by name: every queue an instance names, and
+//! - `queues`: `{"schema": 1, "queues": [{"queue", "waiting", "started", "oldest_waiting",
+//!   "limits"}], "unreadable_count"}`, by name: every queue an instance names, and
 //!   those the engine declares; `waiting` the instances `Queued` for a
 //!   slot, `started` those that left the wait and have not ended,
 //!   `oldest_waiting` when the longest-waiting one was created (or
-//!   `null`); `unreadable_count` the index entries that did not read, not counted.
+//!   `null`); `limits` what the engine declares, `{"concurrency",
+//!   "per_key", "per_worker", "rate": {"starts", "per_ms"},
+//!   "release_while_waiting"}` (`null` where it sets none), or `null` when
+//!   the engine does not declare the queue (the binary declares none);
+//!   `unreadable_count` the index entries that did not read, not counted.
 //!
 //! # Exit codes
 //!

@@ -3,6 +3,7 @@
 
 mod support;
 
+use saga_runtime::{Engine, Queue, TestClock};
 use support::{json, ok, queued_store, tagged_store};
 
 #[test]
@@ -15,15 +16,19 @@ fn queues_counts_each_queues_waiting_and_started_instances() {
         .collect();
     assert_eq!(
         rows[0],
-        ["QUEUE", "WAITING", "STARTED", "OLDEST", "WAITING"],
+        ["QUEUE", "WAITING", "STARTED", "OLDEST", "WAITING", "LIMITS"],
         "{table}"
     );
     assert_eq!(rows[1][..3], ["bank-api", "2", "1"], "{table}");
     assert!(
-        rows[1].len() > 3 && rows[1][3] != "-",
+        rows[1].len() > 4 && rows[1][3] != "-",
         "the oldest waiting one's time: {table}"
     );
-    assert_eq!(rows[2], ["reports", "0", "0", "-"], "{table}");
+    // The binary declares no queue: it cannot know their limits, and says
+    // where to see them.
+    assert_eq!(rows[1].last(), Some(&"?"), "{table}");
+    assert_eq!(rows[2], ["reports", "0", "0", "-", "?"], "{table}");
+    assert!(rows[3].join(" ").contains("saga --url"), "{table}");
     let counted = json(store.path(), &["queues"]);
     let queues = &counted["queues"];
     assert_eq!(
@@ -41,7 +46,7 @@ fn queues_counts_each_queues_waiting_and_started_instances() {
     assert!(queues[0]["oldest_waiting"].is_string(), "{counted}");
     assert_eq!(
         queues[1],
-        serde_json::json!({"queue": "reports", "waiting": 0, "started": 0, "oldest_waiting": null})
+        serde_json::json!({"queue": "reports", "waiting": 0, "started": 0, "oldest_waiting": null, "limits": null})
     );
     assert_eq!(counted["unreadable_count"], 0);
 }
@@ -54,4 +59,66 @@ fn a_store_without_queued_instances_has_no_queues() {
         json(store.path(), &["queues"])["queues"],
         serde_json::json!([])
     );
+}
+
+/// Embedded in the application, whose engine declares the queues, the
+/// command shows each queue's limits beside its depth.
+#[test]
+fn queues_in_the_application_show_the_declared_limits() {
+    let store = queued_store();
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(declared_limits_shown(store.path()));
+}
+
+async fn declared_limits_shown(store: &std::path::Path) {
+    let engine = Engine::builder()
+        .clock(TestClock::new())
+        .queue(
+            Queue::new("bank-api")
+                .concurrency(1)
+                .per_key(1)
+                .rate_limit(100, std::time::Duration::from_secs(1))
+                .release_while_waiting(),
+        )
+        .queue(Queue::new("reports"))
+        // Registers nothing: it runs none of the store's instances.
+        .open(store)
+        .unwrap();
+    let run = |args: &'static [&'static str]| {
+        let engine = engine.clone();
+        async move {
+            let mut out = Vec::new();
+            saga_cli::run(
+                &engine,
+                std::iter::once("saga").chain(args.iter().copied()),
+                &mut out,
+            )
+            .await
+            .unwrap();
+            String::from_utf8(out).unwrap()
+        }
+    };
+    let table = run(&["queues"]).await;
+    let bank = table.lines().find(|l| l.starts_with("bank-api")).unwrap();
+    assert!(
+        bank.ends_with("concurrency 1, per key 1, 100 per 1s, released while waiting"),
+        "{table}"
+    );
+    let reports = table.lines().find(|l| l.starts_with("reports")).unwrap();
+    assert!(reports.ends_with("none"), "{table}");
+    assert!(!table.contains("saga --url"), "{table}");
+    let counted: serde_json::Value =
+        serde_json::from_str(&run(&["queues", "--json"]).await).unwrap();
+    assert_eq!(
+        counted["queues"][0]["limits"],
+        serde_json::json!({
+            "concurrency": 1,
+            "per_key": 1,
+            "per_worker": null,
+            "rate": {"starts": 100, "per_ms": 1000},
+            "release_while_waiting": true,
+        })
+    );
+    engine.close().await;
 }

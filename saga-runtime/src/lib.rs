@@ -104,7 +104,7 @@ pub use crate::keyring::{KEY_BYTES, Keyring};
 pub use crate::model::history::{Event, EventKind};
 pub use crate::model::status::Status;
 pub use crate::names::id::InstanceId;
-pub use crate::queue::Queue;
+pub use crate::queue::{Queue, QueueLimits};
 pub use crate::schedule::control::{NEXT_FIRES_LISTED, ScheduleInfo, Schedules};
 pub use crate::schedule::{CatchUp, MAX_SCHEDULE_NAME, Overlap, Schedule, Tick};
 pub use crate::seal::{Codec, CodecError, Sealed};

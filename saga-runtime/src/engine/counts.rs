@@ -37,6 +37,10 @@ pub struct QueueDepth {
     /// When the instance that has waited longest was created (`None`:
     /// none waits).
     pub oldest_waiting: Option<std::time::SystemTime>,
+    /// Its limits, as this engine declares them (`None`: this engine does
+    /// not declare it, as the `saga` command on a store does not; the
+    /// workers that take from it do).
+    pub declared: Option<crate::queue::QueueLimits>,
 }
 
 /// One queue's depth while counting.
@@ -68,9 +72,9 @@ impl Engine {
     /// A read; dropping the future changes nothing (the gauges are set
     /// once the count is whole).
     pub async fn instance_counts(&self) -> Result<InstanceCounts> {
+        let runner = self.runner();
         let mut statuses: Vec<(Status, u64)> = Status::ALL.iter().map(|s| (*s, 0)).collect();
-        let mut queues: BTreeMap<String, Depth> = self
-            .runner()
+        let mut queues: BTreeMap<String, Depth> = runner
             .queues
             .names()
             .map(|name| (name.to_owned(), Depth::default()))
@@ -107,6 +111,11 @@ impl Engine {
             queues: queues
                 .into_iter()
                 .map(|(queue, depth)| QueueDepth {
+                    declared: runner
+                        .queues
+                        .declared()
+                        .find(|q| q.name() == queue)
+                        .map(crate::queue::Queue::declared),
                     queue,
                     waiting: depth.waiting,
                     started: depth.started,

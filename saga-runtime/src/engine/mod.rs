@@ -119,6 +119,8 @@ pub struct EngineBuilder {
     poll: Duration,
     sealer: Sealer,
     queues: Vec<crate::queue::Queue>,
+    /// The queue of `start` and `start_with`, one of `queues`.
+    default_queue: Option<String>,
     schedules: Vec<crate::schedule::Schedule>,
 }
 
@@ -145,9 +147,41 @@ impl EngineBuilder {
         self
     }
 
+    /// Declares `queue` as [`queue`](EngineBuilder::queue) does, and makes
+    /// it the queue of every [`Engine::start`] and
+    /// [`Engine::start_with`]: their instances wait `Queued` in it and
+    /// run once they take a slot, as with [`Engine::start_on`]. On a store
+    /// shared by workers any worker with room takes them, so a service
+    /// whose replicas all take work declares this one line on each. Child
+    /// workflows and schedule ticks are not queued by it: a child runs
+    /// outside its parent's queue, a tick where its schedule fires.
+    ///
+    /// ```
+    /// # use saga_runtime::prelude::*;
+    /// # use saga_runtime::Queue;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), saga_runtime::Error> {
+    /// let double = workflow_fn("double", |_ctx: WorkflowContext, n: u64| async move {
+    ///     Ok::<_, WorkflowError>(2 * n)
+    /// });
+    /// // At most 16 instances at once on each worker.
+    /// let engine = Engine::builder()
+    ///     .default_queue(Queue::new("work").per_worker(16))
+    ///     .temporary()?;
+    /// let run = engine.start(double, "d-1", 21).await?;
+    /// assert_eq!(engine.instance("d-1").await?.info().await?.queue.as_deref(), Some("work"));
+    /// assert_eq!(run.result().await?, 42);
+    /// # Ok(()) }
+    /// ```
+    pub fn default_queue(mut self, queue: crate::queue::Queue) -> Self {
+        self.default_queue = Some(queue.name().to_owned());
+        self.queues.push(queue);
+        self
+    }
+
     /// The declared queues, checked.
     fn checked_queues(&self) -> Result<crate::queue::Queues> {
-        crate::queue::Queues::new(self.queues.clone())
+        crate::queue::Queues::new(self.queues.clone(), self.default_queue.clone())
     }
 
     /// The clock the engine reads and sleeps on; [`crate::TestClock`] in tests.
@@ -535,6 +569,7 @@ impl Engine {
             poll: DEFAULT_POLL,
             sealer: Sealer::default(),
             queues: Vec::new(),
+            default_queue: None,
             schedules: Vec::new(),
         }
     }
@@ -575,6 +610,9 @@ impl Engine {
         input: W::Input,
     ) -> Result<Run<W::Output>> {
         let runner = self.runner();
+        if let Some(queue) = runner.queues.default_queue() {
+            return self.start_on(queue, workflow, id, input).await;
+        }
         crate::instance::send::start(runner, workflow, id, input, None, |_| Ok((None, ()))).await?;
         runner.core.journal.flush().await?;
         Ok(Run::new(Instance::new(runner.clone(), id)))

@@ -103,7 +103,17 @@ impl Engine {
             });
         }
         let runner = self.runner();
-        crate::instance::send::start(runner, workflow, id, input, None, |state| {
+        // On the default queue, unless it is a child (which never waits
+        // behind its parent's slot).
+        let enqueue = match runner.queues.default_queue() {
+            Some(queue) if options.parent.is_none() => Some(Enqueue {
+                queue: queue.to_owned(),
+                key: None,
+                priority: 0,
+            }),
+            _ => None,
+        };
+        crate::instance::send::start(runner, workflow, id, input, enqueue.as_ref(), |state| {
             let parent = options.parent.as_deref();
             match crate::journal::tags::described(id, state, parent, &options.tags) {
                 // An instance that ended keeps the tags it had.
@@ -113,6 +123,10 @@ impl Engine {
         })
         .await?;
         runner.core.journal.flush().await?;
+        if enqueue.is_some() {
+            crate::run::dequeue::note_started(runner, id).await;
+            runner.queues.poke();
+        }
         Ok(Run::new(Instance::new(runner.clone(), id)))
     }
 }

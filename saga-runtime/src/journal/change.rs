@@ -68,6 +68,8 @@ impl Change {
                 | Change::Dequeued
                 | Change::EventRejected { .. }
                 | Change::Patched { .. }
+                | Change::SlotReleased
+                | Change::Requeued
         )
     }
 }
@@ -125,6 +127,7 @@ impl CarriesPayloads for Entry {
             Change::EventRejected { .. } => Vec::new(),
             // A name from the code.
             Change::Patched { .. } => Vec::new(),
+            Change::SlotReleased | Change::Requeued => Vec::new(),
         }
     }
 }
@@ -341,6 +344,13 @@ pub(crate) enum Change {
     Patched {
         name: String,
     },
+    /// It gave its queue's slot back while it only waits (its queue says
+    /// `release_while_waiting`): it holds none until its wait is over,
+    /// `Requeued`, and takes one again (`Dequeued`).
+    SlotReleased,
+    /// The wait it gave its slot back for is over: it waits in its queue
+    /// again (`Queued`), to go on from that wait once it takes a slot.
+    Requeued,
 }
 
 /// How an instance ended.
@@ -378,9 +388,7 @@ mod tests {
     /// variant appended without counting it fails here.
     #[test]
     fn the_last_kind_of_record_is_counted() {
-        let last = bytes(Change::Patched {
-            name: String::new(),
-        });
+        let last = bytes(Change::Requeued);
         // The version, `at` (1000 as a varint: 251, 232, 3), then the kind.
         assert_eq!(u32::from(last[4]), Change::KINDS - 1);
         assert!(!crate::codec::from_newer_release(&last, 1, Change::KINDS));
@@ -429,6 +437,11 @@ mod tests {
                 change: Change::Patched { name: "p".into() },
             });
             assert_eq!(kinds_needed(&patched), 38, "at {at}");
+            let requeued = encode_record(&Entry {
+                at,
+                change: Change::Requeued,
+            });
+            assert_eq!(kinds_needed(&requeued), 40, "at {at}");
             let started = encode_record(&Entry {
                 at,
                 change: Change::DriverStarted,
@@ -540,6 +553,8 @@ mod tests {
             }),
             [2, 251, 232, 3, 37, 5, b'f', b'r', b'a', b'u', b'd']
         );
+        assert_eq!(bytes(Change::SlotReleased), [2, 251, 232, 3, 38]);
+        assert_eq!(bytes(Change::Requeued), [2, 251, 232, 3, 39]);
     }
 
     /// The kinds this release adds are written with the index entry, which
@@ -583,6 +598,8 @@ mod tests {
                 error: "no".into(),
             },
             Change::Patched { name: "p".into() },
+            Change::SlotReleased,
+            Change::Requeued,
         ];
         for change in new_kinds {
             assert!(change.reindexes(), "{change:?}");

@@ -196,6 +196,7 @@ pub(crate) fn import(legacy: &LegacyInstance) -> Result<Imported, String> {
         rejected: Vec::new(),
         patches: std::collections::BTreeSet::new(),
         took_slot_at: Vec::new(),
+        slot_released: false,
     };
     Ok(Imported { state, history })
 }

@@ -78,6 +78,10 @@ pub(crate) struct InstanceState {
     /// after restarts), for the queue's rate. Never encoded.
     #[serde(skip)]
     pub(crate) took_slot_at: Vec<u64>,
+    /// It gave its queue's slot back while it waits (`SlotReleased`), and
+    /// has not asked for one again since. Never encoded.
+    #[serde(skip)]
+    pub(crate) slot_released: bool,
 }
 
 /// An event a wait set aside: its payload does not decode as the wait's
@@ -119,12 +123,13 @@ impl InstanceState {
             rejected: Vec::new(),
             patches: std::collections::BTreeSet::new(),
             took_slot_at: Vec::new(),
+            slot_released: false,
         }
     }
 
     /// Whether it waits in a queue for a slot (no driver runs it).
     pub(crate) fn waits_in_queue(&self) -> bool {
-        self.queue.as_ref().is_some_and(|q| q.waits(self.status))
+        !self.slot_released && self.queue.as_ref().is_some_and(|q| q.waits(self.status))
     }
 }
 
@@ -414,8 +419,29 @@ fn apply_to(
             };
             spot.taken = true;
             s.took_slot_at.push(at);
+            s.slot_released = false;
             let queue = spot.queue.clone();
             return Ok(vec![EventKind::Dequeued { queue }]);
+        }
+        Change::SlotReleased => {
+            let Some(spot) = &mut s.queue else {
+                return Err(format!("record {seq} gives back a slot of no queue"));
+            };
+            spot.taken = false;
+            s.slot_released = true;
+            let queue = spot.queue.clone();
+            return Ok(vec![EventKind::SlotReleased { queue }]);
+        }
+        Change::Requeued => {
+            let Some(spot) = &s.queue else {
+                return Err(format!(
+                    "record {seq} puts back in a queue an instance of none"
+                ));
+            };
+            let queue = spot.queue.clone();
+            s.slot_released = false;
+            s.status = Status::Queued;
+            return Ok(vec![EventKind::Requeued { queue }]);
         }
         Change::DriverStarted => {
             // A value written before a crash belongs to no failure: the
@@ -1009,6 +1035,7 @@ fn restart(s: &mut InstanceState, seq: u64, at: u64, from_slot: u32) {
     if let Some(spot) = &mut s.queue {
         spot.taken = false;
     }
+    s.slot_released = false;
     s.finished_at = None;
     s.output = None;
     s.failure = None;

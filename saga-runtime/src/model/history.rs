@@ -222,6 +222,18 @@ pub enum EventKind {
         /// The queue.
         queue: String,
     },
+    /// It gave its queue's slot back while it waits (the queue says
+    /// [`release_while_waiting`](crate::Queue::release_while_waiting)).
+    SlotReleased {
+        /// The queue.
+        queue: String,
+    },
+    /// Its wait is over: it waits for a slot of its queue again
+    /// (`Queued`), and goes on from that wait once it takes one.
+    Requeued {
+        /// The queue.
+        queue: String,
+    },
 }
 
 impl EventKind {
@@ -387,6 +399,12 @@ impl fmt::Display for EventKind {
             ),
             EventKind::Patched { name } => write!(f, "patch {name:?} taken"),
             EventKind::Dequeued { queue } => write!(f, "took a slot of queue {queue:?}"),
+            EventKind::SlotReleased { queue } => {
+                write!(f, "gave its slot of queue {queue:?} back while it waits")
+            }
+            EventKind::Requeued { queue } => {
+                write!(f, "waits for a slot of queue {queue:?} again")
+            }
         }
     }
 }

@@ -47,6 +47,7 @@ pub struct Queue {
     per_worker: Option<u32>,
     /// At most `.0` starts in any window of `.1`.
     rate: Option<(u32, Duration)>,
+    release_while_waiting: bool,
 }
 
 impl Queue {
@@ -59,6 +60,7 @@ impl Queue {
             per_key: None,
             per_worker: None,
             rate: None,
+            release_while_waiting: false,
         }
     }
 
@@ -95,9 +97,38 @@ impl Queue {
         self
     }
 
+    /// An instance gives its slot back while it only waits: a sleep, an
+    /// event wait or a wait for a child workflow that lasts a second or
+    /// more (the time after which a driver that only waits lets go of
+    /// its instance). When the wait is over, the instance waits in the
+    /// queue again (`Queued`, in its first place among its priority and
+    /// key) and goes on from the wait once it takes a slot. Without it, a
+    /// slot is held from the instance's dequeue to its end.
+    ///
+    /// For a queue whose limit protects something the workflow holds
+    /// between its steps (a lock, a session), keep the default; for one
+    /// that limits calls to an API, a sleeping instance need not hold a
+    /// slot. Each time it takes a slot again counts as a start for the
+    /// queue's [`rate_limit`](Queue::rate_limit).
+    pub fn release_while_waiting(mut self) -> Queue {
+        self.release_while_waiting = true;
+        self
+    }
+
     /// The queue's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// What it declares, for an operator's view (`saga queues`).
+    pub fn declared(&self) -> QueueLimits {
+        QueueLimits {
+            concurrency: self.concurrency,
+            per_key: self.per_key,
+            per_worker: self.per_worker,
+            rate: self.rate,
+            release_while_waiting: self.release_while_waiting,
+        }
     }
 
     /// Its limits, once checked (see [`Queues::new`]).
@@ -107,6 +138,7 @@ impl Queue {
             per_key: self.per_key.unwrap_or(u32::MAX),
             per_worker: self.per_worker.unwrap_or(u32::MAX),
             rate: self.rate.and_then(|(n, per)| rate::Rate::new(n, per)),
+            release_while_waiting: self.release_while_waiting,
         }
     }
 
@@ -139,6 +171,23 @@ impl Queue {
     }
 }
 
+/// What a queue declares (see [`Queue::declared`]): `None` where it sets
+/// no limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct QueueLimits {
+    /// [`Queue::concurrency`].
+    pub concurrency: Option<u32>,
+    /// [`Queue::per_key`].
+    pub per_key: Option<u32>,
+    /// [`Queue::per_worker`].
+    pub per_worker: Option<u32>,
+    /// [`Queue::rate_limit`]: at most `.0` starts in any window of `.1`.
+    pub rate: Option<(u32, Duration)>,
+    /// [`Queue::release_while_waiting`].
+    pub release_while_waiting: bool,
+}
+
 /// The limits of a queue; `u32::MAX` where none was given.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Limits {
@@ -146,17 +195,22 @@ pub(crate) struct Limits {
     pub(crate) per_key: u32,
     pub(crate) per_worker: u32,
     pub(crate) rate: Option<rate::Rate>,
+    /// Sleeps, event waits and child waits give the slot back.
+    pub(crate) release_while_waiting: bool,
 }
 
 /// The queues an engine declared, by name.
 #[derive(Debug, Default)]
 pub(crate) struct Queues {
     declared: HashMap<String, Queue>,
+    /// The queue of `start` and `start_with`, if one was declared so.
+    default: Option<String>,
 }
 
 impl Queues {
-    /// Checks `queues` (each valid, no name twice).
-    pub(crate) fn new(queues: Vec<Queue>) -> Result<Queues> {
+    /// Checks `queues` (each valid, no name twice); `default` is one of
+    /// them.
+    pub(crate) fn new(queues: Vec<Queue>, default: Option<String>) -> Result<Queues> {
         let mut declared = HashMap::new();
         for queue in queues {
             queue.check()?;
@@ -168,7 +222,12 @@ impl Queues {
             }
             declared.insert(queue.name.clone(), queue);
         }
-        Ok(Queues { declared })
+        Ok(Queues { declared, default })
+    }
+
+    /// The queue of `start` and `start_with`, if one was declared so.
+    pub(crate) fn default_queue(&self) -> Option<&str> {
+        self.default.as_deref()
     }
 
     /// The queue named `name`, or [`Error::UnknownQueue`].
@@ -212,7 +271,7 @@ mod tests {
 
     #[test]
     fn bad_declarations_are_refused() {
-        assert!(Queues::new(vec![Queue::new("bank-api").concurrency(3)]).is_ok());
+        assert!(Queues::new(vec![Queue::new("bank-api").concurrency(3)], None).is_ok());
         for bad in [
             Queue::new("Bank"),
             Queue::new(""),
@@ -224,13 +283,13 @@ mod tests {
         ] {
             assert!(
                 matches!(
-                    Queues::new(vec![bad.clone()]),
+                    Queues::new(vec![bad.clone()], None),
                     Err(Error::InvalidQueue { .. })
                 ),
                 "{bad:?}"
             );
         }
-        let twice = Queues::new(vec![Queue::new("q"), Queue::new("q")]);
+        let twice = Queues::new(vec![Queue::new("q"), Queue::new("q")], None);
         assert!(matches!(twice, Err(Error::InvalidQueue { .. })));
     }
 

@@ -218,6 +218,7 @@ mod tests {
             per_key,
             per_worker: u32::MAX,
             rate: None,
+            release_while_waiting: false,
         }
     }
 

@@ -64,6 +64,16 @@ impl Dispatch {
         self.queues.get(name).ok().and_then(|q| q.limits().rate)
     }
 
+    /// The queue of `start` and `start_with`, if one was declared so.
+    pub(crate) fn default_queue(&self) -> Option<&str> {
+        self.queues.default_queue()
+    }
+
+    /// Every declared queue.
+    pub(crate) fn declared(&self) -> impl Iterator<Item = &Queue> {
+        self.queues.all()
+    }
+
     /// The names of the declared queues.
     pub(crate) fn names(&self) -> impl Iterator<Item = &str> {
         self.queues.all().map(Queue::name)
@@ -74,10 +84,29 @@ impl Dispatch {
         self.poke.notify_one();
     }
 
+    /// Whether the declared queue `name` gives slots back while its
+    /// instances wait.
+    pub(crate) fn releases_while_waiting(&self, name: &str) -> bool {
+        self.queues
+            .get(name)
+            .is_ok_and(|q| q.limits().release_while_waiting)
+    }
+
     /// Whether instance `id`, on the queue of `spot` and in `status`, may
-    /// get a driver: only once it holds a slot. One that waits is noted
-    /// as waiting (on a store of one process), for the dispatcher.
-    pub(crate) fn admits(&self, id: &str, spot: &QueueSpot, status: Status) -> bool {
+    /// get a driver: only once it holds a slot, or while it gave its slot
+    /// back for a wait (`released`: the driver replays up to the wait,
+    /// and asks for a slot when the wait is over). One that waits is
+    /// noted as waiting (on a store of one process), for the dispatcher.
+    pub(crate) fn admits(
+        &self,
+        id: &str,
+        spot: &QueueSpot,
+        status: Status,
+        released: bool,
+    ) -> bool {
+        if released {
+            return true;
+        }
         if self.shared {
             return spot.taken;
         }

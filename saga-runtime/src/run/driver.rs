@@ -44,6 +44,9 @@ pub(crate) enum Exit {
     /// (`retry_rollback`, `restart`) may have come while this driver still
     /// held it, so look again.
     Ended,
+    /// Its wait was over while it held no slot of its queue: it waits in
+    /// the queue again (`Requeued`).
+    Requeued,
     /// Stopped for a restart, or by a failure.
     Other,
 }
@@ -51,14 +54,16 @@ pub(crate) enum Exit {
 /// Runs the instance until it ends or is stopped.
 /// `waking`: the instance hibernated in this process and wakes (its timer
 /// or an event), rather than a process beginning to run it.
+/// `releases`: its queue gives slots back while instances wait.
 pub(crate) async fn drive(
     core: &Arc<Core>,
     workflow: Arc<dyn ErasedWorkflow>,
     id: &InstanceId,
     live: &Arc<Live>,
     waking: bool,
+    releases: bool,
 ) -> Exit {
-    match drive_once(core, workflow, id, live, waking).await {
+    match drive_once(core, workflow, id, live, waking, releases).await {
         Ok(exit) => exit,
         // A journal that does not fold cannot be written either: every call
         // on the instance answers `Error::Corrupt` (result() included), so
@@ -94,6 +99,7 @@ async fn drive_once(
     id: &InstanceId,
     live: &Arc<Live>,
     waking: bool,
+    releases: bool,
 ) -> Result<Exit> {
     let state = core
         .journal
@@ -127,7 +133,7 @@ async fn drive_once(
             Ok(Exit::Other)
         }
         Status::Queued | Status::Running | Status::Waiting | Status::Blocked => {
-            run_forward(core, id, live, workflow, state, waking)
+            run_forward(core, id, live, workflow, state, waking, releases)
                 .instrument(span)
                 .await
         }
@@ -135,7 +141,7 @@ async fn drive_once(
         // in, and stops at the next step boundary, as a live one would.
         Status::Paused if waking => {
             live.request_pause(true);
-            run_forward(core, id, live, workflow, state, waking).await
+            run_forward(core, id, live, workflow, state, waking, releases).await
         }
         // Paused before this driver got going: a resume may race with it,
         // so let the runner look again once this driver is gone.
@@ -157,6 +163,7 @@ async fn run_forward(
     workflow: Arc<dyn ErasedWorkflow>,
     state: InstanceState,
     waking: bool,
+    releases: bool,
 ) -> Result<Exit> {
     let ctx = Ctx::new(
         core.clone(),
@@ -210,10 +217,21 @@ async fn run_forward(
             return Ok(Exit::Suspended);
         }
         Outcome::Hibernate(wake) => {
+            let holds_slot = || {
+                core.journal
+                    .read_kept(id, |s| s.queue.as_ref().is_some_and(|q| q.taken))
+                    .unwrap_or(false)
+            };
+            if releases && holds_slot() {
+                shared.append(Change::SlotReleased)?;
+                core.journal.flush().await?;
+                tracing::debug!("workflow only waits: giving its queue's slot back");
+            }
             tracing::debug!(wake_at = ?crate::time::clock::from_millis(wake.at), "workflow only waits: letting go until it wakes");
             return Ok(Exit::Hibernated(wake));
         }
         Outcome::Interrupted(Interrupt::Stop) => return Ok(Exit::Other),
+        Outcome::Interrupted(Interrupt::Requeue) => return Ok(Exit::Requeued),
         Outcome::Finished(Ok(Ok(output))) => {
             end(
                 &shared,

@@ -262,10 +262,14 @@ impl Runner {
             let read = runner
                 .core
                 .journal
-                .read(&id, |s| (s.workflow.clone(), s.queue.clone(), s.status))
+                .read(&id, |s| {
+                    (s.workflow.clone(), s.queue.clone(), s.status, s.slot_released)
+                })
                 .await;
-            let (workflow, spot, status) = match read {
-                Ok((name, spot, status)) => (runner.workflow(&name), spot, status),
+            let (workflow, spot, status, released) = match read {
+                Ok((name, spot, status, released)) => {
+                    (runner.workflow(&name), spot, status, released)
+                }
                 Err(e) => {
                     tracing::error!(instance = %id, error = %e, "cannot run an instance whose journal does not read");
                     return;
@@ -274,8 +278,11 @@ impl Runner {
             let Some(workflow) = workflow else { return };
             // An instance on a queue runs only once it holds a slot: one
             // that waits is the dispatcher's to take.
+            let releases = spot
+                .as_ref()
+                .is_some_and(|spot| runner.queues.releases_while_waiting(&spot.queue));
             if let Some(spot) = spot
-                && !runner.queues.admits(&id, &spot, status)
+                && !runner.queues.admits(&id, &spot, status, released)
             {
                 // The dispatcher may take it while this task still holds
                 // its driver's place, and its start then finds one: look
@@ -294,7 +301,8 @@ impl Runner {
             // Lets go of the instance however the driver ends: done, a
             // panic, or aborted by shutdown (then `Drop` runs it).
             let exit =
-                CatchUnwind::new(driver::drive(&runner.core, workflow, &id, &live, waking)).await;
+                CatchUnwind::new(driver::drive(&runner.core, workflow, &id, &live, waking, releases))
+                    .await;
             // Its timer is set while the driver still holds the instance
             // (and its state): a control call that waits for the driver to
             // stop finds the timer, to stop it too.
@@ -311,6 +319,10 @@ impl Runner {
                 live.store_failed(&error);
             }
             drop(release);
+            // Its slot may be free for another while it only waits.
+            if releases && matches!(exit, Ok(Exit::Hibernated(_))) {
+                runner.queues.poke();
+            }
             match exit {
                 Ok(Exit::Suspended) => runner.after_suspend(&id).await,
                 Ok(Exit::Hibernated(_)) if wake_now => runner.start_driver(&id, true),
@@ -333,6 +345,7 @@ impl Runner {
                     runner.tell_parent(&id).await;
                     runner.spawn_driver_if_runnable(&id).await;
                 }
+                Ok(Exit::Requeued) => runner.requeued(&id).await,
                 Ok(Exit::Other) => {}
                 // Its failure was noted as the driver let go (above).
                 Err(_) => {}
@@ -402,9 +415,30 @@ impl Runner {
             if let Err(e) = runner.core.journal.flush().await {
                 tracing::warn!(instance = %id, error = %e, "a start cut short could not wait for its instance's creation");
             }
+            // A queued one is let go of, as its start would have, for the
+            // worker that takes it (on a store shared by workers).
+            if let Err(e) = runner.core.journal.disown_if_queued(&id).await {
+                tracing::warn!(instance = %id, error = %e, "could not let go of a queued instance; it is taken once this worker stops");
+            }
             runner.spawn_driver_if_runnable(&id).await;
         });
         self.core.track(task);
+    }
+
+    /// An instance whose wait was over while it held no slot of its queue
+    /// waits in the queue again: noted for the dispatcher here (a store of
+    /// one process), or let go of for any worker to take (a store shared
+    /// by workers).
+    async fn requeued(self: &Arc<Self>, id: &str) {
+        if self.core.journal.shared() {
+            if let Err(e) = self.core.journal.disown_if_queued(id).await {
+                tracing::warn!(instance = %id, error = %e, "could not let go of an instance that waits in its queue again; this worker takes it");
+            }
+            self.queues.poke();
+        } else {
+            // Not admitted: noted as waiting, and the dispatcher poked.
+            self.spawn_driver(id);
+        }
     }
 
     /// The driver let go of an instance that only waits: a timer wakes it

@@ -407,7 +407,11 @@ impl Call {
         loop {
             let told = shared.live.event_sent.notified();
             match outcome(&shared.core, child).await {
-                Ok(Some(ended)) => return ended,
+                Ok(Some(ended)) => {
+                    // Its end is taken only while it holds its queue's slot.
+                    shared.hold_slot().await;
+                    return ended;
+                }
                 Ok(None) => {}
                 Err(e) => return shared.stall(e).await,
             }

@@ -485,6 +485,33 @@ impl RunScope {
         }
     }
 
+    /// Whether the instance gave its queue's slot back while it waits.
+    pub(crate) fn gave_slot_back(&self) -> bool {
+        self.core
+            .journal
+            .read_kept(&self.id, |s| s.slot_released)
+            .unwrap_or(false)
+    }
+
+    /// Where a wait is over and the run would go on: an instance that gave
+    /// its queue's slot back for the wait (`SlotReleased`) waits in its
+    /// queue again first, and this driver stops. The driver that runs it
+    /// once it takes a slot replays up to here and goes on: the wait's
+    /// end (its time, its event, its child's end) is recorded only then.
+    pub(crate) async fn hold_slot(&self) {
+        if !self.gave_slot_back() {
+            return;
+        }
+        // Paused meanwhile: it stops here, and asks for a slot once resumed.
+        if self.pause_here() {
+            return pending().await;
+        }
+        self.record(Change::Requeued).await;
+        tracing::debug!("the wait is over: waiting for a slot of its queue again");
+        self.live.interrupt(Interrupt::Requeue);
+        pending().await
+    }
+
     /// At a step boundary: if a pause was asked for, or the engine drains
     /// before closing, stop here. (A drain records nothing: the instance
     /// goes on from here on the next open.)

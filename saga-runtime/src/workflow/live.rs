@@ -20,6 +20,9 @@ pub(crate) enum Interrupt {
     Terminate { rollback: bool },
     /// A user restarts the instance; the restarter rewrites its records.
     Stop,
+    /// Its queue's slot was given back while it waited, and the wait is
+    /// over: it waits in its queue again, and goes on once it takes one.
+    Requeue,
     /// The workflow code no longer matches the instance's history
     /// (non-determinism, a stored value that no longer decodes): the
     /// instance is parked `Blocked`.

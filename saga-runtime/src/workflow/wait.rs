@@ -332,6 +332,7 @@ async fn sleep_in_span(
     let asleep = shared.asleep_until(slot.index, wake_at);
     shared.core.clock.sleep_until(from_millis(wake_at)).await;
     drop(asleep);
+    shared.hold_slot().await;
     tracing::debug!("woke up");
     // Not waited for: the next durable call's flush covers it, and a crash
     // before then sleeps again until the same wake time, which has passed.
@@ -419,6 +420,12 @@ impl EventWait {
         tracing::debug!(deadline = ?from_millis(deadline), "waiting for an event");
         loop {
             let sent = shared.live.event_sent.notified();
+            // Taken (or timed out) only while it holds its queue's slot.
+            if shared.gave_slot_back()
+                && (self.has_pending() || shared.core.now_millis() >= deadline)
+            {
+                shared.hold_slot().await;
+            }
             match self.take_pending() {
                 Ok(Taken::Payload(payload)) => {
                     if let Err(e) = shared.core.journal.flush().await {
@@ -447,6 +454,18 @@ impl EventWait {
             }
             drop(asleep);
         }
+    }
+
+    /// Whether an event of this wait's type is pending.
+    fn has_pending(&self) -> bool {
+        let event_type = &self.event_type;
+        self.scope
+            .core
+            .journal
+            .read_kept(&self.scope.id, |s| {
+                s.pending.values().any(|e| &e.event_type == event_type)
+            })
+            .unwrap_or(true)
     }
 
     /// Takes the oldest stored event of this wait's type, if any, in the

@@ -7,8 +7,12 @@
 //! one reads stays true until it commits: two workers never exceed a
 //! limit. The rows taken are locked `FOR UPDATE SKIP LOCKED` as well. A
 //! waiting row names no owner (or one that is gone): a worker that is
-//! alive keeps the rows it writes, and one that claimed a waiting
-//! instance to act on its posts lets go of it after (`Store::disown`). Each taken row gets
+//! alive keeps the rows it writes, so the worker that creates a queued
+//! instance, one that claimed a waiting instance to act on its posts, and
+//! one whose instance waits in its queue again after a wait
+//! (`release_while_waiting`) let go of it once written
+//! (`Store::disown`); one that dies before leaves a row whose owner is
+//! gone. Each taken row gets
 //! this worker as owner, is marked taken, and gets its `Dequeued` record,
 //! all in the same transaction: the slot is in the row and in the
 //! journal at once, and a taker that dies leaves an instance that holds
@@ -55,6 +59,8 @@ impl Take {
                 per_key: take.per_key,
                 per_worker: take.per_worker,
                 rate: take.rate.and_then(|(n, per)| Rate::new(n, per)),
+                // The take does not depend on it.
+                release_while_waiting: false,
             },
             workflows: take.workflows.iter().map(|w| (*w).to_owned()).collect(),
             record: take.record.to_vec(),

@@ -111,12 +111,6 @@ impl Row {
             queue_taken: queue.map(|q| q.taken),
         }
     }
-
-    /// Whether it is created waiting in a queue: no worker owns it until
-    /// one takes it.
-    pub(super) fn waits_in_queue(&self) -> bool {
-        self.queue.is_some() && self.queue_taken == Some(false)
-    }
 }
 
 /// What runs on the read connection, beside the writes: reads, and the
@@ -385,7 +379,7 @@ impl Target {
                                                        needs, {}, queue, queue_key, priority,
                                                        queue_taken, queue_order)
                             VALUES ($1, $2, $4, $5, $6,
-                                    CASE WHEN $14::text IS NULL OR $17::boolean THEN $7::text END,
+                                    $7::text,
                                     $18::integer | {sealed_needs}, {},
                                     $14, $15, $16, $17,
                                     CASE WHEN $14::text IS NOT NULL THEN nextval('{s}.queue_order') END)
@@ -576,13 +570,15 @@ impl Target {
             .await?;
         // Instances that must run (or have posts waiting) and whose owner
         // is gone, of the workflows this worker runs (an index entry from
-        // before migration 3 names none). Rows another worker is claiming
-        // are skipped, not waited for.
+        // before migration 3 names none): on a queue, those that hold a
+        // slot, or that gave theirs back while they wait (a waiting one
+        // never waited in its queue since: those the takes take). Rows
+        // another worker is claiming are skipped, not waited for.
         let claim = client
             .prepare(&format!(
                 "WITH c AS (SELECT i.id FROM {s}.instances i
                             WHERE i.id IN (SELECT id FROM {s}.instances
-                                           WHERE active AND (queue IS NULL OR queue_taken)
+                                           WHERE active AND (queue IS NULL OR queue_taken OR status = 'waiting')
                                            UNION SELECT id FROM {s}.inbox WHERE answer IS NULL)
                               AND (i.workflow IS NULL OR i.workflow = ANY($2))
                               AND i.needs & ~{NEEDS_SEALED} <= {}
@@ -953,8 +949,11 @@ impl Server {
             .with_writer(deadline, |conn, worker| apply(conn, worker, op.clone()))
             .await?;
         match &op {
-            // One created waiting in a queue is the worker's that takes it.
-            Op::Create { id, index, .. } if done && !index.waits_in_queue() => {
+            // One created waiting in a queue is its creator's until the
+            // creator wrote what it writes with the creation (its tags)
+            // and let go of it (`Store::disown`): then the worker that
+            // takes it gets it.
+            Op::Create { id, .. } if done => {
                 lock(&self.owned).insert(id.clone());
             }
             Op::Remove { id } => {
