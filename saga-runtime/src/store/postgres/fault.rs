@@ -16,7 +16,10 @@
 //!   try again on it, until the call's deadline;
 //! - only a definite fault of our own statements, which no retry mends
 //!   (`42`: syntax, an undefined table or column, a missing privilege;
-//!   `22`: bad data), ends the call for good; so does losing the lease
+//!   `22`: bad data; `21`: a subquery that returned more than one row;
+//!   `23`: a broken constraint, a duplicate key; `44`: a view's check
+//!   option), ends the call for good, at once rather than at the call's
+//!   deadline; so does losing the lease
 //!   ([`Failure::Fenced`]), and so does a connection that TLS refused (a
 //!   certificate that does not verify: see `tls::refusal`).
 
@@ -69,7 +72,10 @@ fn meaning(code: Option<&str>) -> Meaning {
     // type"): a new connection prepares it again.
     if code.starts_with("08") || code.starts_with("57P") || code == "26000" || code == "0A000" {
         Meaning::Connection
-    } else if code.starts_with("42") || code.starts_with("22") {
+    } else if ["42", "22", "21", "23", "44"]
+        .iter()
+        .any(|class| code.starts_with(class))
+    {
         Meaning::Ours
     } else {
         Meaning::Undone
@@ -191,7 +197,13 @@ mod tests {
         for code in ["57014", "40001", "40P01", "25P02", "55P03", "53300"] {
             assert_eq!(meaning(Some(code)), Meaning::Undone, "{code}");
         }
-        for code in ["42601", "42P01", "42501", "22P02", "22003"] {
+        // A duplicate key, a NULL where none may be, a broken check or
+        // foreign key, a scalar subquery of many rows: deterministic, so
+        // retrying until the deadline would only delay the error.
+        for code in [
+            "42601", "42P01", "42501", "22P02", "22003", "23505", "23502", "23503", "23514",
+            "21000", "44000",
+        ] {
             assert_eq!(meaning(Some(code)), Meaning::Ours, "{code}");
         }
     }
