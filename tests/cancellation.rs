@@ -10,16 +10,14 @@ mod helpers;
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::pin::pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use saga_runtime::prelude::*;
 use saga_runtime::{Error, EventKind, Instance, ListFilter, TestClock};
 
-use helpers::{until_status, wait_until, within};
+use helpers::{drop_after, until_status, wait_until, within};
 
 /// Beyond this many polls a call that has not completed is a hang.
 const MAX_POLLS: usize = 64;
@@ -117,21 +115,6 @@ fn world() -> World {
         clock,
         ledger,
     }
-}
-
-/// Polls `future` `polls` times with a noop waker, letting the engine's
-/// tasks run between polls, then drops it; its output if it completed.
-async fn drop_after<F: Future>(future: F, polls: usize) -> Option<F::Output> {
-    let mut future = pin!(future);
-    let mut cx = Context::from_waker(Waker::noop());
-    for _ in 0..polls {
-        if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
-            return Some(out);
-        }
-        tokio::task::yield_now().await;
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-    None
 }
 
 /// Runs the sweep: for k = 0, 1, … makes a fresh instance with `setup`,

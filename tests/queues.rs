@@ -17,6 +17,7 @@
 mod helpers;
 
 use std::collections::HashMap;
+use std::future::IntoFuture;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -1053,4 +1054,41 @@ async fn a_parent_waiting_for_its_child_gives_its_slot_back() {
         );
     }
     engine.close().await;
+}
+
+/// `start_on` dropped after each of its polls: the instance is not
+/// created, or it waits in its queue and runs once it takes a slot (on
+/// PostgreSQL, let go of by the worker that created it, for any worker to
+/// take), and a start again returns it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_start_on_leaves_the_instance_queued_or_not_created() {
+    let bank = std::sync::Arc::new(Bank::new());
+    bank.open_gate();
+    let engine = fresh(with_queue(
+        bank.clone(),
+        Queue::new("bank-api").concurrency(2),
+    ))
+    .await;
+    for polls in 0..=64 {
+        let id = format!("dropped-{polls}");
+        let start = engine.start_on("bank-api", transfer, &id, transfer_of(&id, "k"));
+        let done = helpers::drop_after(start.into_future(), polls).await;
+        match engine.instance(&id).await {
+            Err(Error::UnknownInstance { .. }) => assert!(done.is_none(), "{id}"),
+            Ok(instance) => within("the dropped start's instance", instance.result::<()>())
+                .await
+                .unwrap(),
+            Err(e) => panic!("{id}: {e}"),
+        }
+        let again = engine
+            .start_on("bank-api", transfer, &id, transfer_of(&id, "k"))
+            .await
+            .unwrap();
+        within("the start again", again.result()).await.unwrap();
+        if done.is_some() {
+            engine.close().await;
+            return;
+        }
+    }
+    panic!("start_on did not complete within 64 polls");
 }

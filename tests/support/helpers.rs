@@ -151,3 +151,18 @@ impl Drop for Reopenable {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+/// Polls `future` `polls` times with a noop waker, letting the engine's
+/// tasks run between polls, then drops it; its output if it completed.
+pub(crate) async fn drop_after<F: Future>(future: F, polls: usize) -> Option<F::Output> {
+    let mut future = std::pin::pin!(future);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    for _ in 0..polls {
+        if let std::task::Poll::Ready(out) = future.as_mut().poll(&mut cx) {
+            return Some(out);
+        }
+        tokio::task::yield_now().await;
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    None
+}

@@ -297,18 +297,19 @@ pub(crate) async fn start<W: Workflow, R>(
             },
         )
         .await;
-    std::mem::forget(cut_short);
-    let (_, answer) = created?;
     // On a store shared by workers, a queued instance is its creator's
     // until what the start writes with it is written: then it is let go
-    // of, before the start returns, for the worker that takes it (a
-    // start dropped before lets go of it as its driver is refused).
-    if queue.is_some()
+    // of, before the start returns, for the worker that takes it (a start
+    // dropped before then lets go of it in `cut_short`).
+    if created.is_ok()
+        && queue.is_some()
         && journal.shared()
         && let Err(e) = journal.disown_if_queued(id).await
     {
         tracing::warn!(instance = %id, error = %e, "could not let go of a queued instance; it is taken once this worker stops");
     }
+    std::mem::forget(cut_short);
+    let (_, answer) = created?;
     // Without waiting (on a store of one process, before this returns),
     // so a caller that drops the future leaves a running instance (its
     // first durable step flushes its creation too); a repeated start
