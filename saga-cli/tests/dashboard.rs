@@ -126,6 +126,8 @@ async fn the_dashboard_shows_instances_and_controls_them_in_a_browser() {
         // The queues' depth and the schedules, with their controls.
         let queues = browser.text(&browser.find("#queues tr[data-queue='seats']"));
         assert!(queues.contains("seats"), "{queues}");
+        // The service declares the queue: its limits are shown.
+        assert!(queues.contains("concurrency 2"), "{queues}");
         let schedule = browser.text(&browser.find("#schedules tr[data-schedule='nightly-bookings']"));
         assert!(schedule.contains("active") && schedule.contains("every 86400 s"), "{schedule}");
         std::fs::write(screenshot_path("list"), browser.screenshot()).unwrap();

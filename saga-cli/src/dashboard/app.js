@@ -116,14 +116,28 @@ async function queueDepths() {
   return depths.listed;
 }
 
-// The queues' depth (`saga queues`), when there are queues.
+// A queue's declared limits in a few words, as `saga queues` gives them.
+function limitsText(l) {
+  if (!l) return "?";
+  const parts = [];
+  if (l.concurrency !== null) parts.push(`concurrency ${l.concurrency}`);
+  if (l.per_key !== null) parts.push(`per key ${l.per_key}`);
+  if (l.per_worker !== null) parts.push(`per worker ${l.per_worker}`);
+  if (l.rate) parts.push(`${l.rate.starts} per ${l.rate.per_ms} ms`);
+  if (l.release_while_waiting) parts.push("released while waiting");
+  return parts.length ? parts.join(", ") : "none";
+}
+
+// The queues' depth and limits (`saga queues`), when there are queues.
 function queuePanel(listed) {
   if (!listed || !listed.queues.length) return null;
   return [el("h2", {}, "Queues"), el("div", { class: "card" }, el("table", { id: "queues" },
-    el("thead", {}, el("tr", {}, ["QUEUE", "WAITING", "STARTED"].map(h => el("th", {}, h)))),
+    el("thead", {}, el("tr", {}, ["QUEUE", "WAITING", "STARTED", "OLDEST WAITING", "LIMITS"]
+      .map(h => el("th", {}, h)))),
     el("tbody", {}, listed.queues.map(q => el("tr", { "data-queue": q.queue },
       el("td", { class: "mono" }, q.queue),
-      el("td", {}, String(q.waiting)), el("td", {}, String(q.started)))))))];
+      el("td", {}, String(q.waiting)), el("td", {}, String(q.started)),
+      el("td", {}, q.oldest_waiting || "-"), el("td", {}, limitsText(q.limits)))))))];
 }
 
 // The stored schedules (`saga schedules`), each with its controls.
