@@ -333,3 +333,25 @@ async fn a_clock_that_skips_to_sleeps_leaves_event_waits_to_the_test() {
     clock.advance_to(deadline);
     assert!(!within("the result", timed_out.result()).await.unwrap());
 }
+
+/// `next_wake` names one instance's next wake, so a test moves the clock
+/// to it and no further, while another instance sleeps longer.
+#[tokio::test]
+async fn a_test_advances_to_one_instances_next_wake() {
+    let clock = TestClock::starting_at(at(0));
+    let engine = helpers::engine_on(&clock).await;
+    let asks = engine.start(settle_then_ask, "asks", ()).await.unwrap();
+    let naps = engine.start(nap_a_week, "naps", ()).await.unwrap();
+    within("both asleep", clock.wait_for_sleeps(2)).await;
+    let wake = asks.next_wake().await.unwrap();
+    assert_eq!(wake, Some(at(7 * DAY)), "the settle sleep");
+    clock.advance_to(wake.unwrap());
+    // Awake, it waits a day for its event: its next wake is the deadline.
+    within("the event wait", clock.wait_for_event_waits(1)).await;
+    assert_eq!(asks.next_wake().await.unwrap(), Some(at(8 * DAY)));
+    clock.advance_to(asks.next_wake().await.unwrap().unwrap());
+    assert!(!within("the timed-out ask", asks.result()).await.unwrap());
+    assert_eq!(asks.next_wake().await.unwrap(), None, "it ended");
+    // The other woke at its own week, not later.
+    assert_eq!(within("the nap", naps.result()).await.unwrap(), at(7 * DAY));
+}

@@ -148,6 +148,34 @@ impl Instance {
         self.journal().read_durable(&self.id, |s| s.status).await
     }
 
+    /// When the instance's earliest pending sleep wakes, or its earliest
+    /// pending event wait times out, on the engine's clock; `None` when it
+    /// sleeps and waits for nothing. In a test,
+    /// `clock.advance_to(run.next_wake().await?.unwrap())` moves a
+    /// [`TestClock`](crate::TestClock) to this instance's next wake, and no
+    /// further, whatever else sleeps.
+    ///
+    /// # Cancel safety
+    ///
+    /// A read; dropping the future changes nothing.
+    pub async fn next_wake(&self) -> Result<Option<std::time::SystemTime>> {
+        use crate::journal::SlotState;
+        let at = self
+            .journal()
+            .read_durable(&self.id, |s| {
+                s.slots
+                    .values()
+                    .filter_map(|slot| match &slot.state {
+                        SlotState::Sleeping { wake_at } => Some(*wake_at),
+                        SlotState::Waiting { deadline, .. } => Some(*deadline),
+                        _ => None,
+                    })
+                    .min()
+            })
+            .await?;
+        Ok(at.map(crate::time::clock::from_millis))
+    }
+
     /// Status, timestamps, failure and rollback failure.
     ///
     /// # Cancel safety
@@ -772,6 +800,11 @@ impl<O> Run<O> {
     /// See [`Instance::info`].
     pub async fn info(&self) -> Result<InstanceInfo> {
         self.instance.info().await
+    }
+
+    /// See [`Instance::next_wake`].
+    pub async fn next_wake(&self) -> Result<Option<std::time::SystemTime>> {
+        self.instance.next_wake().await
     }
 
     /// See [`Instance::history`].
