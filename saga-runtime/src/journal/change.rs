@@ -68,6 +68,7 @@ impl Change {
                 | Change::Dequeued
                 | Change::EventRejected { .. }
                 | Change::Patched { .. }
+                | Change::StepFailureValue { .. }
         )
     }
 }
@@ -83,7 +84,7 @@ impl CarriesPayloads for Entry {
             Change::EventReceived { payload, .. } | Change::EventReceivedWithId { payload, .. } => {
                 vec![payload]
             }
-            Change::FailureValue { value } => vec![value],
+            Change::FailureValue { value } | Change::StepFailureValue { value, .. } => vec![value],
             Change::Ended(end) => end.output.iter_mut().collect(),
             Change::ChildEnded { output, value, .. } => {
                 output.iter_mut().chain(value.iter_mut()).collect()
@@ -341,6 +342,15 @@ pub(crate) enum Change {
     Patched {
         name: String,
     },
+    /// The step of `slot` gave up with its own (typed) error, as JSON:
+    /// written just before the `StepFailed` of that slot, which it belongs
+    /// to, so a replay hands the workflow the same typed failure
+    /// (`StepFailed::downcast`). Kept apart from `StepError`, whose bincode
+    /// layout records of this format already use.
+    StepFailureValue {
+        slot: u32,
+        value: Payload,
+    },
 }
 
 /// How an instance ended.
@@ -378,8 +388,9 @@ mod tests {
     /// variant appended without counting it fails here.
     #[test]
     fn the_last_kind_of_record_is_counted() {
-        let last = bytes(Change::Patched {
-            name: String::new(),
+        let last = bytes(Change::StepFailureValue {
+            slot: 0,
+            value: Payload::Json(b"null".to_vec()),
         });
         // The version, `at` (1000 as a varint: 251, 232, 3), then the kind.
         assert_eq!(u32::from(last[4]), Change::KINDS - 1);
@@ -429,6 +440,14 @@ mod tests {
                 change: Change::Patched { name: "p".into() },
             });
             assert_eq!(kinds_needed(&patched), 38, "at {at}");
+            let step_failure_value = encode_record(&Entry {
+                at,
+                change: Change::StepFailureValue {
+                    slot: 1,
+                    value: Payload::Json(b"7".to_vec()),
+                },
+            });
+            assert_eq!(kinds_needed(&step_failure_value), 39, "at {at}");
             let started = encode_record(&Entry {
                 at,
                 change: Change::DriverStarted,
@@ -540,6 +559,13 @@ mod tests {
             }),
             [2, 251, 232, 3, 37, 5, b'f', b'r', b'a', b'u', b'd']
         );
+        assert_eq!(
+            bytes(Change::StepFailureValue {
+                slot: 3,
+                value: Payload::Json(b"{}".to_vec()),
+            }),
+            [2, 251, 232, 3, 38, 3, 1, 2, b'{', b'}']
+        );
     }
 
     /// The kinds this release adds are written with the index entry, which
@@ -583,6 +609,10 @@ mod tests {
                 error: "no".into(),
             },
             Change::Patched { name: "p".into() },
+            Change::StepFailureValue {
+                slot: 0,
+                value: Payload::Json(b"1".to_vec()),
+            },
         ];
         for change in new_kinds {
             assert!(change.reindexes(), "{change:?}");
