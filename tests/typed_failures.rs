@@ -299,24 +299,33 @@ async fn a_propagated_step_failure_reaches_the_caller_typed() {
     engine.close().await;
 }
 
-/// Reverses the bytes of each value, and keeps what it was given.
-#[derive(Clone, Default)]
-struct Reverse(Arc<Mutex<Vec<Vec<u8>>>>);
+/// Reverses the bytes of each value, and keeps what it was given. It
+/// seals the bank's errors with a key of their own, "bank", and every other
+/// value with "main"; it opens the values of the keys in `holds`.
+#[derive(Clone)]
+struct Reverse {
+    sealed: Arc<Mutex<Vec<Vec<u8>>>>,
+    holds: &'static [&'static str],
+}
 
 impl Codec for Reverse {
     fn encode(&self, plain: &[u8]) -> Result<Sealed, CodecError> {
-        self.0.lock().unwrap().push(plain.to_vec());
+        self.sealed.lock().unwrap().push(plain.to_vec());
+        let key = match String::from_utf8_lossy(plain).contains("Declined") {
+            true => "bank",
+            false => "main",
+        };
         Ok(Sealed {
-            key: "reverse".into(),
+            key: key.into(),
             bytes: plain.iter().rev().copied().collect(),
         })
     }
 
     fn decode(&self, sealed: &Sealed) -> Result<Vec<u8>, CodecError> {
-        match sealed.key.as_str() {
-            "reverse" => Ok(sealed.bytes.iter().rev().copied().collect()),
-            other => Err(CodecError::MissingKey {
-                key: other.to_owned(),
+        match self.holds.contains(&sealed.key.as_str()) {
+            true => Ok(sealed.bytes.iter().rev().copied().collect()),
+            false => Err(CodecError::MissingKey {
+                key: sealed.key.clone(),
             }),
         }
     }
@@ -324,10 +333,17 @@ impl Codec for Reverse {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_typed_error_is_sealed_like_a_step_output() {
-    let codec = Reverse::default();
+    let sealed = Arc::new(Mutex::new(Vec::new()));
+    let codec = |holds| Reverse {
+        sealed: sealed.clone(),
+        holds,
+    };
     let store = Reopenable::new("typedsealed").await;
-    let builder = || Engine::builder().codec(codec.clone());
-    let engine = store.open(builder).await;
+    let with = |holds: &'static [&'static str]| {
+        let codec = codec(holds);
+        move || Engine::builder().codec(codec.clone())
+    };
+    let engine = store.open(with(&["main", "bank"])).await;
     engine.register(checkout_later).unwrap();
     let run = engine
         .start(checkout_later, "sealed-1", 5000)
@@ -336,19 +352,38 @@ async fn the_typed_error_is_sealed_like_a_step_output() {
     until_status(&run, Status::Waiting).await;
     drop(run);
     engine.close().await;
-    let sealed = codec.0.lock().unwrap().clone();
     assert!(
         sealed
+            .lock()
+            .unwrap()
             .iter()
             .any(|plain| String::from_utf8_lossy(plain).contains("5000 is over the limit")),
         "the codec never sealed the typed error"
     );
 
-    // Replayed through the codec, the error reads back.
-    let engine = store.open(builder).await;
+    // Without the error's key the replay cannot give the workflow what the
+    // first run gave it: the instance is parked, naming the key.
+    let engine = store.open(with(&["main"])).await;
     engine.register(checkout_later).unwrap();
-    engine.send_event("sealed-1", "go-on", &true).await.unwrap();
     let run = engine.instance("sealed-1").await.unwrap();
+    until_status(&run, Status::Blocked).await;
+    let blocked = within("the block", run.result::<String>()).await;
+    match &blocked {
+        Err(Error::Blocked { failure, .. }) => {
+            assert!(failure.message().contains("\"bank\""), "{failure}");
+        }
+        other => panic!("{other:?}"),
+    }
+    drop(run);
+    engine.close().await;
+
+    // With it, the parked instance resumes (it says `running` until it
+    // ends, as any instance resumed from `Blocked`) and the error reads back.
+    let engine = store.open(with(&["main", "bank"])).await;
+    engine.register(checkout_later).unwrap();
+    let run = engine.instance("sealed-1").await.unwrap();
+    until_status(&run, Status::Running).await;
+    engine.send_event("sealed-1", "go-on", &true).await.unwrap();
     assert_eq!(
         within("the checkout", run.result::<String>())
             .await
