@@ -278,7 +278,9 @@ pub trait Permanent {
 ///
 /// The workflow may catch it (then the workflow goes on and no rollback
 /// starts) or propagate it with `?` (then the workflow fails and rollback
-/// runs).
+/// runs). Match it to its step with [`is::<step_fn>()`](StepFailed::is)
+/// and to the step's own error type with
+/// [`downcast::<E>()`](StepFailed::downcast).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StepFailed {
     pub(crate) step: String,
