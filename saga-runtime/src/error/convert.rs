@@ -346,6 +346,8 @@ mod tests {
             error.value().and_then(|v| v.decode::<Declined>().ok()),
             Some(Declined { code: 51 })
         );
+        // The value is not part of the error's equality.
+        assert_eq!(error, StepError::fatal("declined"));
         let io = std::io::Error::other("reset");
         assert!((&&ErrorRef(&io)).__saga_step_value().0.is_none());
         assert!(

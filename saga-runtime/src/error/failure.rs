@@ -163,7 +163,11 @@ impl fmt::Display for Failure {
 /// `String` or `&str`, which are their message), the error itself is
 /// kept with it: the workflow gets it back typed from the step's failure,
 /// [`StepFailed::downcast`].
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// Two step errors are equal when their messages and retryability are: the
+/// typed value kept beside them is not compared (it is what the message
+/// was made from).
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct StepError {
     message: String,
     retryable: bool,
@@ -217,6 +221,14 @@ impl StepError {
         self
     }
 }
+
+impl PartialEq for StepError {
+    fn eq(&self, other: &Self) -> bool {
+        self.message == other.message && self.retryable == other.retryable
+    }
+}
+
+impl Eq for StepError {}
 
 impl fmt::Display for StepError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
