@@ -1,5 +1,5 @@
 //! The core semantics suite again, on PostgreSQL: steps, retries,
-//! rollback order, child workflows, waits and timers, control, retention, limits, patches, queues, tags and search, schedules (the cost
+//! rollback order, child workflows, waits and timers, control, retention, limits, patches, typed failures, queues, tags and search, schedules (the cost
 //! of the 2,000th event included). The files are the
 //! same as the sled suite's; in this binary `helpers::fresh` gives each
 //! engine a schema of its own on the test database instead of a temporary
@@ -35,3 +35,5 @@ mod search;
 mod steps;
 #[path = "timers.rs"]
 mod timers;
+#[path = "typed_failures.rs"]
+mod typed_failures;

@@ -56,6 +56,13 @@ const CONTEXT_CALLS: &[ContextCall] = &[
 /// What the literal of `.renamed_from("old")` on a child call names.
 const OLD_CHILD_NAME: name::Kind = "old child name";
 
+/// `ctx.patched("name")`: not a durable call (it takes no slot), but its
+/// name is recorded as a patch, and the branch it guards is patched.
+const PATCHED: &str = "patched";
+
+/// What the literal of `ctx.patched("name")` names.
+const PATCH_NAME: name::Kind = "patch name";
+
 /// A name literal given to `ctx.step`, `ctx.sleep`, `ctx.wait_for_event`,
 /// `ctx.child`.
 pub(crate) struct LiteralName {
@@ -67,6 +74,8 @@ pub(crate) struct LiteralName {
     /// The name earlier releases gave the call: `.renamed_from("old")` on
     /// a child call.
     pub(crate) renamed_from: Option<LitStr>,
+    /// Whether the call sits in a patched branch (see `calls`).
+    pub(crate) patched: bool,
 }
 
 impl LiteralName {
@@ -84,6 +93,8 @@ impl LiteralName {
 /// with `&ctx` and the child workflows it calls.
 pub(crate) struct BodySummary {
     pub(crate) names: Vec<LiteralName>,
+    /// The names given to `ctx.patched(..)`, each once.
+    pub(crate) patches: Vec<LitStr>,
     pub(crate) calls: CallSites,
     pub(crate) children: Vec<ChildUse>,
 }
@@ -96,6 +107,8 @@ pub(crate) struct WorkflowChecker<'e> {
     /// Names given to `ctx.step(..)`, `ctx.sleep(..)`, `ctx.wait_for_event(..)`,
     /// `ctx.child(..)`.
     names: Vec<LiteralName>,
+    /// Names given to `ctx.patched(..)`, each once.
+    patches: Vec<LitStr>,
     /// The functions called with `&ctx` first, and where.
     calls: CallSites,
     /// The `ctx.child(..)` calls with a literal name.
@@ -112,6 +125,7 @@ impl<'e> WorkflowChecker<'e> {
             ctx,
             errors,
             names: Vec::new(),
+            patches: Vec::new(),
             calls,
             children: Vec::new(),
             replaced: 0,
@@ -122,6 +136,7 @@ impl<'e> WorkflowChecker<'e> {
     pub(crate) fn into_summary(self) -> BodySummary {
         BodySummary {
             names: self.names,
+            patches: self.patches,
             calls: self.calls,
             children: self.children,
         }
@@ -142,6 +157,7 @@ impl<'e> WorkflowChecker<'e> {
             method,
             literal: literal.clone(),
             renamed_from: None,
+            patched: self.calls.in_patch(),
         })
         .then_some(literal)
     }
@@ -219,6 +235,61 @@ impl<'e> WorkflowChecker<'e> {
         match problem {
             Some(message) => self.errors.push(syn::Error::new(old.span(), message)),
             None => self.names[at].renamed_from = Some(old),
+        }
+    }
+
+    /// Whether `call` is `ctx.patched(..)`.
+    fn is_patched_call(&self, call: &ExprMethodCall) -> bool {
+        call.method == PATCHED
+            && self
+                .ctx
+                .as_ref()
+                .is_some_and(|ctx| is_var(&call.receiver, ctx))
+    }
+
+    /// `ctx.patched("name")`: the name is a literal spelled as step names
+    /// are (it is stored, and `saga.lock` records it); remembered once.
+    fn check_patch(&mut self, call: &mut ExprMethodCall) {
+        if let Some(arg) = call.args.first_mut()
+            && let Some(literal) = self.checked_literal(arg, PATCH_NAME)
+            && !self
+                .patches
+                .iter()
+                .any(|known| known.value() == literal.value())
+        {
+            self.patches.push(literal);
+        }
+        for arg in call.args.iter_mut() {
+            self.visit_expr_mut(arg);
+        }
+    }
+
+    /// Which branch of `if cond { .. } else { .. }` a patch guards:
+    /// `Some(true)`, the first, for `ctx.patched("x")` (or `ctx.patched("x")
+    /// && more`); `Some(false)`, the `else`, for `!ctx.patched("x")` (or
+    /// `!ctx.patched("x") || more`); `None` for any other condition.
+    fn patched_branch(&self, cond: &Expr) -> Option<bool> {
+        match cond {
+            Expr::Paren(paren) => self.patched_branch(&paren.expr),
+            Expr::Group(group) => self.patched_branch(&group.expr),
+            Expr::Unary(unary) if matches!(unary.op, syn::UnOp::Not(_)) => {
+                self.patched_branch(&unary.expr).map(|branch| !branch)
+            }
+            Expr::MethodCall(call) if self.is_patched_call(call) => Some(true),
+            Expr::Binary(binary) => {
+                let sides = [
+                    self.patched_branch(&binary.left),
+                    self.patched_branch(&binary.right),
+                ];
+                match binary.op {
+                    // The first branch runs only when both hold.
+                    syn::BinOp::And(_) if sides.contains(&Some(true)) => Some(true),
+                    // The `else` runs only when neither holds.
+                    syn::BinOp::Or(_) if sides.contains(&Some(false)) => Some(false),
+                    _ => None,
+                }
+            }
+            _ => None,
         }
     }
 
@@ -427,6 +498,10 @@ impl VisitMut for WorkflowChecker<'_> {
             self.check_child_chain(call);
             return;
         }
+        if self.is_patched_call(call) {
+            self.check_patch(call);
+            return;
+        }
         match self.context_call(call) {
             Some(known) => {
                 self.check_context_call(call, known);
@@ -440,16 +515,30 @@ impl VisitMut for WorkflowChecker<'_> {
         visit_mut::visit_expr_call_mut(self, call);
     }
 
-    // if cond { then } else { other }: the condition runs before the branch.
+    // if cond { then } else { other }: the condition runs before the
+    // branch. A patch (`ctx.patched("x")`) makes one branch patched.
     fn visit_expr_if_mut(&mut self, expr: &mut ExprIf) {
+        let patched = self.patched_branch(&expr.cond);
         self.visit_expr_mut(&mut expr.cond);
         let point = self.calls.branch_point();
         self.calls.enter(point, 0);
+        if patched == Some(true) {
+            self.calls.enter_patch();
+        }
         self.visit_block_mut(&mut expr.then_branch);
+        if patched == Some(true) {
+            self.calls.leave_patch();
+        }
         self.calls.leave();
         if let Some((_, other)) = &mut expr.else_branch {
             self.calls.enter(point, 1);
+            if patched == Some(false) {
+                self.calls.enter_patch();
+            }
             self.visit_expr_mut(other);
+            if patched == Some(false) {
+                self.calls.leave_patch();
+            }
             self.calls.leave();
         }
     }
@@ -572,6 +661,70 @@ mod tests {
         assert!(!failed);
         assert_eq!(body.children.len(), 2);
         assert!(body.children.iter().all(|c| c.workflow.is_none()));
+    }
+
+    #[test]
+    fn calls_in_a_patched_branch_are_marked() {
+        let (body, failed) = summary(
+            r#"{
+                reserve(&ctx).await?;
+                if ctx.patched("fraud-check") {
+                    fraud_check(&ctx).await?;
+                    ctx.sleep("cool-down", "1 hour").await?;
+                }
+                if !ctx.patched("no-gift-wrap") {
+                    gift_wrap(&ctx).await?;
+                } else {
+                    ctx.sleep("unwrapped", "1 hour").await?;
+                }
+                if ctx.patched("late") && input > 3 {
+                    late(&ctx).await?;
+                }
+                if ctx.patched("fraud-check") || input > 3 {
+                    maybe(&ctx).await?;
+                }
+            }"#,
+        );
+        assert!(!failed);
+        let patched: Vec<_> = body
+            .calls
+            .callees
+            .iter()
+            .map(|c| (c.text.clone(), c.unpatched_site().is_none()))
+            .collect();
+        assert_eq!(
+            patched,
+            [
+                ("reserve".to_owned(), false),
+                ("fraud_check".to_owned(), true),
+                ("gift_wrap".to_owned(), false),
+                ("late".to_owned(), true),
+                ("maybe".to_owned(), false),
+            ]
+        );
+        let names: Vec<_> = body
+            .names
+            .iter()
+            .map(|n| (n.literal.value(), n.patched))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("cool-down".to_owned(), true),
+                ("unwrapped".to_owned(), true)
+            ]
+        );
+        let patches: Vec<_> = body.patches.iter().map(syn::LitStr::value).collect();
+        assert_eq!(patches, ["fraud-check", "no-gift-wrap", "late"]);
+    }
+
+    #[test]
+    fn a_patch_name_must_be_a_literal() {
+        let (body, failed) = summary(r#"{ if ctx.patched(input) { step(&ctx).await?; } }"#);
+        assert!(failed);
+        assert!(body.patches.is_empty());
+        let (_, failed) = summary(r#"{ if ctx.patched("Fraud Check") { } }"#);
+        assert!(failed);
     }
 
     #[test]

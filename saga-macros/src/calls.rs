@@ -14,6 +14,12 @@
 //! count: a call inside a loop is one call site, its runs are numbered
 //! occurrences. A `match` guard runs before its arm is chosen, so it
 //! belongs to the level of the `match`.
+//!
+//! Patched branches: a site also says whether it sits (at any depth) in
+//! the branch of a patch, `if ctx.patched("name") { here }` or
+//! `if !ctx.patched("name") { .. } else { here }`: only instances that
+//! reach the patch with nothing recorded past it run that branch, so a new
+//! step there needs no `saga.lock` line (see `lock.rs`).
 
 use proc_macro2::Span;
 use quote::ToTokens;
@@ -28,6 +34,8 @@ type Arm = (usize, usize);
 pub(crate) struct Site {
     arms: Vec<Arm>,
     pub(crate) span: Span,
+    /// Whether it sits in a patched branch.
+    pub(crate) patched: bool,
 }
 
 /// A function called as `f(&ctx, ..)`, at one or more sites.
@@ -48,6 +56,11 @@ impl Callee {
                 .any(|earlier| !exclusive(&earlier.arms, &site.arms))
                 .then_some(site)
         })
+    }
+
+    /// The first site outside every patched branch, if any.
+    pub(crate) fn unpatched_site(&self) -> Option<&Site> {
+        self.sites.iter().find(|site| !site.patched)
     }
 
     /// The function's own name: `charge` in `steps::charge`.
@@ -74,6 +87,8 @@ pub(crate) struct CallSites {
     /// The branch arms the walk is in, outside in.
     arms: Vec<Arm>,
     branch_points: usize,
+    /// How many patched branches the walk is in.
+    patched: usize,
     /// Variables bound in the body: calling one is not calling a function.
     locals: Vec<String>,
     pub(crate) callees: Vec<Callee>,
@@ -107,6 +122,20 @@ impl CallSites {
         self.arms.pop();
     }
 
+    /// Enters a patched branch; `leave_patch` goes back out.
+    pub(crate) fn enter_patch(&mut self) {
+        self.patched += 1;
+    }
+
+    pub(crate) fn leave_patch(&mut self) {
+        self.patched = self.patched.saturating_sub(1);
+    }
+
+    /// Whether the walk is in a patched branch.
+    pub(crate) fn in_patch(&self) -> bool {
+        self.patched > 0
+    }
+
     /// Records a call of `callee` with `&ctx` first. Callees that cannot be
     /// `#[step]` functions are left out: local variables, associated
     /// functions (`Type::f`, `Self::f`), paths with generic arguments (a
@@ -120,6 +149,7 @@ impl CallSites {
         let site = Site {
             arms: self.arms.clone(),
             span: callee.span(),
+            patched: self.in_patch(),
         };
         match self.callees.iter_mut().find(|known| known.text == text) {
             Some(known) => known.sites.push(site),

@@ -51,5 +51,10 @@ pub(crate) struct StepCallError {
     /// Index into `BodySummary::calls.callees`.
     pub(crate) callee: usize,
     pub(crate) span: Span,
+    /// The message; each [`STEP_NAME`] in it becomes the step's name,
+    /// which only the compiler knows.
     pub(crate) message: String,
 }
+
+/// Stands for the callee's step name in a [`StepCallError`]'s message.
+pub(crate) const STEP_NAME: &str = "{step}";

@@ -188,7 +188,7 @@ fn step_tokens(args: &StepArgs, step: &StepFn, checked: bool) -> TokenStream {
         Some(old) => (quote!(start_step_renamed), quote!(#old,)),
         None => (quote!(start_step), TokenStream::new()),
     };
-    let convert = step_error_conversion(&item.sig.output, quote!(__saga_attempt.await));
+    let convert = step_error_conversion(&item.sig.output, quote!(__saga_attempt.await), true);
     let rebuild = match &args.rollback {
         Some(handler) => rebuild_from_history(handler, &args.rollback_config, output, &input_types),
         None => quote!(::core::option::Option::None),
@@ -347,6 +347,7 @@ fn rollback_tokens(args: &RollbackArgs, handler: &RollbackFn) -> TokenStream {
     let convert = step_error_conversion(
         &item.sig.output,
         quote!(#ident(__saga_rollback.context(), #(#call_args),*).await),
+        false,
     );
     let fetch_services = fetch_services(
         &service_vars,
@@ -452,11 +453,27 @@ fn workflow_tokens(
 /// `result` (a `Result<T, E>` of the step's or handler's own error type)
 /// with `E` turned into a `StepError` (see `saga_runtime`'s `convert.rs`).
 /// Spanned on the return type, so an error type that cannot convert is
-/// reported there.
-fn step_error_conversion(output: &syn::ReturnType, result: TokenStream) -> TokenStream {
+/// reported there. `typed`: a step's error also keeps its value when `E`
+/// is `Serialize` (a rollback handler's error is stored as its message).
+fn step_error_conversion(
+    output: &syn::ReturnType,
+    result: TokenStream,
+    typed: bool,
+) -> TokenStream {
     let span = return_type_span(output);
     let call = quote_spanned! {span=>
         (&&&::saga_runtime::__private::ErrorValue(__saga_error)).__saga_step_error()
+    };
+    let converted = if typed {
+        quote! {{
+            #[allow(unused_imports)]
+            use ::saga_runtime::__private::{ViaTypedStepError as _, ViaUntypedStepError as _};
+            let __saga_typed =
+                (&&::saga_runtime::__private::ErrorRef(&__saga_error)).__saga_step_value();
+            __saga_typed.attach(#call)
+        }}
+    } else {
+        call
     };
     quote! {
         match #result {
@@ -466,7 +483,7 @@ fn step_error_conversion(output: &syn::ReturnType, result: TokenStream) -> Token
                 use ::saga_runtime::__private::{
                     ViaKnownStepError as _, ViaPermanent as _, ViaStdStepError as _,
                 };
-                ::core::result::Result::Err(#call)
+                ::core::result::Result::Err(#converted)
             }
         }
     }

@@ -87,9 +87,12 @@ use proc_macro::TokenStream;
 ///   panicked: ..." at the call;
 /// - no two step functions of the workflow (or a step function and a
 ///   literal name) share a name; the error names both;
-/// - with a `saga.lock` (see `#[step]`), the workflow, its literal names
-///   and the steps it calls match the lock; a renamed child call is
-///   accepted under its old name with `.renamed_from("old")`;
+/// - with a `saga.lock` (see `#[step]`), the workflow, its literal names,
+///   its `ctx.patched` names and the steps it calls match the lock; a
+///   renamed child call is accepted under its old name with
+///   `.renamed_from("old")`, and a new call inside a patched branch
+///   (`if ctx.patched("x") { .. }`) needs no line;
+/// - `ctx.patched` names are string literals, spelled as step names;
 /// - no call reads the clock (`SystemTime::now`, `Instant::now`), draws
 ///   random numbers (`rand::…`), spawns tasks (`tokio::spawn`), sleeps
 ///   (`tokio::time::sleep`, `std::thread::sleep`) or does file or network
@@ -143,14 +146,17 @@ pub fn workflow(args: TokenStream, item: TokenStream) -> TokenStream {
 /// # `saga.lock`
 ///
 /// When the crate has a `saga.lock` (or `SAGA_LOCK_PATH` names one), each
-/// step and workflow is checked against it: a step name not in the lock, a
-/// step renamed without `renamed_from`, a changed output type (a hash of
-/// its tokens as written: `Foo` → `crate::Foo` is flagged, a field added
-/// inside `Foo` is not), a locked name a workflow no longer uses, a step a
-/// workflow calls that the lock does not list for it. Each error says the
-/// two ways forward: declare `renamed_from = "old"`, or run
-/// `SAGA_LOCK=update cargo build` on purpose, the only build that writes
-/// the file. A workflow deleted entirely is not seen by the macros.
+/// step and workflow is checked against it: a step renamed without
+/// `renamed_from`, a changed output type (a hash of its tokens as written:
+/// `Foo` → `crate::Foo` is flagged, a field added inside `Foo` is not), a
+/// locked name (or patch) a workflow no longer uses, a step a workflow
+/// calls outside a `ctx.patched` branch that the lock does not list for
+/// it. Each error says the ways forward: put a new call behind
+/// `if ctx.patched("name") { .. }`, declare `renamed_from = "old"`, or run
+/// `SAGA_LOCK=update cargo build` on purpose (for a workflow with no
+/// instance in flight), the only build that writes the file. A step new to
+/// the lock is not an error by itself: its callers are checked. A workflow
+/// deleted entirely is not seen by the macros.
 #[proc_macro_attribute]
 pub fn step(args: TokenStream, item: TokenStream) -> TokenStream {
     expand::step(args.into(), item.into()).into()

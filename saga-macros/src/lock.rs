@@ -13,6 +13,7 @@
 //! call bank-transfer debit_bank_a                 # fn called as f(&ctx, ..) (step or helper)
 //! child bank-transfer notify-customer             # ctx.child name
 //! event bank-transfer wait-approval               # ctx.wait_for_event name
+//! patch bank-transfer fraud-check                 # ctx.patched name
 //! sleep bank-transfer settle                      # ctx.sleep / ctx.sleep_until name
 //! step bank-transfer double                       # inline ctx.step name
 //! step * debit-bank-a 5f0c8a1e9d3b7a24 debit_bank_a   # a #[step] fn: name, output hash, fn
@@ -26,13 +27,16 @@
 //!
 //! - `#[step]` owns `step * <name> <hash> <fn>`: its name, the hash of its
 //!   output type and its function's name. It checks its own line: a name
-//!   not in the lock (new, or renamed: the same function locked under
-//!   another name), a changed output hash, a `renamed_from` the lock does
-//!   not know. With `renamed_from = "old"`, the old line satisfies the new
-//!   name.
+//!   renamed (the same function locked under another name), a changed
+//!   output hash, a `renamed_from` the lock does not know. With
+//!   `renamed_from = "old"`, the old line satisfies the new name. A step
+//!   new to the lock (neither its name nor its function is there) is not
+//!   an error of its own: whether adding it is safe depends on where the
+//!   workflows call it (see Patches), which they check.
 //! - `#[workflow]` owns every line whose second field is its name: the
 //!   `workflow` line, its literal `ctx.step`/`ctx.sleep`/`ctx.wait_for_event`/
-//!   `ctx.child` names, and a `call` line per function it calls as
+//!   `ctx.child` names, its `ctx.patched` names, and a `call` line per
+//!   function it calls as
 //!   `f(&ctx, ..)`: it cannot know which of them are steps, or their names
 //!   (those are resolved by the compiler). It checks its literal names both
 //!   ways, and that each locked `call` of a function the lock knows as a
@@ -45,6 +49,25 @@
 //! So a renamed step name is reported by the step, a step dropped from or
 //! added to a workflow by the workflow. Renaming a step *function* (not its
 //! name) changes the `call` lines: harmless, but it needs an update.
+//!
+//! # Patches
+//!
+//! The lines are sorted and carry no order, so the lock cannot say where a
+//! new call sits among the old ones. The rule is lexical instead: in a
+//! locked workflow, a step call (or a literal step, sleep, event wait or
+//! child name) the lock does not list is an error unless it sits in a
+//! patched branch, `if ctx.patched("name") { here }` or
+//! `if !ctx.patched("name") { .. } else { here }` (also under `&&` /
+//! `||` with other conditions, where the branch still runs only when the
+//! patch holds). An instance that went past the patch's place replays
+//! without that branch, so a call there meets no history. The error
+//! outside one suggests the patch, named after the step. An update
+//! records each `ctx.patched` name as `patch <workflow> <name>`, and the
+//! branch's calls as any others. A locked `patch` line whose
+//! `ctx.patched` call is gone is an error: dropping the `if` retires the
+//! patch, the second release of the two, safe only once no instance from
+//! before the patch is in flight; the message says so, and an update
+//! records it. Patch names are literals, spelled as step names.
 //!
 //! # Writing
 //!
@@ -100,7 +123,7 @@ use syn::{Ident, LitStr, Type};
 
 use crate::body::{BodySummary, LiteralName};
 use crate::errors::Errors;
-use crate::errors::StepCallError;
+use crate::errors::{STEP_NAME, StepCallError};
 
 /// The lock file's default name, in `CARGO_MANIFEST_DIR`.
 const FILE_NAME: &str = "saga.lock";
@@ -116,6 +139,7 @@ const STEP: &str = "step";
 const SLEEP: &str = "sleep";
 const EVENT: &str = "event";
 const CHILD: &str = "child";
+const PATCH: &str = "patch";
 /// The workflow field of a `#[step]` function's line: any workflow.
 const ANY: &str = "*";
 
@@ -151,7 +175,7 @@ impl Line {
         let count = match self.field(0) {
             WORKFLOW => 2,
             STEP if self.field(1) == ANY => 5,
-            CALL | STEP | SLEEP | EVENT | CHILD => 3,
+            CALL | STEP | SLEEP | EVENT | CHILD | PATCH => 3,
             _ => return false,
         };
         self.0.len() == count
@@ -386,30 +410,23 @@ pub(crate) fn step(
                 old_literal.value()
             ),
         ),
-        (None, None) => match lock.find(|line| line.is_step_fn() && line.field(4) == function) {
-            Some(line) => errors.spanned(
-                name,
-                format!(
-                    "the step `{function}` was locked in saga.lock as {:?} and is now named \
-                     {value:?}: instances in flight stored its results under the old name and \
-                     would run it again; declare the rename with \
-                     `#[step(name = {value:?}, renamed_from = {:?})]`, or, if no instance \
-                     can be in flight, {HOW_TO_UPDATE}",
-                    line.field(2),
-                    line.field(2)
-                ),
-            ),
-            None => errors.spanned(
-                name,
-                format!(
-                    "the step {value:?} is not in saga.lock ({}): if it is new, \
-                     {HOW_TO_UPDATE}; if it is an existing step renamed, declare its old name \
-                     with `#[step(name = {value:?}, renamed_from = \"old-name\")]` so \
-                     instances in flight find their stored results",
-                    lock.path.display()
-                ),
-            ),
-        },
+        // A step new to the lock: its callers decide (see the module docs).
+        (None, None) => {
+            if let Some(line) = lock.find(|line| line.is_step_fn() && line.field(4) == function) {
+                errors.spanned(
+                    name,
+                    format!(
+                        "the step `{function}` was locked in saga.lock as {:?} and is now named \
+                         {value:?}: instances in flight stored its results under the old name \
+                         and would run it again; declare the rename with \
+                         `#[step(name = {value:?}, renamed_from = {:?})]`, or, if no instance \
+                         can be in flight, {HOW_TO_UPDATE}",
+                        line.field(2),
+                        line.field(2)
+                    ),
+                );
+            }
+        }
     }
     lock.tracking()
 }
@@ -430,6 +447,9 @@ pub(crate) fn workflow(
         let mut mine = vec![Line::new(&[WORKFLOW, &workflow])];
         for used in &body.names {
             mine.push(Line::new(&[used.kind, &workflow, &used.literal.value()]));
+        }
+        for patch in &body.patches {
+            mine.push(Line::new(&[PATCH, &workflow, &patch.value()]));
         }
         for callee in callees {
             mine.push(Line::new(&[CALL, &workflow, &callee.ident()]));
@@ -453,29 +473,65 @@ pub(crate) fn workflow(
     }
     check_literal_names(&lock, &workflow, name, body, errors);
     check_dropped_calls(&lock, &workflow, name, body, errors);
+    check_retired_patches(&lock, &workflow, name, body, errors);
+    // A call the lock does not list is fine in a patched branch.
     let unlisted = callees
         .iter()
         .enumerate()
-        .filter(|(_, callee)| {
+        .filter_map(|(index, callee)| {
             let ident = callee.ident();
-            lock.find(|line| line.is(CALL, &workflow) && line.field(2) == ident)
-                .is_none()
-        })
-        .map(|(index, callee)| StepCallError {
-            callee: index,
-            span: callee
-                .sites
-                .first()
-                .map_or_else(Span::call_site, |site| site.span),
-            message: format!(
-                "the workflow {workflow:?} calls the step `{}`, which saga.lock does not list \
-                 for it: if the call is new, {HOW_TO_UPDATE}; if the step replaces a locked \
-                 one, declare the old name with `#[step(renamed_from = \"old-name\")]`",
-                callee.text
-            ),
+            let listed = lock
+                .find(|line| line.is(CALL, &workflow) && line.field(2) == ident)
+                .is_some();
+            let site = callee.unpatched_site().filter(|_| !listed)?;
+            Some(StepCallError {
+                callee: index,
+                span: site.span,
+                message: format!(
+                    "the workflow {workflow:?} calls the step `{text}` (\"{STEP_NAME}\"), which \
+                     saga.lock does not list for it: an instance in flight that already went \
+                     past this point would replay into a step its history never recorded, \
+                     and park Blocked. To add the step safely, call it behind a patch: \
+                     `if ctx.patched(\"{STEP_NAME}\") {{ {text}(&ctx, ..).await?; }}` (instances \
+                     that went past it skip it, new ones run it). If no instance of \
+                     {workflow:?} can be in flight, {HOW_TO_UPDATE}; if the step replaces a \
+                     locked one, declare the old name with \
+                     `#[step(renamed_from = \"old-name\")]`",
+                    text = callee.text
+                ),
+            })
         })
         .collect();
     (lock.tracking(), unlisted)
+}
+
+/// Each locked `patch` of the workflow is still asked for: dropping the
+/// `if ctx.patched(..)` retires the patch, which must be done on purpose.
+fn check_retired_patches(
+    lock: &Lock,
+    workflow: &str,
+    workflow_name: &LitStr,
+    body: &BodySummary,
+    errors: &mut Errors,
+) {
+    for line in lock.lines.iter().filter(|line| line.is(PATCH, workflow)) {
+        let patch = line.field(2);
+        if body.patches.iter().any(|used| used.value() == patch) {
+            continue;
+        }
+        errors.spanned(
+            workflow_name,
+            format!(
+                "the workflow {workflow:?} no longer asks `ctx.patched({patch:?})`, which \
+                 saga.lock lists: dropping the `if` retires the patch, which is safe only once \
+                 no instance that started before the patch was deployed is in flight (they \
+                 replay without the patched calls, and would now meet them and park \
+                 Blocked). Check with `saga list --status running` (and `waiting`, \
+                 `paused`); then {HOW_TO_UPDATE}. Until then, keep \
+                 `if ctx.patched({patch:?}) {{ .. }}` for another release"
+            ),
+        );
+    }
 }
 
 /// The literal `ctx.step`/`ctx.sleep`/`ctx.wait_for_event`/`ctx.child`
@@ -489,7 +545,8 @@ fn check_literal_names(
 ) {
     for used in &body.names {
         let locked = |line: &Line| line.is(used.kind, workflow) && used.answers_to(line.field(2));
-        if lock.find(locked).is_none() {
+        // A new name in a patched branch meets no history.
+        if lock.find(locked).is_none() && (!used.patched || used.renamed_from.is_some()) {
             not_locked(workflow, used, errors);
         }
     }
@@ -553,8 +610,12 @@ fn not_locked(workflow: &str, used: &LiteralName, errors: &mut Errors) {
     errors.spanned(
         &used.literal,
         format!(
-            "the {kind} name {value:?} of the workflow {workflow:?} is not in saga.lock: if it \
-             is new, {HOW_TO_UPDATE}; if it replaces a locked name, {renamed}"
+            "the {kind} name {value:?} of the workflow {workflow:?} is not in saga.lock: an \
+             instance in flight that already went past this point would replay into a call its \
+             history never recorded, and park Blocked. If it is new, add it behind a patch, \
+             `if ctx.patched({value:?}) {{ .. }}` (instances that went past it skip it, new \
+             ones run it), or, if no instance of {workflow:?} can be in flight, \
+             {HOW_TO_UPDATE}; if it replaces a locked name, {renamed}"
         ),
     );
 }
@@ -626,6 +687,15 @@ mod tests {
         );
         assert!(parse("child pay\n").is_err());
         assert!(parse("child pay notify-customer extra\n").is_err());
+    }
+
+    #[test]
+    fn a_patch_line_names_its_workflow_and_patch() {
+        assert_eq!(
+            parse("patch pay fraud-check\n"),
+            Ok(vec![Line::new(&["patch", "pay", "fraud-check"])])
+        );
+        assert!(parse("patch pay\n").is_err());
     }
 
     #[test]

@@ -13,7 +13,8 @@
 //! - two different step functions (or a step function and a literal
 //!   `ctx.step`/`ctx.sleep`/`ctx.wait_for_event`/`ctx.child` name, or a
 //!   child's old name) with one name: error naming both and the name;
-//! - (with a `saga.lock`) a step the lock does not list for this workflow.
+//! - (with a `saga.lock`) a step the lock does not list for this workflow,
+//!   called outside every patched branch.
 //!
 //! A failed assertion is a compile error ("evaluation panicked: ...")
 //! pointing at the call. Calls not written `f(&ctx, ..)` with the path of
@@ -26,7 +27,7 @@ use syn::{Ident, ItemFn, LitStr};
 
 use crate::body::BodySummary;
 use crate::calls::Callee;
-use crate::errors::StepCallError;
+use crate::errors::{STEP_NAME, StepCallError};
 use crate::items::{cfg_attrs, hidden_type, service_needs};
 
 /// The hidden type of a step function and its `StepDefinition`.
@@ -214,9 +215,9 @@ pub(crate) fn workflow_checks(body: &BodySummary, extra: &[StepCallError]) -> To
             &called_twice(callee),
         ))
     });
-    let extra = extra
-        .iter()
-        .map(|error| step_call_error(first_callee + error.callee, error.span, &error.message));
+    let extra = extra.iter().map(|error| {
+        named_step_call_error(first_callee + error.callee, error.span, &error.message)
+    });
     let same_name = callees
         .iter()
         .enumerate()
@@ -239,6 +240,37 @@ fn step_call_error(index: usize, span: Span, message: &str) -> TokenStream {
     quote! {
         if __SAGA_USES[#index].step.is_some() {
             #panic
+        }
+    }
+}
+
+/// As [`step_call_error`], each [`STEP_NAME`] in `message` replaced by the
+/// step's name (built at compile time, as in [`same_name_check`]); the
+/// message is not a format string, so it may hold braces.
+fn named_step_call_error(index: usize, span: Span, message: &str) -> TokenStream {
+    let private = quote!(::saga_runtime::__private);
+    let pieces = message.split(STEP_NAME).map(|piece| quote!(#piece));
+    let mut parts = Vec::new();
+    for (at, piece) in pieces.enumerate() {
+        if at > 0 {
+            parts.push(quote!(__SAGA_NAME));
+        }
+        parts.push(piece);
+    }
+    let count = parts.len();
+    let panic = quote_spanned!(span=> ::core::panic!("{}", #private::as_str(&__SAGA_MESSAGE)));
+    quote! {
+        {
+            const __SAGA_NAME: &str = match &__SAGA_USES[#index].step {
+                ::core::option::Option::Some(__saga_names) => __saga_names.name,
+                ::core::option::Option::None => "",
+            };
+            const __SAGA_PARTS: [&str; #count] = [#(#parts),*];
+            const __SAGA_LEN: usize = #private::concat_len(&__SAGA_PARTS);
+            const __SAGA_MESSAGE: [u8; __SAGA_LEN] = #private::concat(&__SAGA_PARTS);
+            if __SAGA_USES[#index].step.is_some() {
+                #panic
+            }
         }
     }
 }

@@ -11,7 +11,11 @@
 //! To rewrite the lock lines of the pass cases, run the same with
 //! `SAGA_LOCK=update` (the fail cases' lines are written by hand), then
 //! restore the old names the renamed cases are locked under (`step *
-//! qa-check ..`, `child lock-relay pass-on`): an update records the new ones.
+//! qa-check ..`, `child lock-relay pass-on`): an update records the new ones;
+//! and drop the lines of the calls `lock/pass/patched_step.rs` makes behind
+//! its patches (`call lock-patched fraud_check`, `sleep lock-patched
+//! settle-later`, `patch lock-patched no-settle`, `step * fraud-check ..`),
+//! which it leaves out of the lock on purpose.
 
 use std::process::Command;
 
@@ -43,4 +47,5 @@ fn lock() {
     assert!(output.status.success(), "{report}");
     assert!(report.contains("lock/pass/locked_shop.rs"), "{report}");
     assert!(report.contains("lock/pass/renamed_child.rs"), "{report}");
+    assert!(report.contains("lock/pass/patched_step.rs"), "{report}");
 }

@@ -23,11 +23,19 @@
 //! | `E: std::error::Error + Send + Sync + 'static` | its message (a `StepFailed` keeps its step) |
 //!
 //! Any other type fails the last impl's bound, whose message lists these.
+//!
+//! A step's error is also kept typed, beside its `StepError`, when its type
+//! is `Serialize` (`ErrorRef`, `ViaTypedStepError`): the workflow gets it
+//! back with `StepFailed::downcast`. `StepError`, `String` and `&str` are
+//! their message and keep none. Only `#[step]` bodies ask for it: a
+//! rollback handler's error is stored as its message
+//! (`CompensationFailed`), so its value would be dropped.
 
 use std::fmt;
 
 use serde::Serialize;
 
+use crate::codec::Payload;
 use crate::error::failure::{Permanent, StepError, StepFailed, WorkflowError};
 
 /// The error a body returned, to be converted.
@@ -123,6 +131,50 @@ impl<E> ViaStdStepError<E> for ErrorValue<E> {
         E: StdStepError,
     {
         StepError::retryable(&self.0)
+    }
+}
+
+/// A step body's error, borrowed, to keep it typed (see the module docs).
+pub struct ErrorRef<'a, E>(pub &'a E);
+
+/// A step's typed error as JSON, or none, to go with its `StepError`.
+pub struct StepValue(Option<Payload>);
+
+impl StepValue {
+    /// `error` with this value.
+    pub fn attach(self, error: StepError) -> StepError {
+        error.with_value(self.0)
+    }
+}
+
+/// Step errors of a `Serialize` type: kept as JSON.
+pub trait ViaTypedStepError {
+    /// The error as JSON, unless it is only a message.
+    fn __saga_step_value(&self) -> StepValue;
+}
+
+// `Serialize` alone, as for workflow errors below: `downcast` asks for
+// `DeserializeOwned`.
+impl<E: Serialize + 'static> ViaTypedStepError for &ErrorRef<'_, E> {
+    fn __saga_step_value(&self) -> StepValue {
+        let any = self.0 as &dyn std::any::Any;
+        if any.is::<StepError>() || any.is::<String>() || any.is::<&'static str>() {
+            return StepValue(None);
+        }
+        // One that does not encode keeps its message only.
+        StepValue(Payload::encode(self.0).ok())
+    }
+}
+
+/// Step errors of any other type: no value.
+pub trait ViaUntypedStepError {
+    /// No value.
+    fn __saga_step_value(&self) -> StepValue;
+}
+
+impl<E> ViaUntypedStepError for ErrorRef<'_, E> {
+    fn __saga_step_value(&self) -> StepValue {
+        StepValue(None)
     }
 }
 
@@ -280,6 +332,33 @@ mod tests {
                 .__saga_step_error()
                 .is_retryable()
         );
+    }
+
+    #[test]
+    fn serializable_step_errors_keep_their_value() {
+        #[derive(Debug, Serialize, serde::Deserialize, PartialEq)]
+        struct Declined {
+            code: u32,
+        }
+        let typed = (&&ErrorRef(&Declined { code: 51 })).__saga_step_value();
+        let error = typed.attach(StepError::fatal("declined"));
+        assert_eq!(
+            error.value().and_then(|v| v.decode::<Declined>().ok()),
+            Some(Declined { code: 51 })
+        );
+        // The value is not part of the error's equality.
+        assert_eq!(error, StepError::fatal("declined"));
+        let io = std::io::Error::other("reset");
+        assert!((&&ErrorRef(&io)).__saga_step_value().0.is_none());
+        assert!(
+            (&&ErrorRef(&String::from("down")))
+                .__saga_step_value()
+                .0
+                .is_none()
+        );
+        assert!((&&ErrorRef(&"down")).__saga_step_value().0.is_none());
+        let plain = StepError::fatal("no");
+        assert!((&&ErrorRef(&plain)).__saga_step_value().0.is_none());
     }
 
     #[test]

@@ -13,8 +13,9 @@ use crate::codec::Payload;
 /// Why an instance (or one of its compensations) failed, as stored in its
 /// record and shown by `status`/`result`.
 ///
-/// When the workflow returned its own error type, the failure also carries
-/// that error as JSON: [`Failure::downcast`] gives it back.
+/// When the workflow returned its own error type (or propagated a step's
+/// typed error), the failure also carries that error as JSON:
+/// [`Failure::downcast`] gives it back.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Failure {
     kind: FailureKind,
@@ -98,9 +99,11 @@ impl Failure {
     }
 
     /// The workflow's own error, when it returned one of type `E`
-    /// (`Result<O, E>` with `E: Serialize + DeserializeOwned + Display`).
-    /// `None` for any other failure (a step's error propagated as
-    /// `WorkflowError`, a panic, ...) or when the stored JSON is not an `E`.
+    /// (`Result<O, E>` with `E: Serialize + DeserializeOwned + Display`),
+    /// or the typed error of the step whose [`StepFailed`] the workflow
+    /// propagated with `?` (see [`StepFailed::downcast`]). `None` for any
+    /// other failure (a step error without a typed value, a panic, ...) or
+    /// when the stored JSON is not an `E`.
     ///
     /// ```
     /// # use saga_runtime::prelude::*;
@@ -123,7 +126,8 @@ impl Failure {
         self.value.as_ref()?.decode().ok()
     }
 
-    /// Whether the workflow returned its own (typed) error.
+    /// Whether the failure carries a typed error: the workflow's own, or
+    /// that of the step whose failure it propagated.
     pub fn has_value(&self) -> bool {
         self.value.is_some()
     }
@@ -155,11 +159,25 @@ impl fmt::Display for Failure {
 /// instead: `Result<T, E>` where `E` is any `std::error::Error + Send +
 /// Sync + 'static`, `anyhow::Error` (feature `anyhow`), `String` or
 /// `&'static str`. The macro converts it: retryable, unless `E` implements
-/// [`Permanent`] and says so.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// [`Permanent`] and says so. When `E` is also `Serialize` (and not
+/// `String` or `&str`, which are their message), the error itself is
+/// kept with it: the workflow gets it back typed from the step's failure,
+/// [`StepFailed::downcast`].
+///
+/// Two step errors are equal when their messages and retryability are: the
+/// typed value kept beside them is not compared (it is what the message
+/// was made from).
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct StepError {
     message: String,
     retryable: bool,
+    /// The step's own error as JSON, when its type is `Serialize` and a
+    /// `#[step]` returned it. Not part of `StepError`'s bincode layout
+    /// (records of this format already hold it): the journal carries it in
+    /// a record of its own (`Change::StepFailureValue`), and the fold puts
+    /// it back here.
+    #[serde(skip)]
+    value: Option<Payload>,
 }
 
 impl StepError {
@@ -168,6 +186,7 @@ impl StepError {
         StepError {
             message: error.to_string(),
             retryable: true,
+            value: None,
         }
     }
 
@@ -177,6 +196,7 @@ impl StepError {
         StepError {
             message: error.to_string(),
             retryable: false,
+            value: None,
         }
     }
 
@@ -189,7 +209,26 @@ impl StepError {
     pub fn message(&self) -> &str {
         &self.message
     }
+
+    /// The step's own error as JSON, when it kept one.
+    pub(crate) fn value(&self) -> Option<&Payload> {
+        self.value.as_ref()
+    }
+
+    /// This error with the typed error `value` (or without one).
+    pub(crate) fn with_value(mut self, value: Option<Payload>) -> Self {
+        self.value = value;
+        self
+    }
 }
+
+impl PartialEq for StepError {
+    fn eq(&self, other: &Self) -> bool {
+        self.message == other.message && self.retryable == other.retryable
+    }
+}
+
+impl Eq for StepError {}
 
 impl fmt::Display for StepError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -251,7 +290,9 @@ pub trait Permanent {
 ///
 /// The workflow may catch it (then the workflow goes on and no rollback
 /// starts) or propagate it with `?` (then the workflow fails and rollback
-/// runs).
+/// runs). Match it to its step with [`is::<step_fn>()`](StepFailed::is)
+/// and to the step's own error type with
+/// [`downcast::<E>()`](StepFailed::downcast).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StepFailed {
     pub(crate) step: String,
@@ -273,6 +314,38 @@ impl StepFailed {
     /// The last attempt's error.
     pub fn error(&self) -> &StepError {
         &self.error
+    }
+
+    /// The step's own error, typed: `Some` when the `#[step]` function
+    /// returned `Result<T, E>` with `E: Serialize + DeserializeOwned` and
+    /// its last attempt (the one that gave up) failed with an `E`. Stored
+    /// with the failure, so a replay after a restart gets it back too.
+    ///
+    /// `None` for an error type that is not `Serialize` (its message is in
+    /// [`error()`](StepFailed::error)), for `StepError`, `String` and
+    /// `&str` errors, for inline `ctx.step` closures (they return
+    /// `StepError`), when the last attempt timed out or the inputs could not
+    /// be recorded, when the error's JSON was over the payload limit, and
+    /// when the stored JSON is not an `E`.
+    ///
+    /// ```
+    /// # use saga_runtime::prelude::*;
+    /// #[derive(Debug, Serialize, Deserialize)]
+    /// enum BankError { Declined { reason: String }, Unavailable }
+    /// # impl std::fmt::Display for BankError {
+    /// #     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { write!(f, "{self:?}") }
+    /// # }
+    /// # impl std::error::Error for BankError {}
+    /// fn next_move(failed: &StepFailed) -> &'static str {
+    ///     match failed.downcast::<BankError>() {
+    ///         Some(BankError::Declined { .. }) => "ask for another card",
+    ///         Some(BankError::Unavailable) => "try later",
+    ///         None => "give up",
+    ///     }
+    /// }
+    /// ```
+    pub fn downcast<E: DeserializeOwned>(&self) -> Option<E> {
+        self.error.value.as_ref()?.decode().ok()
     }
 }
 
@@ -389,14 +462,19 @@ impl WorkflowError {
 
 impl<E: std::error::Error + Send + Sync + 'static> From<E> for WorkflowError {
     fn from(error: E) -> Self {
-        let kind = match (&error as &dyn Any).downcast_ref::<StepFailed>() {
-            Some(failed) => FailureKind::Step {
-                step: failed.step.clone(),
-            },
-            None => FailureKind::Workflow,
+        // A step's failure keeps its step, and its typed error: the
+        // caller's `failure.downcast::<E>()` gives it back.
+        let (kind, value) = match (&error as &dyn Any).downcast_ref::<StepFailed>() {
+            Some(failed) => (
+                FailureKind::Step {
+                    step: failed.step.clone(),
+                },
+                failed.error.value.clone(),
+            ),
+            None => (FailureKind::Workflow, None),
         };
         WorkflowError {
-            failure: Failure::new(kind, error.to_string()),
+            failure: Failure::new(kind, error.to_string()).with_value(value),
         }
     }
 }

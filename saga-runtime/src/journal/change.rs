@@ -70,6 +70,7 @@ impl Change {
                 | Change::Patched { .. }
                 | Change::SlotReleased
                 | Change::Requeued
+                | Change::StepFailureValue { .. }
         )
     }
 }
@@ -85,7 +86,7 @@ impl CarriesPayloads for Entry {
             Change::EventReceived { payload, .. } | Change::EventReceivedWithId { payload, .. } => {
                 vec![payload]
             }
-            Change::FailureValue { value } => vec![value],
+            Change::FailureValue { value } | Change::StepFailureValue { value, .. } => vec![value],
             Change::Ended(end) => end.output.iter_mut().collect(),
             Change::ChildEnded { output, value, .. } => {
                 output.iter_mut().chain(value.iter_mut()).collect()
@@ -351,6 +352,15 @@ pub(crate) enum Change {
     /// The wait it gave its slot back for is over: it waits in its queue
     /// again (`Queued`), to go on from that wait once it takes a slot.
     Requeued,
+    /// The step of `slot` gave up with its own (typed) error, as JSON:
+    /// written just before the `StepFailed` of that slot, which it belongs
+    /// to, so a replay hands the workflow the same typed failure
+    /// (`StepFailed::downcast`). Kept apart from `StepError`, whose bincode
+    /// layout records of this format already use.
+    StepFailureValue {
+        slot: u32,
+        value: Payload,
+    },
 }
 
 /// How an instance ended.
@@ -388,7 +398,10 @@ mod tests {
     /// variant appended without counting it fails here.
     #[test]
     fn the_last_kind_of_record_is_counted() {
-        let last = bytes(Change::Requeued);
+        let last = bytes(Change::StepFailureValue {
+            slot: 0,
+            value: Payload::Json(b"null".to_vec()),
+        });
         // The version, `at` (1000 as a varint: 251, 232, 3), then the kind.
         assert_eq!(u32::from(last[4]), Change::KINDS - 1);
         assert!(!crate::codec::from_newer_release(&last, 1, Change::KINDS));
@@ -442,6 +455,14 @@ mod tests {
                 change: Change::Requeued,
             });
             assert_eq!(kinds_needed(&requeued), 40, "at {at}");
+            let step_failure_value = encode_record(&Entry {
+                at,
+                change: Change::StepFailureValue {
+                    slot: 1,
+                    value: Payload::Json(b"7".to_vec()),
+                },
+            });
+            assert_eq!(kinds_needed(&step_failure_value), 41, "at {at}");
             let started = encode_record(&Entry {
                 at,
                 change: Change::DriverStarted,
@@ -555,6 +576,13 @@ mod tests {
         );
         assert_eq!(bytes(Change::SlotReleased), [2, 251, 232, 3, 38]);
         assert_eq!(bytes(Change::Requeued), [2, 251, 232, 3, 39]);
+        assert_eq!(
+            bytes(Change::StepFailureValue {
+                slot: 3,
+                value: Payload::Json(b"{}".to_vec()),
+            }),
+            [2, 251, 232, 3, 40, 3, 1, 2, b'{', b'}']
+        );
     }
 
     /// The kinds this release adds are written with the index entry, which
@@ -600,6 +628,10 @@ mod tests {
             Change::Patched { name: "p".into() },
             Change::SlotReleased,
             Change::Requeued,
+            Change::StepFailureValue {
+                slot: 0,
+                value: Payload::Json(b"1".to_vec()),
+            },
         ];
         for change in new_kinds {
             assert!(change.reindexes(), "{change:?}");

@@ -186,6 +186,7 @@ pub(crate) fn import(legacy: &LegacyInstance) -> Result<Imported, String> {
         generation: 0,
         events: history.len() as u64,
         failure_value: None,
+        step_failure_values: BTreeMap::new(),
         event_ids: BTreeMap::new(),
         tags: BTreeMap::new(),
         parent: None,

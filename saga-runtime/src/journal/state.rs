@@ -40,6 +40,11 @@ pub(crate) struct InstanceState {
     /// value.
     #[serde(skip)]
     pub(crate) failure_value: Option<Payload>,
+    /// The typed errors of `StepFailureValue` records, by slot, until the
+    /// `StepFailed` of that slot takes its own. Never encoded, as
+    /// `failure_value`.
+    #[serde(skip)]
+    pub(crate) step_failure_values: BTreeMap<u32, Payload>,
     /// The events sent with an id, by id, for the whole life of the
     /// instance (restarts included). Never encoded, as `failure_value`.
     #[serde(skip)]
@@ -113,6 +118,7 @@ impl InstanceState {
             generation: 0,
             events: 1,
             failure_value: None,
+            step_failure_values: BTreeMap::new(),
             event_ids: BTreeMap::new(),
             tags: BTreeMap::new(),
             parent: None,
@@ -447,6 +453,7 @@ fn apply_to(
             // A value written before a crash belongs to no failure: the
             // run that wrote it did not get to record its end.
             s.failure_value = None;
+            s.step_failure_values.clear();
             match s.status {
                 Status::Queued => s.status = Status::Running,
                 // The code is tried again: it blocks again if it still
@@ -531,9 +538,10 @@ fn apply_to(
             error,
             attempts,
         } => {
+            let value = s.step_failure_values.remove(slot);
             let record = s.slot(*slot)?;
             record.state = SlotState::Failed {
-                error: error.clone(),
+                error: error.clone().with_value(value),
                 attempts: *attempts,
             };
             record.ended = Some(seq);
@@ -821,6 +829,11 @@ fn apply_to(
             s.failure_value = Some(value.clone());
             return Ok(Vec::new());
         }
+        Change::StepFailureValue { slot, value } => {
+            s.slot(*slot)?;
+            s.step_failure_values.insert(*slot, value.clone());
+            return Ok(Vec::new());
+        }
         Change::Described { parent, tags } => {
             if s.parent.is_none() {
                 s.parent.clone_from(parent);
@@ -1022,6 +1035,7 @@ fn restart(s: &mut InstanceState, seq: u64, at: u64, from_slot: u32) {
     }
     s.compensations.clear();
     s.compensation_attempts.clear();
+    s.step_failure_values.clear();
     s.paused_with_parent = false;
     // A run from the beginning decides its patches again; one from a step
     // keeps the calls before it, and the patches they were made under.

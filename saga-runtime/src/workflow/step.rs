@@ -349,13 +349,29 @@ where
                 }
             }
         }
-        Some(SlotState::Failed { error, attempts }) => StepFuture {
-            state: State::Ready(Some(Err(StepFailed {
-                step: name.to_owned(),
-                attempts: *attempts,
-                error: error.clone(),
-            }))),
-        },
+        // A typed error still sealed would make `downcast` answer `None`
+        // where the first run got `Some`: parked, as a sealed output is.
+        Some(SlotState::Failed { error, attempts }) => {
+            match error.value().and_then(|value| value.sealed_key()) {
+                Some(key) => {
+                    shared.fail(Failure::new(
+                        FailureKind::Decode,
+                        format!(
+                            "the stored error of step {name:?} does not decode: {}",
+                            crate::codec::missing_key_detail(key)
+                        ),
+                    ));
+                    StepFuture::never()
+                }
+                None => StepFuture {
+                    state: State::Ready(Some(Err(StepFailed {
+                        step: name.to_owned(),
+                        attempts: *attempts,
+                        error: error.clone(),
+                    }))),
+                },
+            }
+        }
         Some(SlotState::Running { .. }) | None if forward => {
             let (done, result) = oneshot::channel();
             let task = StepTask {
@@ -462,6 +478,17 @@ impl StepTask {
             }
             Ok(Retried::GaveUp(error, attempts)) => {
                 tracing::warn!(instance = %shared.id, step = self.name, occurrence = slot.occurrence, attempts, error = %error, "step failed");
+                let error = self.typed_value_within_limit(error);
+                // The typed error goes first: a journal keeps a prefix of
+                // what it was given, so no `StepFailed` is durable without it.
+                if let Some(value) = error.value()
+                    && let Err(e) = shared.append(Change::StepFailureValue {
+                        slot: slot.index,
+                        value: value.clone(),
+                    })
+                {
+                    return self.store_failed(e);
+                }
                 (
                     Change::StepFailed {
                         slot: slot.index,
@@ -477,6 +504,26 @@ impl StepTask {
             }
         };
         self.settle(change, result).await
+    }
+
+    /// The error that ends the step, without its typed value when that is
+    /// over the payload limit (its message stays): the failure is what the
+    /// workflow handles, and it must not be refused for its size.
+    fn typed_value_within_limit(&self, error: StepError) -> StepError {
+        let limit = self.scope.core.max_payload;
+        match error.value().map(|value| value.len()) {
+            Some(size) if size > limit => {
+                tracing::warn!(
+                    instance = %self.scope.id,
+                    step = self.name,
+                    size,
+                    limit,
+                    "the step's typed error is over the payload limit: it is stored as its message only"
+                );
+                error.with_value(None)
+            }
+            _ => error,
+        }
     }
 
     /// Fails the step without an attempt: its inputs could not be recorded.
