@@ -10,6 +10,11 @@
 //! retrying. The workflow returns its own error type, `TransferError`,
 //! which the caller gets back typed.
 //!
+//! The transfers go through a queue, `bank-api`: at most 4 at once
+//! against the banks, one at a time per account debited (its key) and on
+//! each worker. A transfer waits `Queued` until it takes a slot; the
+//! worker that takes it says so (`taken by worker pid N`).
+//!
 //! The engine runs on a simulated clock, so the 7-day settlement passes at
 //! once; `Engine::open(dir)` with the default clock would really wait.
 //!
@@ -22,16 +27,23 @@
 //!
 //! On PostgreSQL (schema `saga_examples`; the URL defaults to
 //! `$SAGA_DATABASE_URL`, then the local test database):
-//! `cargo run --example bank_transfer -- --postgres [URL]`. Run it in two
-//! terminals at once: both are workers, each drives the transfers it
-//! starts, and a transfer whose worker stops is claimed by the other.
+//! `cargo run --example bank_transfer -- --postgres [URL]`. There it
+//! starts 8 transfers at once from four accounts, and the banks take
+//! 150 ms to answer. Run it twice at once (`... & ...`): both are workers
+//! taking from the one queue, so each takes transfers the other started
+//! (`transfer-3-p4242: taken by worker pid 4243`), and ends with a count
+//! of what it took; a transfer whose worker stops is claimed by the other.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use saga_runtime::prelude::*;
-use saga_runtime::{EventKind, TestClock};
+use saga_runtime::{EventKind, Queue, TestClock};
+
+/// The queue every transfer goes through.
+const BANK_API: &str = "bank-api";
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 struct Transfer {
@@ -156,20 +168,55 @@ impl Bank {
     }
 }
 
-/// The service the engine hands to steps: both banks' clients.
+/// The service the engine hands to steps: both banks' clients, and the
+/// transfers this worker took from the queue.
 struct Banks {
     a: Bank,
     b: Bank,
+    /// How long a bank takes to answer, in real time.
+    latency: Duration,
+    took: Mutex<BTreeSet<String>>,
+}
+
+impl Banks {
+    fn new(latency: Duration) -> Self {
+        Banks {
+            a: Bank::new("bank-a"),
+            b: Bank::new("bank-b"),
+            latency,
+            took: Mutex::new(BTreeSet::new()),
+        }
+    }
+
+    /// Notes that this worker took `transfer` from the queue: its first
+    /// step runs here.
+    fn took(&self, transfer: &str) {
+        println!("  {transfer}: taken by worker pid {}", std::process::id());
+        if let Ok(mut took) = self.took.lock() {
+            took.insert(transfer.to_owned());
+        }
+    }
+
+    /// The time a bank takes to answer.
+    async fn call(&self) {
+        tokio::time::sleep(self.latency).await;
+    }
 }
 
 #[step(name = "debit-bank-a", rollback = refund_bank_a, retries = 10,
        delay = "1 second", backoff = "exponential", timeout = "30 seconds")]
 async fn debit_bank_a(
-    key: IdempotencyKey,
+    step: StepContext,
     banks: Service<Banks>,
     t: Transfer,
 ) -> Result<String, BankError> {
-    banks.a.post(&t.from, -(t.amount as i64), key.as_str())
+    if step.attempt() == 1 {
+        banks.took(step.instance_id());
+    }
+    banks.call().await;
+    banks
+        .a
+        .post(&t.from, -(t.amount as i64), step.key().as_str())
 }
 
 #[rollback(
@@ -198,6 +245,7 @@ async fn credit_bank_b(
     banks: Service<Banks>,
     t: Transfer,
 ) -> Result<String, BankError> {
+    banks.call().await;
     banks.b.post(&t.to, t.amount as i64, key.as_str())
 }
 
@@ -242,33 +290,46 @@ async fn bank_transfer(ctx: WorkflowContext, t: Transfer) -> Result<Receipt, Tra
     Ok(Receipt { debit, credit })
 }
 
-async fn transfer(engine: &Engine, id: &str, to: &str) -> Result<(), saga_runtime::Error> {
-    println!("{id}: alice -> {to}, 100");
-    let input = Transfer {
-        from: "alice".into(),
-        to: to.into(),
-        amount: 100,
-    };
-    // Start and approve at once; a webhook retried with the same event id
-    // would be stored once.
-    let (run, _) = engine
-        .event(id, "approval")
-        .id(format!("approval-{id}"))
-        .send_with_start(bank_transfer, input, &Approval { approved: true })
+/// Starts a transfer on the queue, approves it, and prints its outcome;
+/// with `history`, each event of its history too.
+async fn transfer(
+    engine: &Engine,
+    id: &str,
+    input: Transfer,
+    history: bool,
+) -> Result<(), saga_runtime::Error> {
+    println!("{id}: {} -> {}, {}", input.from, input.to, input.amount);
+    // Queued until it takes a slot: one at a time per account debited.
+    let run = engine
+        .start_on(BANK_API, bank_transfer, id, input.clone())
+        .key(&input.from)
         .await?;
-    match run.result().await {
-        Ok(receipt) => println!("  complete: {receipt:?}"),
+    // The approval: kept until the transfer waits for it. A webhook retried
+    // with the same event id is stored once; a transfer refused before it
+    // asked has ended, and takes no event.
+    let approval = engine.event(id, "approval").id(format!("approval-{id}"));
+    match approval.send(&Approval { approved: true }).await {
+        Ok(_) | Err(saga_runtime::Error::InvalidState { .. }) => {}
+        Err(e) => return Err(e),
+    }
+    let outcome = match run.result().await {
+        Ok(receipt) => format!("complete: {receipt:?}"),
         Err(saga_runtime::Error::WorkflowFailed { failure, .. }) => {
             match failure.downcast::<TransferError>() {
                 Some(TransferError::Refused { step, reason }) => {
-                    println!("  refused by {step}: {reason}")
+                    format!("refused by {step}: {reason}")
                 }
-                Some(TransferError::NotApproved) => println!("  not approved"),
-                None => println!("  failed: {failure}"),
+                Some(TransferError::NotApproved) => "not approved".to_owned(),
+                None => format!("failed: {failure}"),
             }
         }
-        Err(e) => println!("  {e}"),
+        Err(e) => e.to_string(),
+    };
+    if !history {
+        println!("{id}: {outcome}");
+        return Ok(());
     }
+    println!("  {outcome}");
     for event in run.history().await? {
         if !matches!(event.kind, EventKind::InstanceResumed) {
             println!("    {event}");
@@ -295,41 +356,81 @@ async fn main() -> std::process::ExitCode {
 
 async fn run() -> Result<(), saga_runtime::Error> {
     let dir = saga_examples::StoreDir::for_example("bank_transfer");
-    let banks = std::sync::Arc::new(Banks {
-        a: Bank::new("bank-a"),
-        b: Bank::new("bank-b"),
-    });
+    let postgres = saga_examples::postgres_url();
+    // On PostgreSQL the banks answer slowly, so workers run side by side.
+    let latency = Duration::from_millis(if postgres.is_some() { 150 } else { 0 });
+    let banks = std::sync::Arc::new(Banks::new(latency));
     let builder = Engine::builder()
-        .clock(TestClock::auto_advancing())
-        .provide_arc(banks.clone());
-    let (engine, suffix) = match saga_examples::postgres_url() {
-        None => (builder.open(&dir.path)?, String::new()),
-        Some(url) => {
-            println!("connecting to PostgreSQL (schema saga_examples) ...");
-            let engine = builder
-                .postgres_schema("saga_examples")
-                .connect(&url)
-                .await?;
-            // The schema keeps earlier runs' transfers, and other workers
-            // may run beside this one: this run's ids are its own.
-            (engine, format!("-p{}", std::process::id()))
+        .clock(TestClock::auto_advancing_to_sleeps())
+        .provide_arc(banks.clone())
+        // At most 4 transfers at once, 1 per account, 1 on each worker (on
+        // this clock a settlement jumps 7 days ahead: a step in flight
+        // beside it would time out).
+        .queue(Queue::new(BANK_API).concurrency(4).per_key(1).per_worker(1));
+    let Some(url) = postgres else {
+        let engine = builder.open(&dir.path)?;
+        engine.register(bank_transfer)?;
+        transfer(&engine, "transfer-42", alice_to("bob"), true).await?;
+        transfer(&engine, "transfer-43", alice_to("mallory"), true).await?;
+        println!(
+            "balances: alice {} (bank A), bob {} (bank B)",
+            banks.a.balance("alice"),
+            banks.b.balance("bob")
+        );
+        if let Some(addr) = saga_examples::serve_addr() {
+            serve(&engine, &addr, "transfer-43").await?;
         }
+        engine.close().await;
+        return Ok(());
     };
+
+    let me = std::process::id();
+    println!("connecting to PostgreSQL (schema saga_examples) as worker pid {me} ...");
+    let engine = builder
+        .postgres_schema("saga_examples")
+        .connect(&url)
+        .await?;
     engine.register(bank_transfer)?;
-
-    transfer(&engine, &format!("transfer-42{suffix}"), "bob").await?;
-    transfer(&engine, &format!("transfer-43{suffix}"), "mallory").await?;
-
+    // The schema keeps earlier runs' transfers, and other workers may run
+    // beside this one: this run's ids are its own.
+    let suffix = format!("-p{me}");
+    let accounts = ["alice", "carol", "dave", "erin"];
+    let mut transfers = tokio::task::JoinSet::new();
+    for n in 0..8 {
+        let engine = engine.clone();
+        let to = if n == 7 { "mallory" } else { "bob" };
+        let input = Transfer {
+            from: accounts[n % accounts.len()].into(),
+            to: to.into(),
+            amount: 100,
+        };
+        let id = format!("transfer-{n}{suffix}");
+        transfers.spawn(async move { transfer(&engine, &id, input, false).await });
+    }
+    while let Some(done) = transfers.join_next().await {
+        done.map_err(|e| saga_runtime::Error::InvalidArgument(format!("a transfer task: {e}")))??;
+    }
+    let took = banks.took.lock().map(|t| t.clone()).unwrap_or_default();
+    let own = took.iter().filter(|id| id.ends_with(&suffix)).count();
     println!(
-        "balances: alice {} (bank A), bob {} (bank B)",
-        banks.a.balance("alice"),
-        banks.b.balance("bob")
+        "worker pid {me} took {} transfers from {BANK_API}: {own} of the 8 it started, {} started by other workers",
+        took.len(),
+        took.len() - own
     );
     if let Some(addr) = saga_examples::serve_addr() {
-        serve(&engine, &addr, &format!("transfer-43{suffix}")).await?;
+        serve(&engine, &addr, &format!("transfer-7{suffix}")).await?;
     }
     engine.close().await;
     Ok(())
+}
+
+/// 100 from alice to `to`.
+fn alice_to(to: &str) -> Transfer {
+    Transfer {
+        from: "alice".into(),
+        to: to.into(),
+        amount: 100,
+    }
 }
 
 /// Keeps the engine running with its admin endpoint on `addr` until

@@ -10,19 +10,17 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use saga_runtime::prelude::*;
 use saga_runtime::workflow;
+use support::postgres::{Workers, admin, next_order, raw_commits, url};
 use support::{charge, confirm, header, reserve, row, thousands};
 
 /// DBOS 3.4 (Python) on PostgreSQL 15, this machine class, the same
 /// workload: one at a time, and 32 at once.
 const DBOS_SEQUENTIAL: f64 = 66.0;
 const DBOS_AT_32: f64 = 62.0;
-const RAW_COMMITS: usize = 2_000;
 /// (concurrency, workflows)
 const ROUNDS: [(usize, usize); 3] = [(1, 500), (32, 3_000), (64, 4_000)];
 /// Worker processes, each with 64 at once, and the workflows each runs.
@@ -36,47 +34,6 @@ async fn three_steps(ctx: WorkflowContext, n: u64) -> Result<u64, WorkflowError>
     let reserved = reserve(&ctx, n).await?;
     let charged = charge(&ctx, reserved).await?;
     Ok(confirm(&ctx, charged).await?)
-}
-
-fn url() -> String {
-    std::env::var("SAGA_TEST_DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
-}
-
-async fn admin() -> tokio_postgres::Client {
-    let (client, connection) = tokio_postgres::connect(&url(), tokio_postgres::NoTls)
-        .await
-        .unwrap_or_else(|e| {
-            panic!(
-                "no PostgreSQL at {} ({e}); set SAGA_TEST_DATABASE_URL",
-                url()
-            )
-        });
-    tokio::spawn(connection);
-    client
-}
-
-/// The least a durable write costs here: one single-row insert, committed
-/// synchronously, per round trip.
-async fn raw_commits(client: &tokio_postgres::Client, schema: &str) -> f64 {
-    client
-        .batch_execute(&format!(
-            "CREATE TABLE {schema}.raw (n bigint PRIMARY KEY, v bytea)"
-        ))
-        .await
-        .unwrap();
-    let insert = client
-        .prepare(&format!("INSERT INTO {schema}.raw VALUES ($1, $2)"))
-        .await
-        .unwrap();
-    let started = Instant::now();
-    for n in 0..RAW_COMMITS as i64 {
-        client
-            .execute(&insert, &[&n, &vec![7u8; 64]])
-            .await
-            .unwrap();
-    }
-    RAW_COMMITS as f64 / started.elapsed().as_secs_f64()
 }
 
 async fn workflows_per_second(
@@ -124,8 +81,7 @@ fn worker_process(spec: &str) {
         let engine = connect(schema).await;
         workflows_per_second(&engine, 32, 320, &format!("{name}-warm")).await;
         println!("ready");
-        let mut go = String::new();
-        std::io::stdin().read_line(&mut go).unwrap();
+        assert_eq!(next_order(), "go");
         workflows_per_second(&engine, 64, PER_PROCESS, name).await;
         engine.close().await;
         println!("done");
@@ -135,37 +91,14 @@ fn worker_process(spec: &str) {
 /// Workflows/s of `processes` worker processes at once, 64 at once each:
 /// from the moment all are ready and told to go to the last one done.
 fn processes_per_second(schema: &str, processes: usize) -> f64 {
-    let exe = std::env::current_exe().unwrap();
-    let mut children: Vec<_> = (0..processes)
-        .map(|i| {
-            Command::new(&exe)
-                .env(WORKER_ENV, format!("{schema}:p{processes}w{i}"))
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .spawn()
-                .expect("a worker process")
-        })
-        .collect();
-    let mut outputs: Vec<_> = children
-        .iter_mut()
-        .map(|c| BufReader::new(c.stdout.take().unwrap()).lines())
-        .collect();
-    let expect = |outputs: &mut Vec<std::io::Lines<_>>, word: &str| {
-        for lines in outputs.iter_mut() {
-            let line = lines.next().expect("a line").expect("a worker's output");
-            assert_eq!(line, word, "a worker process said {line:?}");
-        }
-    };
-    expect(&mut outputs, "ready");
+    let specs = (0..processes).map(|i| format!("{schema}:p{processes}w{i}"));
+    let mut workers = Workers::spawn(WORKER_ENV, specs);
+    workers.expect("ready");
     let started = Instant::now();
-    for child in &mut children {
-        writeln!(child.stdin.as_mut().unwrap(), "go").unwrap();
-    }
-    expect(&mut outputs, "done");
+    workers.tell("go");
+    workers.expect("done");
     let elapsed = started.elapsed();
-    for mut child in children {
-        assert!(child.wait().unwrap().success(), "a worker process failed");
-    }
+    workers.wait();
     (processes * PER_PROCESS) as f64 / elapsed.as_secs_f64()
 }
 

@@ -1,6 +1,7 @@
 //! What the bench binaries share: the filter `cargo bench` passes, scratch
 //! directories, the raw loop every figure is compared with, and the table
-//! they print into. Every line names its
+//! they print into; in `postgres`, the database and worker processes of
+//! the PostgreSQL benches. Every line names its
 //! workload, so the output of both binaries reads as one table.
 
 // Each bench binary uses a part of it.
@@ -11,6 +12,10 @@ use std::time::Instant;
 
 use saga_runtime::prelude::*;
 use saga_runtime::step;
+
+/// The database and worker processes of the PostgreSQL benches.
+#[cfg(feature = "postgres")]
+pub(crate) mod postgres;
 
 /// Whether `cargo bench [FILTER]` asked for the bench `name`. Cargo passes
 /// `--bench`; a filter that names another bench means not this one.
