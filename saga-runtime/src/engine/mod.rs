@@ -744,7 +744,7 @@ impl Engine {
         self.runner().core.journal.flushes()
     }
 
-    fn runner(&self) -> &Arc<Runner> {
+    pub(crate) fn runner(&self) -> &Arc<Runner> {
         &self.handle.runner
     }
 }

@@ -1,0 +1,273 @@
+//! Replaying a [`History`] against today's code: a private store seeded
+//! with the history's records, a private engine core on a test clock, and
+//! the driver's replay mode (`run::replay`), which answers every call from
+//! history and stops where history ends.
+
+use std::sync::Arc;
+
+use crate::engine::{DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_STORE_TIMEOUT, Engine};
+use crate::error::Error;
+use crate::error::failure::{Failure, FailureKind};
+use crate::journal::Journal;
+use crate::names::id::InstanceId;
+use crate::run::replay::Replayed as Ran;
+use crate::run::runner::Runner;
+use crate::seal::{Codec, Sealer};
+use crate::store::{IndexRow, SledStore, Store};
+use crate::testing::History;
+use crate::time::clock::{Clock, TestClock};
+use crate::workflow::engine_core::Core;
+use crate::workflow::service::Services;
+use crate::workflow::{ErasedWorkflow, Workflow};
+
+/// How a replay that found nothing wrong ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Replayed {
+    /// The workflow function returned (its output or its error) within
+    /// the recorded history: a finished instance's history.
+    Returned,
+    /// The code reached the end of what history recorded: a call history
+    /// never saw, or one still in flight when it was recorded (a step
+    /// running, a wait waiting). A live run goes on from there.
+    ReachedEnd,
+}
+
+/// Why a history does not replay against today's code.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReplayError {
+    /// Today's code does not meet the history: a live run would park the
+    /// instance `Blocked` with `failure`. A
+    /// [`FailureKind::NonDeterminism`] names what history recorded and
+    /// what the code calls now ([`ReplayError::non_determinism`]); a
+    /// [`FailureKind::Decode`] a stored value that no longer decodes
+    /// (give new fields `#[serde(default)]`). Put the change behind
+    /// `ctx.patched(..)`, or declare a rename with `renamed_from`.
+    #[error("instance {instance:?} would be blocked: {failure}")]
+    Diverged {
+        /// The instance whose history it is.
+        instance: String,
+        /// What the instance would be blocked with.
+        failure: Failure,
+    },
+    /// The workflow function panicked on the recorded history; a live run
+    /// would end the instance `Errored` and compensate it.
+    #[error("instance {instance:?}: the workflow panicked on replay: {message}")]
+    Panicked {
+        /// The instance whose history it is.
+        instance: String,
+        /// The panic's message.
+        message: String,
+    },
+    /// The history is of a workflow that is not registered with the
+    /// engine ([`Replayer::replay_registered`]), or not the one given.
+    #[error(
+        "instance {instance:?} runs workflow {workflow:?}, which is not the workflow replayed (or not registered here)"
+    )]
+    OtherWorkflow {
+        /// The instance whose history it is.
+        instance: String,
+        /// The workflow its history names.
+        workflow: String,
+    },
+    /// The history could not be replayed at all: its records do not read
+    /// (a newer release wrote them, [`Error::NewerRelease`]; damage), or
+    /// the replay's private store could not be made.
+    #[error(transparent)]
+    Unusable(#[from] Error),
+}
+
+impl ReplayError {
+    /// For a divergence of calls: what history recorded there, and what
+    /// the code calls now (`step "charge-card"`, `step "fraud-check"`).
+    pub fn non_determinism(&self) -> Option<(&str, &str)> {
+        match self {
+            ReplayError::Diverged { failure, .. } => match failure.kind() {
+                FailureKind::NonDeterminism { expected, found } => Some((expected, found)),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+}
+
+/// Replays `history` against `workflow` with no side effects; see
+/// [`Replayer::replay`]. A history whose values are encrypted needs
+/// [`Replayer::codec`].
+///
+/// # Errors
+///
+/// [`ReplayError::Diverged`] when an instance with this history would be
+/// parked `Blocked` by this code; see [`ReplayError`] for the others.
+pub async fn replay<W: Workflow>(workflow: W, history: &History) -> Result<Replayed, ReplayError> {
+    Replayer::new().replay(workflow, history).await
+}
+
+/// Replays histories against today's workflow code, with no side effects.
+///
+/// Each replay folds the history's records in a store of its own (a
+/// temporary one, removed after), and runs the workflow function there in
+/// the driver's replay mode: every step, child, sleep, wait, `now()` and
+/// `random()` is answered from history, so nothing runs for real and
+/// nothing is recorded anywhere. `ctx.patched(..)` answers as it would
+/// live: false where history went past it, true where history ends
+/// before it. The first call history holds no answer for ends the replay
+/// ([`Replayed::ReachedEnd`]).
+#[derive(Clone, Default)]
+pub struct Replayer {
+    sealer: Sealer,
+    services: Option<Arc<Services>>,
+    registered: Option<Arc<Runner>>,
+}
+
+impl Replayer {
+    /// A replayer for histories whose values are not encrypted.
+    pub fn new() -> Replayer {
+        Replayer::default()
+    }
+
+    /// A replayer that opens encrypted values with `codec` (the engine's
+    /// `Keyring`, or one that holds its keys).
+    pub fn codec(mut self, codec: impl Codec) -> Replayer {
+        self.sealer = Sealer::new(Arc::new(codec));
+        self
+    }
+
+    /// [`Replayer::codec`] with a codec shared with an engine.
+    pub fn codec_arc(mut self, codec: Arc<dyn Codec>) -> Replayer {
+        self.sealer = Sealer::new(codec);
+        self
+    }
+
+    /// A replayer with `engine`'s codec, for the workflows it registers
+    /// ([`Replayer::replay_registered`]): what `saga check --replay` uses.
+    pub fn of(engine: &Engine) -> Replayer {
+        let runner = engine.runner();
+        Replayer {
+            sealer: runner.core.journal.sealer().clone(),
+            services: Some(runner.core.services.clone()),
+            registered: Some(runner.clone()),
+        }
+    }
+
+    /// Replays `history` against `workflow`.
+    ///
+    /// # Errors
+    ///
+    /// [`ReplayError::Diverged`] when an instance with this history would
+    /// be parked `Blocked` by this code (with both names for a
+    /// non-determinism); [`ReplayError::OtherWorkflow`] for a history of
+    /// another workflow; see [`ReplayError`] for the others.
+    pub async fn replay<W: Workflow>(
+        &self,
+        workflow: W,
+        history: &History,
+    ) -> Result<Replayed, ReplayError> {
+        self.replay_erased(Arc::new(workflow), history).await
+    }
+
+    /// Replays `history` against the workflow it names, as registered with
+    /// the engine of [`Replayer::of`].
+    ///
+    /// # Errors
+    ///
+    /// [`ReplayError::OtherWorkflow`] when that workflow is not registered
+    /// there (or this replayer has no engine); else as
+    /// [`Replayer::replay`].
+    pub async fn replay_registered(&self, history: &History) -> Result<Replayed, ReplayError> {
+        let workflow = self
+            .registered
+            .as_ref()
+            .and_then(|runner| runner.workflow(history.workflow()));
+        match workflow {
+            Some(workflow) => self.replay_erased(workflow, history).await,
+            None => Err(other_workflow(history)),
+        }
+    }
+
+    async fn replay_erased(
+        &self,
+        workflow: Arc<dyn ErasedWorkflow>,
+        history: &History,
+    ) -> Result<Replayed, ReplayError> {
+        if workflow.workflow_name() != history.workflow() {
+            return Err(other_workflow(history));
+        }
+        let id = InstanceId::parse(history.instance())?;
+        let (core, store) = self.private_core()?;
+        let ran = replay_on(&core, &*store, &workflow, &id, history).await;
+        for task in core.close() {
+            task.abort();
+        }
+        core.journal.stop();
+        let instance = history.instance().to_owned();
+        match ran? {
+            Ran::Returned => Ok(Replayed::Returned),
+            Ran::ReachedEnd => Ok(Replayed::ReachedEnd),
+            Ran::Diverged(failure) => Err(ReplayError::Diverged { instance, failure }),
+            Ran::Panicked(message) => Err(ReplayError::Panicked { instance, message }),
+        }
+    }
+
+    /// An engine core of its own: a temporary store nothing else sees, a
+    /// test clock that never moves, this replayer's codec.
+    fn private_core(&self) -> Result<(Arc<Core>, Arc<dyn Store>), Error> {
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
+        let store: Arc<dyn Store> = Arc::new(SledStore::temporary()?);
+        let clock: Arc<dyn Clock> = Arc::new(TestClock::new());
+        let journal = Journal::new(store.clone(), clock.clone(), DEFAULT_STORE_TIMEOUT)?
+            .with_sealer(self.sealer.clone());
+        let mut core = Core::new(
+            journal,
+            clock,
+            runtime,
+            DEFAULT_MAX_PAYLOAD_BYTES,
+            Services::default(),
+            std::time::Duration::from_secs(1),
+        );
+        if let Some(services) = &self.services {
+            core.services = services.clone();
+        }
+        Ok((Arc::new(core), store))
+    }
+}
+
+/// Seeds `store` (`core`'s) with `history`'s records and replays them.
+async fn replay_on(
+    core: &Arc<Core>,
+    store: &dyn Store,
+    workflow: &Arc<dyn ErasedWorkflow>,
+    id: &InstanceId,
+    history: &History,
+) -> Result<Ran, Error> {
+    let mut records = history.records().iter();
+    if let Some(first) = records.next() {
+        store
+            .create(id.as_str(), &IndexRow::opaque(&[]), first)
+            .await?;
+    }
+    for (seq, record) in (1u64..).zip(records) {
+        store.append(id.as_str(), seq, record)?;
+    }
+    let state = core
+        .journal
+        .state(id.as_str())
+        .await?
+        .ok_or_else(|| Error::UnknownInstance { id: id.to_string() })?;
+    // A damaged journal never runs forward again, whatever the code.
+    if state.status == crate::model::status::Status::Blocked
+        && let Some(failure) = &state.failure
+        && matches!(failure.kind(), FailureKind::Corrupt { .. })
+    {
+        return Ok(Ran::Diverged(failure.clone()));
+    }
+    Ok(crate::run::replay::replay(core, workflow, id, &state).await)
+}
+
+fn other_workflow(history: &History) -> ReplayError {
+    ReplayError::OtherWorkflow {
+        instance: history.instance().to_owned(),
+        workflow: history.workflow().to_owned(),
+    }
+}
