@@ -28,7 +28,8 @@
 //!
 //! #[tokio::test]
 //! async fn in_flight_orders_replay() {
-//!     let history = History::from_json(include_str!("histories/order-7.json")).unwrap();
+//!     let file = std::fs::read_to_string("tests/histories/order-7.json").unwrap();
+//!     let history = History::from_json(&file).unwrap();
 //!     if let Err(e) = replay(order, &history).await {
 //!         panic!("{e}"); // history recorded step "charge-card", the workflow code now calls step "fraud-check"
 //!     }

@@ -1,5 +1,6 @@
 //! Replaying a [`History`] against today's code: a private store seeded
-//! with the history's records, a private engine core on a test clock, and
+//! with the history's records (under a key of its own: the same history
+//! may be replayed twice), a private engine core on a test clock, and
 //! the driver's replay mode (`run::replay`), which answers every call from
 //! history and stops where history ends.
 
@@ -106,8 +107,8 @@ pub async fn replay<W: Workflow>(workflow: W, history: &History) -> Result<Repla
 
 /// Replays histories against today's workflow code, with no side effects.
 ///
-/// Each replay folds the history's records in a store of its own (a
-/// temporary one, removed after), and runs the workflow function there in
+/// Each replay folds the history's records in a store of the replayer's
+/// own (a temporary one, removed with the last clone of it), and runs the workflow function there in
 /// the driver's replay mode: every step, child, sleep, wait, `now()` and
 /// `random()` is answered from history, so nothing runs for real and
 /// nothing is recorded anywhere. `ctx.patched(..)` answers as it would
@@ -119,6 +120,27 @@ pub struct Replayer {
     sealer: Sealer,
     services: Option<Arc<Services>>,
     registered: Option<Arc<Runner>>,
+    /// The private store and core, made at the first replay and shared by
+    /// the clones: each history is seeded under a key of its own.
+    bench: Arc<tokio::sync::OnceCell<Bench>>,
+}
+
+/// A private engine core on a temporary store that nothing else sees, on
+/// a test clock that never moves.
+struct Bench {
+    core: Arc<Core>,
+    store: Arc<dyn Store>,
+    /// The key the next history is seeded under.
+    next: std::sync::atomic::AtomicU64,
+}
+
+impl Drop for Bench {
+    fn drop(&mut self) {
+        for task in self.core.close() {
+            task.abort();
+        }
+        self.core.journal.stop();
+    }
 }
 
 impl Replayer {
@@ -148,6 +170,7 @@ impl Replayer {
             sealer: runner.core.journal.sealer().clone(),
             services: Some(runner.core.services.clone()),
             registered: Some(runner.clone()),
+            bench: Arc::default(),
         }
     }
 
@@ -195,12 +218,19 @@ impl Replayer {
             return Err(other_workflow(history));
         }
         let id = InstanceId::parse(history.instance())?;
-        let (core, store) = self.private_core()?;
-        let ran = replay_on(&core, &*store, &workflow, &id, history).await;
-        for task in core.close() {
-            task.abort();
+        let bench = self
+            .bench
+            .get_or_try_init(|| async { self.private_bench() })
+            .await?;
+        let key = format!(
+            "replay-{}",
+            bench.next.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+        );
+        let ran = replay_on(bench, &key, &workflow, &id, history).await;
+        // Its records are no use after; its state leaves the cache in turn.
+        if let Err(e) = bench.store.remove(&key) {
+            tracing::debug!(error = %e, "could not remove a replayed history from the private store");
         }
-        core.journal.stop();
         let instance = history.instance().to_owned();
         match ran? {
             Ran::Returned => Ok(Replayed::Returned),
@@ -210,9 +240,10 @@ impl Replayer {
         }
     }
 
-    /// An engine core of its own: a temporary store nothing else sees, a
-    /// test clock that never moves, this replayer's codec.
-    fn private_core(&self) -> Result<(Arc<Core>, Arc<dyn Store>), Error> {
+    /// The private core: a temporary store, a test clock that never moves,
+    /// this replayer's codec (and the engine's services, never used: no
+    /// step runs).
+    fn private_bench(&self) -> Result<Bench, Error> {
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
         let store: Arc<dyn Store> = Arc::new(SledStore::temporary()?);
         let clock: Arc<dyn Clock> = Arc::new(TestClock::new());
@@ -229,30 +260,37 @@ impl Replayer {
         if let Some(services) = &self.services {
             core.services = services.clone();
         }
-        Ok((Arc::new(core), store))
+        Ok(Bench {
+            core: Arc::new(core),
+            store,
+            next: std::sync::atomic::AtomicU64::new(0),
+        })
     }
 }
 
-/// Seeds `store` (`core`'s) with `history`'s records and replays them.
+/// Seeds `bench`'s store with `history`'s records under `key`, and
+/// replays them as instance `id`'s.
 async fn replay_on(
-    core: &Arc<Core>,
-    store: &dyn Store,
+    bench: &Bench,
+    key: &str,
     workflow: &Arc<dyn ErasedWorkflow>,
     id: &InstanceId,
     history: &History,
 ) -> Result<Ran, Error> {
     let mut records = history.records().iter();
     if let Some(first) = records.next() {
-        store
-            .create(id.as_str(), &IndexRow::opaque(&[]), first)
+        bench
+            .store
+            .create(key, &IndexRow::opaque(&[]), first)
             .await?;
     }
     for (seq, record) in (1u64..).zip(records) {
-        store.append(id.as_str(), seq, record)?;
+        bench.store.append(key, seq, record)?;
     }
-    let state = core
+    let state = bench
+        .core
         .journal
-        .state(id.as_str())
+        .state(key)
         .await?
         .ok_or_else(|| Error::UnknownInstance { id: id.to_string() })?;
     // A damaged journal never runs forward again, whatever the code.
@@ -262,7 +300,7 @@ async fn replay_on(
     {
         return Ok(Ran::Diverged(failure.clone()));
     }
-    Ok(crate::run::replay::replay(core, workflow, id, &state).await)
+    Ok(crate::run::replay::replay(&bench.core, workflow, id, &state).await)
 }
 
 fn other_workflow(history: &History) -> ReplayError {
