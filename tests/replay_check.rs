@@ -443,3 +443,65 @@ async fn an_encrypted_history_replays_with_the_keys_only() {
     );
     engine.close().await;
 }
+
+/// A child that waits to be confirmed.
+#[workflow(name = "book-seat")]
+async fn book_seat(ctx: WorkflowContext, (): ()) -> Result<u32, WorkflowError> {
+    let seat: u32 = ctx
+        .wait_for_event("wait-confirmed", "confirmed", "1 day")
+        .await?;
+    Ok(seat)
+}
+
+/// Reserves, then books a seat as a child, then charges.
+#[workflow(name = "trip")]
+async fn trip(ctx: WorkflowContext, (): ()) -> Result<u32, WorkflowError> {
+    reserve(&ctx).await?;
+    let seat = ctx.child("seat", book_seat, ()).await?;
+    charge_card(&ctx).await?;
+    Ok(seat)
+}
+
+/// A release that checks for fraud before the child, for every instance.
+#[workflow(name = "trip")]
+async fn trip_checked(ctx: WorkflowContext, (): ()) -> Result<u32, WorkflowError> {
+    reserve(&ctx).await?;
+    fraud_check(&ctx).await?;
+    let seat = ctx.child("seat", book_seat, ()).await?;
+    charge_card(&ctx).await?;
+    Ok(seat)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parent_waiting_for_its_child_replays_to_the_child_call() {
+    let engine = fresh(Engine::builder()).await;
+    engine.register(book_seat).unwrap();
+    let run = engine.start(trip, "trip-1", ()).await.unwrap();
+    let child = "trip-1.seat";
+    wait_until("the child", || async {
+        engine.instance(child).await.is_ok()
+    })
+    .await;
+    until_status(&engine.instance(child).await.unwrap(), Status::Waiting).await;
+    let parent = History::export(&engine, "trip-1").await.unwrap();
+    // The child is in flight: the parent's replay ends at its call.
+    assert_eq!(replay(trip, &parent).await.unwrap(), Replayed::ReachedEnd);
+    assert_eq!(
+        diverged(replay(trip_checked, &parent).await),
+        pair("child \"seat\"", "step \"fraud-check\"")
+    );
+    // The child's own history replays against its own code.
+    let seat = History::export(&engine, child).await.unwrap();
+    assert_eq!(
+        replay(book_seat, &seat).await.unwrap(),
+        Replayed::ReachedEnd
+    );
+    // Once the child ended, the parent's replay answers the call from
+    // history and goes on.
+    engine.send_event(child, "confirmed", &7u32).await.unwrap();
+    assert_eq!(within("the trip", run.result()).await.unwrap(), 7);
+    let parent = History::export(&engine, "trip-1").await.unwrap();
+    assert_eq!(replay(trip, &parent).await.unwrap(), Replayed::Returned);
+    drop(run);
+    engine.close().await;
+}
