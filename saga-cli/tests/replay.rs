@@ -266,6 +266,29 @@ async fn check_replay_names_what_would_block_and_changes_nothing() {
     assert_eq!(blocked["status"], "waiting");
     assert_eq!(blocked["recorded"], "step \"charge-card\"");
     assert_eq!(blocked["called"], "step \"fraud-check\"");
+    // The lock sees the same names, in no order: it passes, and the replay
+    // fails the check beside it, in one document.
+    let lock = TempDir::new("replay-lock");
+    std::fs::create_dir_all(lock.path()).unwrap();
+    let lock_file = lock.path().join("saga.lock");
+    std::fs::write(
+        &lock_file,
+        "workflow switched\nstep * reserve 0 reserve\nstep * fraud-check 0 fraud_check\n\
+         step * charge-card 0 charge_card\nevent switched wait-shipped\n",
+    )
+    .unwrap();
+    let lock_file = lock_file.to_str().unwrap();
+    let (code, out) = embedded(&engine, &["check", "--lock", lock_file]).await;
+    assert_eq!(code, 0, "{out}");
+    let (code, out) = embedded(
+        &engine,
+        &["check", "--lock", lock_file, "--replay", "--json"],
+    )
+    .await;
+    assert_eq!(code, 1, "{out}");
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(report["stale"], serde_json::json!([]));
+    assert_eq!(report["blocked"][0]["id"], "switched-1");
     NEXT_RELEASE.store(false, Ordering::SeqCst);
 
     // Nothing of the instance changed, and nothing ran again.

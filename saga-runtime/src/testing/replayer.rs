@@ -143,6 +143,15 @@ impl Drop for Bench {
     }
 }
 
+impl std::fmt::Debug for Replayer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Replayer")
+            .field("codec", &self.sealer.seals())
+            .field("engine", &self.registered.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
 impl Replayer {
     /// A replayer for histories whose values are not encrypted.
     pub fn new() -> Replayer {
