@@ -1,5 +1,5 @@
 //! The core semantics suite again, on PostgreSQL: steps, retries,
-//! rollback order, child workflows, waits and timers, control, retention, limits, patches, typed failures, queues, tags and search, schedules (the cost
+//! rollback order, child workflows, waits and timers, control, retention, limits, patches, typed failures, the replay check, queues, tags and search, schedules (the cost
 //! of the 2,000th event included). The files are the
 //! same as the sled suite's; in this binary `helpers::fresh` gives each
 //! engine a schema of its own on the test database instead of a temporary
@@ -23,6 +23,8 @@ mod limits;
 mod patches;
 #[path = "queues.rs"]
 mod queues;
+#[path = "replay_check.rs"]
+mod replay_check;
 #[path = "retention.rs"]
 mod retention;
 #[path = "rollback.rs"]

@@ -49,8 +49,13 @@ pub(crate) enum Command {
     RetryRollback(IdArg),
     /// Print lifecycle events as they become durable.
     Watch(WatchArgs),
-    /// List in-flight instances that name what a saga.lock no longer has.
+    /// Before a deploy: in-flight instances that name what a saga.lock no
+    /// longer has (--lock), or that the registered code no longer replays
+    /// (--replay).
     Check(CheckArgs),
+    /// Write instances' histories as JSON files, to replay against new
+    /// code (saga_runtime::testing::replay).
+    Export(ExportArgs),
     /// List the schedules (timing, workflow, next tick, paused, last
     /// tick), or pause, resume or trigger one.
     Schedules(SchedulesArgs),
@@ -192,13 +197,42 @@ pub(crate) struct WatchArgs {
 }
 
 #[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("checks").args(["lock", "replay"]).required(true).multiple(true)))]
 pub(crate) struct CheckArgs {
     /// The saga.lock of the release about to be deployed.
     #[arg(long, value_name = "FILE")]
-    pub(crate) lock: PathBuf,
+    pub(crate) lock: Option<PathBuf>,
+    /// Replay every in-flight instance against the workflows this engine
+    /// registers (run it in the application, through saga_cli::run),
+    /// with no side effects: those that would be parked Blocked.
+    #[arg(long)]
+    pub(crate) replay: bool,
+    /// With --replay: replay the histories in this directory (written by
+    /// `saga export --all`) instead of the store's in-flight instances.
+    #[arg(long, value_name = "DIR", requires = "replay")]
+    pub(crate) from: Option<PathBuf>,
     /// Print JSON (schema 1) instead of a list.
     #[arg(long)]
     pub(crate) json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct ExportArgs {
+    /// Every instance (those in --status, of --workflow), one file
+    /// ID.json each, into the directory given instead of an id.
+    #[arg(long)]
+    pub(crate) all: bool,
+    /// With --all: only instances in this status (given again, in any of
+    /// them).
+    #[arg(long, value_parser = parse_status, requires = "all")]
+    pub(crate) status: Vec<Status>,
+    /// With --all: only instances of this workflow.
+    #[arg(long, requires = "all")]
+    pub(crate) workflow: Option<String>,
+    /// The instance, whose history is printed; with --all, the directory
+    /// to write the histories to.
+    #[arg(value_name = "ID|DIR")]
+    pub(crate) target: String,
 }
 
 #[derive(Debug, clap::Args)]

@@ -2,13 +2,14 @@
 //! whose history names a workflow, step, sleep or wait that the release's
 //! lock no longer has. The macros see a step renamed or dropped inside a
 //! workflow they expand; only the store knows which instances still need
-//! a workflow deleted entirely.
+//! a workflow deleted entirely. `--replay` (in `replay`) goes further: it
+//! replays each against the registered code.
 
 use std::collections::{BTreeSet, HashSet};
 use std::io::Write;
 use std::path::Path;
 
-use serde_json::json;
+use serde_json::{Map, Value, json};
 
 use crate::CliError;
 use crate::args::CheckArgs;
@@ -127,7 +128,37 @@ pub(crate) async fn run(
     out: &mut impl Write,
     style: &Style,
 ) -> Result<(), CliError> {
-    let lock = Lock::read(&args.lock)?;
+    let mut report = Map::new();
+    report.insert("schema".into(), json!(json::SCHEMA));
+    let mut failures = Vec::new();
+    if let Some(lock) = &args.lock {
+        failures.extend(check_lock(engine, lock, args.json, &mut report, out, style).await?);
+    }
+    if args.replay {
+        let from = args.from.as_deref();
+        failures
+            .extend(crate::replay::check(engine, from, args.json, &mut report, out, style).await?);
+    }
+    if args.json {
+        json::print(out, &Value::Object(report))?;
+    }
+    match failures.as_slice() {
+        [] => Ok(()),
+        _ => Err(CliError::failed(failures.join("; "))),
+    }
+}
+
+/// `--lock`: what it found goes to `out` (or into `report`, for
+/// `--json`); the failure to report when some instance does not fit.
+async fn check_lock(
+    engine: &Engine,
+    path: &Path,
+    as_json: bool,
+    report: &mut Map<String, Value>,
+    out: &mut impl Write,
+    style: &Style,
+) -> Result<Option<String>, CliError> {
+    let lock = Lock::read(path)?;
     let mut in_flight = 0;
     let mut stale = Vec::new();
     let all = engine.list_all(&ListFilter::all()).await?;
@@ -143,8 +174,8 @@ pub(crate) async fn run(
             stale.push((inspection, missing));
         }
     }
-    let lock_name = args.lock.display().to_string();
-    if args.json {
+    let lock_name = path.display().to_string();
+    if as_json {
         let stale: Vec<_> = stale
             .iter()
             .map(|(i, missing)| {
@@ -156,18 +187,17 @@ pub(crate) async fn run(
                 })
             })
             .collect();
-        json::print(
-            out,
-            &json!({
-                "schema": json::SCHEMA,
-                "lock": lock_name,
-                "stale": stale,
-                "unreadable": unreadable
+        report.insert("lock".into(), json!(lock_name));
+        report.insert("stale".into(), json!(stale));
+        report.insert(
+            "unreadable".into(),
+            json!(
+                unreadable
                     .iter()
                     .map(|u| json!({"id": u.id, "error": u.error.to_string()}))
-                    .collect::<Vec<_>>(),
-            }),
-        )?;
+                    .collect::<Vec<_>>()
+            ),
+        );
     } else if stale.is_empty() {
         writeln!(
             out,
@@ -195,7 +225,7 @@ pub(crate) async fn run(
             )?;
         }
     }
-    if !args.json {
+    if !as_json {
         // Not checked: a damaged entry says nothing of the steps its
         // instance ran (`saga show` tells what can be read of it).
         for damaged in &unreadable {
@@ -208,14 +238,12 @@ pub(crate) async fn run(
             )?;
         }
     }
-    if stale.is_empty() {
-        Ok(())
-    } else {
-        Err(CliError::failed(format!(
+    Ok((!stale.is_empty()).then(|| {
+        format!(
             "{} in-flight instances do not fit {lock_name}: deploying it would strand them",
             stale.len()
-        )))
-    }
+        )
+    }))
 }
 
 #[cfg(test)]

@@ -39,6 +39,8 @@
 //! | `retry-rollback ID` | runs again the compensations of a rollback that gave up |
 //! | `watch [ID] [--count N] [--json]` | lifecycle events as they become durable |
 //! | `check --lock saga.lock [--json]` | in-flight instances the lock no longer fits |
+//! | `check --replay [--from DIR] [--json]` | in-flight instances (or the histories in `DIR`) the registered code would block, replayed with no side effects |
+//! | `export ID`, `export --all [--status S].. [--workflow W] DIR` | histories as JSON (`saga_runtime::testing::History`): printed, or one `ID.json` each |
 //! | `schedules [--json]` | the stored schedules: timing, workflow, next tick, paused, last tick |
 //! | `schedules pause NAME`, `schedules resume NAME` | pauses a schedule for every worker, resumes it |
 //! | `schedules trigger NAME` | starts an extra tick now (on an engine that declares the schedule) |
@@ -108,7 +110,14 @@
 //! - `check`: `{"schema": 1, "lock", "stale": [{"id", "workflow", "status",
 //!   "missing": [{"kind", "name"}]}], "unreadable": [{"id", "error"}]}`;
 //!   `kind` is `workflow`, `step`, `sleep` or `wait`; an unreadable index
-//!   entry is not checked.
+//!   entry is not checked. With `--replay` (alone, or besides `--lock`, in
+//!   the same document): `"replayed"` (how many were), `"blocked": [{"id",
+//!   "workflow", "status", "recorded", "called", "error"}]` (`recorded` and
+//!   `called` name the two calls of a non-determinism, `step
+//!   "charge-card"`, else `null`), `"not_registered": [{"id", "workflow"}]`
+//!   (not replayed, not a failure), `"not_replayed": [{"id", "error"}]`.
+//! - `export`: not a schema-1 document but a history file, `"format": 1`
+//!   (see `saga_runtime::testing::History`).
 //! - `schedules`: `{"schema": 1, "schedules": [{"name", "workflow",
 //!   "timing", "paused", "next_ticks", "last_tick", "last_outcome",
 //!   "catch_up", "overlap", "jitter_ms", "kept_tick", "declared_here",
@@ -140,7 +149,8 @@
 //!
 //! 0: done. 1: the command was refused or failed (an unknown instance or
 //! schedule, a status that does not allow it), or `check` found stale
-//! instances. 2: wrong usage (an unknown status, bad JSON), or the store
+//! instances (or, with `--replay`, instances the code would block, or
+//! that could not be replayed). 2: wrong usage (an unknown status, bad JSON), or the store
 //! cannot be used from here (`schedules trigger` on an engine that does
 //! not declare the schedule).
 
@@ -148,11 +158,13 @@ mod args;
 mod check;
 mod control;
 mod dashboard;
+mod export;
 mod history;
 mod json;
 mod list;
 mod output;
 mod queues;
+mod replay;
 mod schedules;
 mod serve;
 mod show;
@@ -261,6 +273,7 @@ pub(crate) async fn dispatch(
         Command::RetryRollback(a) => control::retry_rollback(engine, a, out).await,
         Command::Watch(a) => watch::run(engine, a, out).await,
         Command::Check(a) => check::run(engine, a, out, &style).await,
+        Command::Export(a) => export::run(engine, a, out).await,
         Command::Schedules(a) => schedules::run(engine, a, out, &style).await,
         Command::Queues(a) => queues::run(engine, a, out, &style).await,
     }

@@ -357,7 +357,15 @@ async fn command(State(served): State<Arc<Served>>, headers: HeaderMap, body: By
                 "watch runs until interrupted: it is not served over this endpoint",
             );
         }
+        Command::Export(a) if a.all => {
+            return refused(
+                StatusCode::BAD_REQUEST,
+                2,
+                "export --all writes files where it runs: it is not served over this endpoint (export one ID at a time)",
+            );
+        }
         Command::List(_)
+        | Command::Export(_)
         | Command::Show(_)
         | Command::History(_)
         | Command::Check(_)

@@ -138,6 +138,14 @@ async fn saga_url_reads_and_controls_a_running_services_sled_store() {
         2
     );
     assert_eq!(saga(&url, token, &["watch"]).await.0, 2);
+    // One history is a read; `export --all` writes files where it runs,
+    // so it is not served.
+    let (code, exported, _) = saga(&url, None, &["export", "order-7"]).await;
+    assert_eq!(code, 0);
+    assert!(exported.contains("\"format\": 1"), "{exported}");
+    let (code, _, error) = saga(&url, token, &["export", "--all", "histories"]).await;
+    assert_eq!(code, 2);
+    assert!(error.contains("not served"), "{error}");
     admin.shutdown().await;
     engine.close().await;
 }

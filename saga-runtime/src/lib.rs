@@ -80,6 +80,7 @@ mod schedule;
 mod seal;
 #[doc(hidden)]
 pub mod store;
+pub mod testing;
 mod time;
 mod workflow;
 

@@ -782,7 +782,7 @@ impl Engine {
         self.runner().core.journal.flushes()
     }
 
-    fn runner(&self) -> &Arc<Runner> {
+    pub(crate) fn runner(&self) -> &Arc<Runner> {
         &self.handle.runner
     }
 }

@@ -477,7 +477,7 @@ impl Inspection {
 
 /// Replaces the inputs at `hidden` of a step's inputs (the array of them)
 /// by [`REDACTED`]; a lone input is the array's only element.
-fn redact(inputs: &mut serde_json::Value, hidden: &[u32]) {
+pub(crate) fn redact(inputs: &mut serde_json::Value, hidden: &[u32]) {
     match inputs {
         serde_json::Value::Array(elements) => {
             for &position in hidden {

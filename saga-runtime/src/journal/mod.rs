@@ -32,13 +32,12 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::{broadcast, watch};
 
-pub(crate) use change::{Change, End};
+pub(crate) use change::{Change, End, Entry};
 pub(crate) use facts::Facts;
 pub(crate) use index::{Indexed, Summary};
 pub(crate) use state::{CompensationState, InstanceState, SlotKind, SlotRecord, SlotState};
 pub(crate) use tail::Tail;
 
-use self::change::Entry;
 use crate::codec::{Payload, decode_record, encode_record};
 use crate::error::{Error, Result};
 use crate::lock::lock;
@@ -771,6 +770,16 @@ impl Journal {
     /// The history of `id`, as users see it.
     /// Answers once all it shows is durable (see [`Journal::read_durable`]).
     pub(crate) async fn history(&self, id: &str) -> Result<Vec<Event>> {
+        Ok(self.records_and_history(id).await?.1)
+    }
+
+    /// The records of `id` as the store holds them, and the history they
+    /// make (`saga export`: one read, so the two agree). Answers once all
+    /// it read is durable.
+    pub(crate) async fn records_and_history(
+        &self,
+        id: &str,
+    ) -> Result<(Vec<(u64, Vec<u8>)>, Vec<Event>)> {
         let held = self.hold(id);
         let records = self.store.journal(id).await;
         // A write that the read saw took its ticket under the instance's
@@ -779,17 +788,18 @@ impl Journal {
         drop(held.cached());
         let ticket = self.flusher.latest_ticket();
         drop(held);
-        let history = self.fold_history(id, records?)?;
+        let records = records?;
+        let history = self.fold_history(id, &records)?;
         self.flusher.durable(ticket).await?;
         self.settle_unless_owned(id).await?;
-        Ok(history)
+        Ok((records, history))
     }
 
-    fn fold_history(&self, id: &str, records: Vec<(u64, Vec<u8>)>) -> Result<Vec<Event>> {
+    fn fold_history(&self, id: &str, records: &[(u64, Vec<u8>)]) -> Result<Vec<Event>> {
         let mut fold = fold::Fold::new(&self.sealer);
         let mut out = Vec::new();
         for (seq, bytes) in records {
-            let (record, kinds) = fold.record(id, seq, &bytes)?;
+            let (record, kinds) = fold.record(id, *seq, bytes)?;
             // An imported instance keeps the times of its old history.
             let times: Vec<u64> = match &record.change {
                 Change::Imported(imported) => imported.history.iter().map(|(at, _)| *at).collect(),

@@ -284,10 +284,10 @@ async fn run_forward(
 
 /// The workflow function's future, made so that a panic of user code that
 /// runs before its first await (a `workflow_fn` closure) is contained.
-type Run =
+pub(super) type Run =
     CatchUnwind<crate::workflow::compensation::BoxFuture<std::result::Result<Payload, Failure>>>;
 
-fn start_run(
+pub(super) fn start_run(
     workflow: &Arc<dyn ErasedWorkflow>,
     ctx: &Arc<Ctx>,
     state: &InstanceState,

@@ -11,7 +11,7 @@ use tracing::Instrument;
 
 use crate::error::Result;
 use crate::error::failure::{Failure, FailureKind};
-use crate::journal::{Change, InstanceState, SlotKind, SlotRecord};
+use crate::journal::{Change, InstanceState, SlotKind, SlotRecord, SlotState};
 use crate::lock::lock;
 use crate::names::id::InstanceId;
 use crate::workflow::compensation::Registered;
@@ -32,11 +32,16 @@ pub struct WorkflowContext {
 }
 
 /// Whether this run of the workflow function goes forward, or only
-/// rebuilds rollback handlers from history after a crash mid-rollback.
+/// rebuilds rollback handlers from history after a crash mid-rollback, or
+/// only checks today's code against a recorded history (`run::replay`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Mode {
     Forward,
     Rebuild,
+    /// Every call is answered from history and nothing is recorded; the
+    /// first call history holds no answer for (never made, or not
+    /// finished) ends the replay ([`RunScope::history_ended`]).
+    Replay,
 }
 
 /// What step tasks and waits share with the driver. Holds no task handles,
@@ -54,6 +59,8 @@ pub(crate) struct RunScope {
     in_flight: Arc<InFlight>,
     /// The durable waits of this run that are asleep: slot → wake time.
     asleep: Asleep,
+    /// In [`Mode::Replay`]: a call met a slot history holds no answer for.
+    history_ended: std::sync::atomic::AtomicBool,
 }
 
 pub(crate) struct Ctx {
@@ -150,6 +157,11 @@ impl Reserved {
                 ));
             return None;
         }
+        if scope.mode == Mode::Replay && !recorded.as_ref().is_some_and(|r| answers(&r.state)) {
+            scope
+                .history_ended
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+        }
         Some(Slot {
             index,
             occurrence,
@@ -182,6 +194,7 @@ impl Ctx {
                 rollback_order,
                 in_flight: Arc::default(),
                 asleep: Asleep::default(),
+                history_ended: std::sync::atomic::AtomicBool::new(false),
             }),
             replay: Mutex::new(Replay {
                 recorded: recorded.into_iter().collect(),
@@ -288,11 +301,15 @@ impl Ctx {
         if replay.patches.contains(name) {
             return true;
         }
-        if self.scope.mode != Mode::Forward || replay.by_name || !replay.recorded.is_empty() {
+        if self.scope.mode == Mode::Rebuild || replay.by_name || !replay.recorded.is_empty() {
             return false;
         }
         replay.patches.insert(name.to_owned());
         drop(replay);
+        // A replay answers as the live run would, and records nothing.
+        if self.scope.mode == Mode::Replay {
+            return true;
+        }
         if let Err(e) = self.scope.append(Change::Patched {
             name: name.to_owned(),
         }) {
@@ -396,10 +413,21 @@ impl Drop for Ctx {
 }
 
 impl RunScope {
+    /// In [`Mode::Replay`]: whether a call reached the end of what history
+    /// recorded (a live run would go on from there with calls of its own).
+    pub(crate) fn history_ended(&self) -> bool {
+        self.history_ended.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     /// Fails the instance from inside (non-determinism, decode or store
     /// failure): the driver stops the workflow and records `failure`.
     pub(crate) fn fail(&self, failure: Failure) {
-        tracing::error!(instance = %self.id, error = %failure, "instance cannot go on");
+        // A replay's divergence is its answer, not an instance's trouble.
+        if self.mode == Mode::Replay {
+            tracing::debug!(instance = %self.id, error = %failure, "replay diverged");
+        } else {
+            tracing::error!(instance = %self.id, error = %failure, "instance cannot go on");
+        }
         self.live.interrupt(Interrupt::Fail(failure));
     }
 
@@ -523,6 +551,22 @@ impl RunScope {
             false
         }
     }
+}
+
+/// Whether a slot in `state` answers its call from history alone: the
+/// call ended (completed, failed, slept, received, timed out, recorded a
+/// value, its child ended). One still in flight would run (or wait) again.
+fn answers(state: &SlotState) -> bool {
+    matches!(
+        state,
+        SlotState::Completed { .. }
+            | SlotState::Failed { .. }
+            | SlotState::Slept
+            | SlotState::Received { .. }
+            | SlotState::TimedOut { .. }
+            | SlotState::Value { .. }
+            | SlotState::ChildEnded { .. }
+    )
 }
 
 fn describe(kind: SlotKind, name: &str, occurrence: u32) -> String {

@@ -26,7 +26,7 @@ impl WorkflowContext {
     pub fn tag(&self, key: &str, value: &str) -> Result<()> {
         crate::journal::tags::check_tag(key, value)?;
         let scope = &self.run.scope;
-        if scope.mode == Mode::Rebuild {
+        if scope.mode != Mode::Forward {
             return Ok(());
         }
         let tags = [(key.to_owned(), value.to_owned())];

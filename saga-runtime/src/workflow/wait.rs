@@ -116,7 +116,7 @@ impl WorkflowContext {
             if let Some(SlotState::Value { value }) = slot.recorded.as_ref().map(|r| &r.state) {
                 return *value;
             }
-            if shared.mode == Mode::Rebuild || slot.recorded.is_some() {
+            if shared.mode != Mode::Forward || slot.recorded.is_some() {
                 return pending().await;
             }
             let value = compute(&shared);
