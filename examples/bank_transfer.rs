@@ -420,7 +420,12 @@ async fn run() -> Result<(), saga_runtime::Error> {
     if let Some(addr) = saga_examples::serve_addr() {
         serve(&engine, &addr, &format!("transfer-7{suffix}")).await?;
     }
-    engine.close().await;
+    // This worker may hold transfers the other started: stopping, it lets
+    // the steps in flight record their outcome (for up to 10 s), then
+    // ends its lease, and the other worker goes on from there. (`close()`
+    // would stop them mid-call, and the other worker would call the bank
+    // again, with the same idempotency key.)
+    engine.close_within(std::time::Duration::from_secs(10)).await;
     Ok(())
 }
 
