@@ -527,7 +527,9 @@ impl RunScope {
     /// once it takes a slot replays up to here and goes on: the wait's
     /// end (its time, its event, its child's end) is recorded only then.
     pub(crate) async fn hold_slot(&self) {
-        if !self.gave_slot_back() {
+        // Only a live run asks for a slot; a rebuild or a replay records
+        // nothing.
+        if self.mode != Mode::Forward || !self.gave_slot_back() {
             return;
         }
         // Paused meanwhile: it stops here, and asks for a slot once resumed.
