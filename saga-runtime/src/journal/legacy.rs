@@ -196,6 +196,9 @@ pub(crate) fn import(legacy: &LegacyInstance) -> Result<Imported, String> {
         rejected: Vec::new(),
         patches: std::collections::BTreeSet::new(),
         took_slot_at: Vec::new(),
+        run: 0,
+        run_began_at: record.created_at,
+        handed_over: None,
     };
     Ok(Imported { state, history })
 }

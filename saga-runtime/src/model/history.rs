@@ -222,6 +222,13 @@ pub enum EventKind {
         /// The queue.
         queue: String,
     },
+    /// `ctx.continue_as_new(input)`: the last event of the run that ends,
+    /// and the first of the run that begins (`run`), which starts with the
+    /// new input and an empty history under the same id.
+    ContinuedAsNew {
+        /// The run that begins (1 for the first continuation).
+        run: u32,
+    },
 }
 
 impl EventKind {
@@ -387,6 +394,7 @@ impl fmt::Display for EventKind {
             ),
             EventKind::Patched { name } => write!(f, "patch {name:?} taken"),
             EventKind::Dequeued { queue } => write!(f, "took a slot of queue {queue:?}"),
+            EventKind::ContinuedAsNew { run } => write!(f, "continued as new: run {run}"),
         }
     }
 }

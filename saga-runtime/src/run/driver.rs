@@ -56,9 +56,18 @@ pub(crate) async fn drive(
     workflow: Arc<dyn ErasedWorkflow>,
     id: &InstanceId,
     live: &Arc<Live>,
-    waking: bool,
+    mut waking: bool,
 ) -> Exit {
-    match drive_once(core, workflow, id, live, waking).await {
+    // The instance continued as new: this driver runs its next run (it
+    // keeps its queue slot, and control calls find the same driver).
+    let driven = loop {
+        match drive_once(core, workflow.clone(), id, live, waking).await {
+            Ok(None) => waking = false,
+            Ok(Some(exit)) => break Ok(exit),
+            Err(e) => break Err(e),
+        }
+    };
+    match driven {
         Ok(exit) => exit,
         // A journal that does not fold cannot be written either: every call
         // on the instance answers `Error::Corrupt` (result() included), so
@@ -88,13 +97,15 @@ pub(crate) async fn drive(
     }
 }
 
+/// One run of the instance: `None` when it continued as new, and its
+/// next run is to be driven.
 async fn drive_once(
     core: &Arc<Core>,
     workflow: Arc<dyn ErasedWorkflow>,
     id: &InstanceId,
     live: &Arc<Live>,
     waking: bool,
-) -> Result<Exit> {
+) -> Result<Option<Exit>> {
     let state = core
         .journal
         .state(id)
@@ -105,13 +116,14 @@ async fn drive_once(
         instance = %id,
         workflow = %state.workflow,
         generation = state.generation,
+        run = state.run,
     );
     match state.status {
         Status::RollingBack => {
             Box::pin(rebuild_and_compensate(core, id, live, workflow, state))
                 .instrument(span)
                 .await?;
-            Ok(Exit::Ended)
+            Ok(Some(Exit::Ended))
         }
         // A damaged journal never runs forward: a step whose completion was
         // in the damaged record would run again. A person decides.
@@ -124,7 +136,7 @@ async fn drive_once(
             // Loading it refreshed its index entry (`list()` shows it
             // parked); a `result()` waiting for it learns it now.
             core.journal.notify_ended();
-            Ok(Exit::Other)
+            Ok(Some(Exit::Other))
         }
         Status::Queued | Status::Running | Status::Waiting | Status::Blocked => {
             run_forward(core, id, live, workflow, state, waking)
@@ -139,8 +151,8 @@ async fn drive_once(
         }
         // Paused before this driver got going: a resume may race with it,
         // so let the runner look again once this driver is gone.
-        Status::Paused => Ok(Exit::Suspended),
-        _ => Ok(Exit::Other),
+        Status::Paused => Ok(Some(Exit::Suspended)),
+        _ => Ok(Some(Exit::Other)),
     }
 }
 
@@ -148,6 +160,8 @@ enum Outcome {
     Finished(std::result::Result<std::result::Result<crate::codec::Payload, Failure>, String>),
     Interrupted(Interrupt),
     Hibernate(Wake),
+    /// `ctx.continue_as_new`, with the next run's input.
+    Continued(Payload),
 }
 
 async fn run_forward(
@@ -157,7 +171,7 @@ async fn run_forward(
     workflow: Arc<dyn ErasedWorkflow>,
     state: InstanceState,
     waking: bool,
-) -> Result<Exit> {
+) -> Result<Option<Exit>> {
     let ctx = Ctx::new(
         core.clone(),
         id.clone(),
@@ -184,6 +198,7 @@ async fn run_forward(
                     biased;
                     why = live.interrupted() => break Outcome::Interrupted(why),
                     result = &mut run => break Outcome::Finished(result),
+                    input = ctx.continue_asked() => break Outcome::Continued(input),
                     () = parked => {
                         if let Some(wake_at) = ctx.hibernation(HIBERNATE_AFTER) {
                             break Outcome::Hibernate(wake_at);
@@ -207,13 +222,20 @@ async fn run_forward(
     match outcome {
         Outcome::Interrupted(Interrupt::Suspend) => {
             tracing::info!("workflow paused");
-            return Ok(Exit::Suspended);
+            return Ok(Some(Exit::Suspended));
         }
         Outcome::Hibernate(wake) => {
             tracing::debug!(wake_at = ?crate::time::clock::from_millis(wake.at), "workflow only waits: letting go until it wakes");
-            return Ok(Exit::Hibernated(wake));
+            return Ok(Some(Exit::Hibernated(wake)));
         }
-        Outcome::Interrupted(Interrupt::Stop) => return Ok(Exit::Other),
+        Outcome::Interrupted(Interrupt::Stop) => return Ok(Some(Exit::Other)),
+        // Its step tasks are stopped (above): nothing of this run is
+        // written after the hand-over.
+        Outcome::Continued(input) => {
+            shared.core.journal.continue_as_new(&shared.id, input)?;
+            tracing::info!("workflow continued as new");
+            return Ok(None);
+        }
         Outcome::Finished(Ok(Ok(output))) => {
             end(
                 &shared,
@@ -258,10 +280,10 @@ async fn run_forward(
         Outcome::Interrupted(Interrupt::Fail(failure)) => {
             shared.append(Change::Blocked { failure })?;
             shared.core.journal.flush().await?;
-            return Ok(Exit::Other);
+            return Ok(Some(Exit::Other));
         }
     }
-    Ok(Exit::Ended)
+    Ok(Some(Exit::Ended))
 }
 
 /// The workflow function's future, made so that a panic of user code that

@@ -334,7 +334,7 @@ impl Call {
                     &self.slot.name,
                     self.slot.occurrence,
                     self.slot.generation,
-                    0,
+                    shared.run,
                 );
                 // Appended at once; made durable by the creation below.
                 if let Err(e) = shared.append(Change::ChildStarted {
