@@ -14,7 +14,9 @@ use crate::model::status::Status;
 pub struct Event {
     /// The instance it belongs to.
     pub instance: String,
-    /// Its position in the instance's history, from 0 without gaps.
+    /// Its position in the instance's history, from 0 without gaps: in
+    /// its run's history, for an instance that continued as new (each run
+    /// counts from 0 again).
     pub seq: u64,
     /// When it was recorded, on the engine's clock.
     pub at: SystemTime,

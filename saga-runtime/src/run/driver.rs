@@ -62,7 +62,12 @@ pub(crate) async fn drive(
     // keeps its queue slot, and control calls find the same driver).
     let driven = loop {
         match drive_once(core, workflow.clone(), id, live, waking).await {
-            Ok(None) => waking = false,
+            Ok(None) => {
+                waking = false;
+                // A loop that continues without waiting on anything still
+                // lets the other tasks of its thread run.
+                tokio::task::yield_now().await;
+            }
             Ok(Some(exit)) => break Ok(exit),
             Err(e) => break Err(e),
         }
