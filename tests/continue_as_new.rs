@@ -277,3 +277,55 @@ async fn a_continued_instance_keeps_its_queue_slot() {
     until_waiting_in(&engine, "loop-q2", 0).await;
     engine.close().await;
 }
+
+#[rollback]
+async fn refund(ctx: RollbackContext<'_, ()>, keys: Service<Keys>) -> Result<(), StepError> {
+    keys.note(ctx.key());
+    Ok(())
+}
+
+#[step(name = "charge", rollback = refund)]
+async fn charge(key: IdempotencyKey, keys: Service<Keys>) -> Result<(), StepError> {
+    keys.note(&key);
+    Ok(())
+}
+
+#[step(name = "ship")]
+async fn ship(key: IdempotencyKey) -> Result<(), StepError> {
+    let _ = key;
+    Err(StepError::fatal("no truck"))
+}
+
+/// Charges each run; the second run's shipping fails.
+#[workflow(name = "charger")]
+async fn charger(ctx: WorkflowContext, run: u32) -> Result<(), WorkflowError> {
+    charge(&ctx).await?;
+    if run == 1 {
+        ship(&ctx).await?;
+    }
+    ctx.continue_as_new(charger, run + 1).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_run_compensates_its_own_steps_only() {
+    let keys = Arc::new(Keys::default());
+    let engine = fresh(builder(&keys)()).await;
+    engine.register(charger).unwrap();
+    let run = engine.start(charger, "charger-1", 0).await.unwrap();
+    let failed = within("the failure", run.result()).await;
+    assert!(
+        matches!(failed, Err(Error::WorkflowFailed { .. })),
+        "{failed:?}"
+    );
+    // Run 0's charge stays: its compensation was not carried over.
+    assert_eq!(
+        keys.all(),
+        [
+            "charger-1:charge",
+            "charger-1:charge~r1",
+            "charger-1:rollback:charge~r1"
+        ]
+    );
+    assert_eq!(run.inspect().await.unwrap().run, 1);
+    engine.close().await;
+}
