@@ -400,6 +400,15 @@ mod tests {
         assert!(crate::codec::from_newer_release(&newer, 1, Change::KINDS));
     }
 
+    /// The release before knew 38 kinds: the hand-over that ends run 0 is
+    /// a newer release's record to it (not its own), never damage, and it
+    /// meets it before the gap to run 1.
+    #[test]
+    fn the_release_before_takes_a_hand_over_for_a_newer_releases_record() {
+        let hand_over = bytes(Change::ContinuedAsNew(Box::new(continued())));
+        assert!(crate::codec::from_newer_release(&hand_over, 1, 38));
+    }
+
     /// A store shared by workers reads from a record's header alone how
     /// many kinds a release must know to read it (its instance's `needs`),
     /// whatever the size of the entry's time.
