@@ -425,7 +425,9 @@ async fn run() -> Result<(), saga_runtime::Error> {
     // ends its lease, and the other worker goes on from there. (`close()`
     // would stop them mid-call, and the other worker would call the bank
     // again, with the same idempotency key.)
-    engine.close_within(std::time::Duration::from_secs(10)).await;
+    engine
+        .close_within(std::time::Duration::from_secs(10))
+        .await;
     Ok(())
 }
 

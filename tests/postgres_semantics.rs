@@ -1,5 +1,5 @@
 //! The core semantics suite again, on PostgreSQL: steps, retries,
-//! rollback order, child workflows, waits and timers, control, retention, limits, patches, typed failures, the replay check, queues, tags and search, schedules (the cost
+//! rollback order, child workflows, waits and timers, control, retention, limits, patches, typed failures, the replay check, continue-as-new, queues, tags and search, schedules (the cost
 //! of the 2,000th event included). The files are the
 //! same as the sled suite's; in this binary `helpers::fresh` gives each
 //! engine a schema of its own on the test database instead of a temporary
@@ -10,6 +10,8 @@
 
 #[path = "children.rs"]
 mod children;
+#[path = "continue_as_new.rs"]
+mod continue_as_new;
 #[path = "control.rs"]
 mod control;
 #[cfg(feature = "encryption")]

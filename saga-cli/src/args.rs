@@ -179,6 +179,10 @@ pub(crate) struct RestartArgs {
 pub(crate) struct HistoryArgs {
     /// The instance.
     pub(crate) id: String,
+    /// An earlier run of an instance that continued as new (0 is the
+    /// first); without it, the current run.
+    #[arg(long)]
+    pub(crate) run: Option<u32>,
     /// Print one JSON object (schema 1, as `watch --json`) per event.
     #[arg(long)]
     pub(crate) json: bool,

@@ -1,5 +1,6 @@
-//! `saga history ID`: every event of one instance's history, in order, as
-//! stored: what `show` draws its timeline from.
+//! `saga history ID [--run N]`: every event of one instance's history
+//! (its current run, or run `N` of one that continued as new), in order,
+//! as stored: what `show` draws its timeline from.
 
 use std::io::Write;
 
@@ -14,7 +15,11 @@ pub(crate) async fn run(
     args: &HistoryArgs,
     out: &mut impl Write,
 ) -> Result<(), CliError> {
-    let history = engine.instance(&args.id).await?.history().await?;
+    let instance = engine.instance(&args.id).await?;
+    let history = match args.run {
+        Some(run) => instance.history_of_run(run).await?,
+        None => instance.history().await?,
+    };
     for event in &history {
         if args.json {
             json::print(out, &json::event(event))?;

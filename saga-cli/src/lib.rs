@@ -31,7 +31,7 @@
 //! |---|---|
 //! | `list [--status S] [--workflow W] [--limit N] [--json]` | a table of instances |
 //! | `show ID [--json] [--key-file F]` | one instance as a timeline, with its rollback (a child's inside its parent's) |
-//! | `history ID [--json]` | one instance's history: every event, in order |
+//! | `history ID [--run N] [--json]` | one instance's history: every event, in order (`--run`: an earlier run of one that continued as new) |
 //! | `send-event ID TYPE --json PAYLOAD` | sends an event |
 //! | `pause ID`, `resume ID` | pauses at the next step boundary, resumes |
 //! | `terminate [--rollback] ID` | ends it, with or without compensation |

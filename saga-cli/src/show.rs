@@ -156,6 +156,15 @@ fn header(i: &Inspection, info: &InstanceInfo, style: &Style) -> String {
     if i.generation > 0 {
         line("generation", format!("{} (restarted)", i.generation));
     }
+    if i.run > 0 {
+        line(
+            "run",
+            format!(
+                "{} (continued as new; earlier runs are kept until retention)",
+                i.run
+            ),
+        );
+    }
     if let Some((kind, name)) = place(i) {
         line("at", format!("{kind} {}", escape(&name)));
     }

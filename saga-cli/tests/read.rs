@@ -393,6 +393,11 @@ fn history_prints_every_event_in_order() {
     assert_eq!(events[0]["seq"], 0);
     assert_eq!(events[0]["event"], "InstanceCreated");
     assert_eq!(fails(store.path(), &["history", "nobody"]).code, 1);
+    // An instance that never continued as new has run 0 only.
+    let run_0 = ok(store.path(), &["history", "transfer-43", "--run", "0"]);
+    assert_eq!(run_0, history);
+    let later = fails(store.path(), &["history", "transfer-43", "--run", "1"]);
+    assert!(later.stderr.contains("keeps no run 1"), "{}", later.stderr);
 }
 
 #[test]

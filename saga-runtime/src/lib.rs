@@ -118,6 +118,7 @@ pub use crate::workflow::compensation::{
 };
 pub use crate::workflow::config::{Backoff, MAX_RETRIES, StepConfig};
 pub use crate::workflow::context::WorkflowContext;
+pub use crate::workflow::continuation::ContinueAsNew;
 pub use crate::workflow::key::{IdempotencyKey, StepContext};
 pub use crate::workflow::service::Service;
 pub use crate::workflow::step::StepFuture;
@@ -198,6 +199,7 @@ fn compile_time_assertions() {
     send::<StepFuture<u64>>();
     send::<ChildCall<u64>>();
     send::<EventWaitCall<u64>>();
+    send::<ContinueAsNew<u64>>();
     send::<Subscription>();
     send_sync::<TestClock>();
     send::<Schedule>();

@@ -1,5 +1,7 @@
 //! Finished instances are removed after the retention period, journal and
-//! all, so the store does not grow without bound.
+//! all, so the store does not grow without bound. So are the runs of an
+//! instance that continued as new, while it goes on: a run counts as
+//! ended when the next one began.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -51,10 +53,18 @@ async fn sweep_locked(runner: &Arc<Runner>) -> Result<usize> {
         status.is_terminal()
             && finished_at.is_some_and(|at| add_millis(at, runner.retention) <= now)
     };
+    let ended_before = |at: u64| add_millis(at, runner.retention) <= now;
     let mut removed = 0;
     for (id, summary) in journal.summaries().await? {
         let Ok(summary) = summary else { continue };
         if !expired(summary.status, summary.finished_at) {
+            // A long loop (continue-as-new) keeps running, and its runs
+            // that ended longer ago than the retention period go.
+            if crate::journal::runs::run_of(summary.last_seq) > 0
+                && let Err(e) = journal.remove_ended_runs(&id, ended_before).await
+            {
+                tracing::warn!(instance = %id, error = %e, "retention could not remove the old runs of an instance");
+            }
             continue;
         }
         // A child whose parent has not finished may still be undone by the

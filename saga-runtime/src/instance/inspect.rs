@@ -35,6 +35,13 @@ pub struct Inspection {
     pub status: Status,
     /// 0, then one more per restart.
     pub generation: u32,
+    /// 0, then one more each time it continued as new
+    /// (`ctx.continue_as_new`): everything here is of this run. The runs
+    /// before it are kept until retention removes them, and read with
+    /// [`Instance::history_of_run`](crate::Instance::history_of_run).
+    pub run: u32,
+    /// When its current run began (when it was started, for run 0).
+    pub run_started_at: SystemTime,
     /// When it was started.
     pub created_at: SystemTime,
     /// When its record last changed.
@@ -540,7 +547,7 @@ fn inspection(id: &str, state: &InstanceState, times: &Times) -> Inspection {
     let slots = state
         .slots
         .values()
-        .filter_map(|slot| inspected_slot(id, slot, times))
+        .filter_map(|slot| inspected_slot(id, slot, times, state.run))
         .collect();
     let mut compensations: Vec<(Option<usize>, InspectedCompensation)> = state
         .compensations
@@ -557,7 +564,13 @@ fn inspection(id: &str, state: &InstanceState, times: &Times) -> Inspection {
                 InspectedCompensation {
                     step: step.name.clone(),
                     occurrence: step.occurrence,
-                    key: IdempotencyKey::rollback(id, &step.name, step.occurrence, step.generation),
+                    key: IdempotencyKey::rollback(
+                        id,
+                        &step.name,
+                        step.occurrence,
+                        step.generation,
+                        state.run,
+                    ),
                     state: match compensation {
                         CompensationState::Running { attempts, .. } => {
                             CompensationOutcome::Running {
@@ -589,6 +602,8 @@ fn inspection(id: &str, state: &InstanceState, times: &Times) -> Inspection {
         workflow: state.workflow.clone(),
         status: state.status,
         generation: state.generation,
+        run: state.run,
+        run_started_at: from_millis(state.run_began_at),
         created_at: from_millis(state.created_at),
         updated_at: from_millis(state.updated_at),
         finished_at: state.finished_at.map(from_millis),
@@ -622,7 +637,7 @@ fn inspection(id: &str, state: &InstanceState, times: &Times) -> Inspection {
 }
 
 /// The inspected form of a slot; `None` for `ctx.now()`/`ctx.random()`.
-fn inspected_slot(id: &str, slot: &SlotRecord, times: &Times) -> Option<InspectedSlot> {
+fn inspected_slot(id: &str, slot: &SlotRecord, times: &Times, run: u32) -> Option<InspectedSlot> {
     let timing = times.slot(slot.kind, &slot.name, slot.occurrence);
     let started_at = timing.map(|t| t.started);
     let ended_at = timing.and_then(|t| t.ended);
@@ -656,7 +671,7 @@ fn inspected_slot(id: &str, slot: &SlotRecord, times: &Times) -> Option<Inspecte
                 name: slot.name.clone(),
                 occurrence: slot.occurrence,
                 generation: slot.generation,
-                key: IdempotencyKey::forward(id, &slot.name, slot.occurrence, slot.generation),
+                key: IdempotencyKey::forward(id, &slot.name, slot.occurrence, slot.generation, run),
                 has_rollback: slot.has_rollback,
                 state,
                 input: slot.input.as_ref().map(PayloadView::of),

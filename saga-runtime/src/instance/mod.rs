@@ -196,13 +196,28 @@ impl Instance {
         ))
     }
 
-    /// Every event of the instance, in order.
+    /// Every event of the instance, in order: of its current run, when it
+    /// continued as new (`ctx.continue_as_new`; its first event then says
+    /// which run, and [`Instance::history_of_run`] reads the earlier ones).
     ///
     /// # Cancel safety
     ///
     /// A read; dropping the future changes nothing.
     pub async fn history(&self) -> Result<Vec<Event>> {
         self.journal().history(&self.id).await
+    }
+
+    /// The events of run `run` of an instance that continued as new (run
+    /// 0 is the first; [`Inspection::run`](crate::inspect::Inspection::run)
+    /// is the current one), kept until retention removes it. An earlier
+    /// run ends with its hand-over, [`EventKind::ContinuedAsNew`](crate::EventKind::ContinuedAsNew).
+    /// [`Error::InvalidArgument`] for a run the instance does not keep.
+    ///
+    /// # Cancel safety
+    ///
+    /// A read; dropping the future changes nothing.
+    pub async fn history_of_run(&self, run: u32) -> Result<Vec<Event>> {
+        self.journal().history_of_run(&self.id, Some(run)).await
     }
 
     /// Waits for the instance to finish: its output when it completed,
@@ -810,6 +825,11 @@ impl<O> Run<O> {
     /// See [`Instance::history`].
     pub async fn history(&self) -> Result<Vec<Event>> {
         self.instance.history().await
+    }
+
+    /// See [`Instance::history_of_run`].
+    pub async fn history_of_run(&self, run: u32) -> Result<Vec<Event>> {
+        self.instance.history_of_run(run).await
     }
 
     /// See [`Instance::inspect`].

@@ -71,6 +71,7 @@ impl Change {
                 | Change::SlotReleased
                 | Change::Requeued
                 | Change::StepFailureValue { .. }
+                | Change::ContinuedAsNew(_)
         )
     }
 }
@@ -129,6 +130,8 @@ impl CarriesPayloads for Entry {
             // A name from the code.
             Change::Patched { .. } => Vec::new(),
             Change::SlotReleased | Change::Requeued => Vec::new(),
+            // The next run's input, and the events it carries over.
+            Change::ContinuedAsNew(continued) => continued.payloads_mut(),
         }
     }
 }
@@ -361,6 +364,11 @@ pub(crate) enum Change {
         slot: u32,
         value: Payload,
     },
+    /// `ctx.continue_as_new(input)`: the run ends and the next begins with
+    /// a new input and an empty journal (see `runs`). Written twice with
+    /// the same content: the last record of the run that ends (the
+    /// hand-over), then the first of the next run, at `runs::start(run)`.
+    ContinuedAsNew(Box<super::runs::Continued>),
 }
 
 /// How an instance ended.
@@ -398,16 +406,22 @@ mod tests {
     /// variant appended without counting it fails here.
     #[test]
     fn the_last_kind_of_record_is_counted() {
-        let last = bytes(Change::StepFailureValue {
-            slot: 0,
-            value: Payload::Json(b"null".to_vec()),
-        });
+        let last = bytes(Change::ContinuedAsNew(Box::new(continued())));
         // The version, `at` (1000 as a varint: 251, 232, 3), then the kind.
         assert_eq!(u32::from(last[4]), Change::KINDS - 1);
         assert!(!crate::codec::from_newer_release(&last, 1, Change::KINDS));
         let mut newer = last.clone();
         newer[4] = Change::KINDS as u8;
         assert!(crate::codec::from_newer_release(&newer, 1, Change::KINDS));
+    }
+
+    /// The release before knew 38 kinds: the hand-over that ends run 0 is
+    /// a newer release's record to it (not its own), never damage, and it
+    /// meets it before the gap to run 1.
+    #[test]
+    fn the_release_before_takes_a_hand_over_for_a_newer_releases_record() {
+        let hand_over = bytes(Change::ContinuedAsNew(Box::new(continued())));
+        assert!(crate::codec::from_newer_release(&hand_over, 1, 38));
     }
 
     /// A store shared by workers reads from a record's header alone how
@@ -463,6 +477,11 @@ mod tests {
                 },
             });
             assert_eq!(kinds_needed(&step_failure_value), 41, "at {at}");
+            let continued = encode_record(&Entry {
+                at,
+                change: Change::ContinuedAsNew(Box::new(continued())),
+            });
+            assert_eq!(kinds_needed(&continued), 42, "at {at}");
             let started = encode_record(&Entry {
                 at,
                 change: Change::DriverStarted,
@@ -583,6 +602,34 @@ mod tests {
             }),
             [2, 251, 232, 3, 40, 3, 1, 2, b'{', b'}']
         );
+        assert_eq!(
+            bytes(Change::ContinuedAsNew(Box::new(continued()))),
+            [
+                2, 251, 232, 3, 41, 1, 1, b'w', 1, 1, b'7', 9, 1, 1, b'p', 1, 1, b'k', 1, b'v', 1,
+                1, b'q', 0, 2, 3, 1, 1, 1, b'e', 1, 1, b'8', 5, 1, 1, b'i', 1, b'e', 1, 1, b'8'
+            ]
+        );
+    }
+
+    /// A hand-over from run 0, with one of everything it carries.
+    fn continued() -> crate::journal::runs::Continued {
+        crate::journal::runs::Continued {
+            run: 1,
+            workflow: "w".into(),
+            input: Payload::Json(b"7".to_vec()),
+            created_at: 9,
+            parent: Some("p".into()),
+            tags: vec![("k".into(), "v".into())],
+            queue: Some(crate::journal::runs::CarriedSpot {
+                queue: "q".into(),
+                key: None,
+                priority: 1,
+                order: 3,
+                taken: true,
+            }),
+            pending: vec![("e".into(), Payload::Json(b"8".to_vec()), 5)],
+            event_ids: vec![("i".into(), "e".into(), Payload::Json(b"8".to_vec()))],
+        }
     }
 
     /// The kinds this release adds are written with the index entry, which
@@ -632,6 +679,7 @@ mod tests {
                 slot: 0,
                 value: Payload::Json(b"1".to_vec()),
             },
+            Change::ContinuedAsNew(Box::new(continued())),
         ];
         for change in new_kinds {
             assert!(change.reindexes(), "{change:?}");

@@ -198,6 +198,9 @@ pub(crate) fn import(legacy: &LegacyInstance) -> Result<Imported, String> {
         patches: std::collections::BTreeSet::new(),
         took_slot_at: Vec::new(),
         slot_released: false,
+        run: 0,
+        run_began_at: record.created_at,
+        handed_over: None,
     };
     Ok(Imported { state, history })
 }

@@ -21,6 +21,7 @@ pub(crate) mod legacy;
 mod metered;
 mod page;
 pub(crate) mod queued;
+pub(crate) mod runs;
 mod schedules;
 mod state;
 pub(crate) mod tags;
@@ -120,7 +121,10 @@ impl InstanceCaps {
             limit,
             of,
         };
-        if loaded.next_seq >= self.journal_records {
+        // The records of its current run: a long loop that continues as
+        // new begins each run empty.
+        let records = loaded.next_seq - runs::start(runs::run_of(loaded.next_seq));
+        if records >= self.journal_records {
             return Err(full(self.journal_records, "journal records"));
         }
         let state = &loaded.state;
@@ -269,6 +273,8 @@ impl Journal {
             if cached.epoch == epoch {
                 if cached.loaded.is_none() {
                     cached.loaded = loaded;
+                    // A crash came between a hand-over and its next run.
+                    self.begin_pending_run(id, &mut cached)?;
                 }
                 drop(cached);
                 return Ok(held);
@@ -443,6 +449,7 @@ impl Journal {
         cached: &mut Cached,
         f: impl FnOnce(&InstanceState) -> Result<(Option<Change>, R)>,
     ) -> Result<R> {
+        self.begin_pending_run(id, cached)?;
         let Some(loaded) = cached.loaded.as_mut() else {
             return Err(Error::UnknownInstance { id: id.to_owned() });
         };
@@ -524,6 +531,8 @@ impl Journal {
             self.outcome_written.store(true, Ordering::SeqCst);
         }
         self.publish(id, state, record.at, events);
+        // A hand-over: the next run begins at once, under the same lock.
+        self.begin_pending_run(id, cached)?;
         Ok(answer)
     }
 
@@ -767,21 +776,40 @@ impl Journal {
         self.store.settle().await
     }
 
-    /// The history of `id`, as users see it.
+    /// The history of `id`'s current run, as users see it.
     /// Answers once all it shows is durable (see [`Journal::read_durable`]).
     pub(crate) async fn history(&self, id: &str) -> Result<Vec<Event>> {
-        Ok(self.records_and_history(id).await?.1)
+        self.history_of_run(id, None).await
     }
 
-    /// The records of `id` as the store holds them, and the history they
-    /// make (`saga export`: one read, so the two agree). Answers once all
-    /// it read is durable.
+    /// The history of run `run` of `id` (`None`: its current run), as
+    /// users see it; `Error::InvalidArgument` for a run it does not keep.
+    pub(crate) async fn history_of_run(&self, id: &str, run: Option<u32>) -> Result<Vec<Event>> {
+        Ok(self.records_and_history(id, run).await?.1)
+    }
+
+    /// The records of run `run` of `id` (`None`: its current run) as the
+    /// store holds them, and the history they make (`saga export`: one
+    /// read, so the two agree). Answers once all it read is durable.
     pub(crate) async fn records_and_history(
         &self,
         id: &str,
+        run: Option<u32>,
     ) -> Result<(Vec<(u64, Vec<u8>)>, Vec<Event>)> {
         let held = self.hold(id);
-        let records = self.store.journal(id).await;
+        let records = match run {
+            Some(run) => self.store.journal_range(id, runs::seqs_of(run)).await,
+            None => self.current_run(id).await,
+        };
+        if let (Some(run), Ok(records)) = (run, &records)
+            && records.is_empty()
+            && self.store.last_seq(id).await?.is_some()
+        {
+            return Err(Error::InvalidArgument(format!(
+                "instance {id:?} keeps no run {run}: it has not begun, or retention removed it \
+                 (`inspect().run` is its current run)"
+            )));
+        }
         // A write that the read saw took its ticket under the instance's
         // lock: once the lock was free after the read, the latest ticket
         // covers it.
@@ -823,9 +851,12 @@ impl Journal {
     /// on) cut short.
     async fn load(&self, id: &str) -> Result<Option<Loaded>> {
         let mut fold = fold::Fold::new(&self.sealer);
-        let mut next_seq = 0;
-        let journal = self.store.journal(id).await?;
-        if journal.first().is_none_or(|(seq, _)| *seq != 0) {
+        let journal = self.current_run(id).await?;
+        let Some(&(first, _)) = journal.first() else {
+            return Ok(None);
+        };
+        let mut next_seq = runs::start(runs::run_of(first));
+        if first != next_seq {
             return Ok(None);
         }
         for (seq, bytes) in journal {
@@ -846,6 +877,18 @@ impl Journal {
             tracing::warn!(instance = %id, error = %e, "could not refresh the index entry of a damaged journal");
         }
         Ok(fold.state.map(|state| Loaded { state, next_seq }))
+    }
+
+    /// The records of the current run of `id` (that of its last record):
+    /// an instance that continued as new is read from its run's start on.
+    async fn current_run(&self, id: &str) -> Result<Vec<(u64, Vec<u8>)>> {
+        match self.store.last_seq(id).await? {
+            None => Ok(Vec::new()),
+            Some(last) => {
+                let start = runs::start(runs::run_of(last));
+                self.store.journal_range(id, start..last + 1).await
+            }
+        }
     }
 
     /// Writes the index entry of `id` from `state`, folded from its

@@ -87,6 +87,18 @@ pub(crate) struct InstanceState {
     /// has not asked for one again since. Never encoded.
     #[serde(skip)]
     pub(crate) slot_released: bool,
+    /// Its run: 0, then one more each time it continued as new (`runs`).
+    /// Never encoded.
+    #[serde(skip)]
+    pub(crate) run: u32,
+    /// When its run began (its creation, for run 0). Never encoded.
+    #[serde(skip)]
+    pub(crate) run_began_at: u64,
+    /// The hand-over its run ended with (`ContinuedAsNew`): the next run
+    /// begins from it, and nothing more is written to this run. Never
+    /// encoded.
+    #[serde(skip)]
+    pub(crate) handed_over: Option<Box<super::runs::Continued>>,
 }
 
 /// An event a wait set aside: its payload does not decode as the wait's
@@ -101,7 +113,7 @@ pub(crate) struct Rejected {
 
 impl InstanceState {
     /// The state of an instance just created, before its first run.
-    fn created(workflow: &str, input: &Payload, at: u64) -> InstanceState {
+    pub(super) fn created(workflow: &str, input: &Payload, at: u64) -> InstanceState {
         InstanceState {
             workflow: workflow.to_owned(),
             input: input.clone(),
@@ -130,6 +142,9 @@ impl InstanceState {
             patches: std::collections::BTreeSet::new(),
             took_slot_at: Vec::new(),
             slot_released: false,
+            run: 0,
+            run_began_at: at,
+            handed_over: None,
         }
     }
 
@@ -386,8 +401,14 @@ pub(crate) fn apply(
             Change::Imported(imported) => {
                 let mut imported_state = imported.state.clone();
                 imported_state.events = imported.history.len() as u64;
+                imported_state.run_began_at = imported_state.created_at;
                 *state = Some(imported_state);
                 Ok(imported.history.iter().map(|(_, k)| k.clone()).collect())
+            }
+            // The first record of a run after the first.
+            Change::ContinuedAsNew(continued) => {
+                *state = Some(continued.begin(seq, at)?);
+                Ok(vec![EventKind::ContinuedAsNew { run: continued.run }])
             }
             _ => Err(format!(
                 "record {seq} comes before the instance was created"
@@ -415,9 +436,27 @@ fn apply_to(
     at: u64,
     change: &Change,
 ) -> Result<Vec<EventKind>, String> {
+    if s.handed_over.is_some() {
+        return Err(format!(
+            "record {seq} follows the hand-over that ended run {}",
+            s.run
+        ));
+    }
     let event = match change {
         Change::Created { .. } | Change::Imported(_) | Change::CreatedOnQueue { .. } => {
             return Err(format!("record {seq} creates an instance that exists"));
+        }
+        // The hand-over: the run ends here, `Running`, and the next one
+        // begins from it.
+        Change::ContinuedAsNew(continued) => {
+            if continued.run != s.run + 1 || super::runs::run_of(seq) != s.run {
+                return Err(format!(
+                    "record {seq} hands run {} over to run {}",
+                    s.run, continued.run
+                ));
+            }
+            s.handed_over = Some(continued.clone());
+            EventKind::ContinuedAsNew { run: continued.run }
         }
         Change::Dequeued => {
             let Some(spot) = &mut s.queue else {

@@ -120,11 +120,9 @@ impl Journal {
     async fn followed_until(&self, id: &str, seq: u64) -> Result<Option<Followed>> {
         let mut fold = Fold::new(self.sealer());
         let mut events = 0;
-        let mut next_seq = 0;
-        for (s, bytes) in self.store.journal(id).await? {
-            if s >= seq {
-                break;
-            }
+        // An instance that continued as new: its run, from its start.
+        let mut next_seq = super::runs::start(super::runs::run_of(seq));
+        for (s, bytes) in self.store.journal_range(id, next_seq..seq).await? {
             events += fold.record(id, s, &bytes)?.1.len() as u64;
             next_seq = s + 1;
         }

@@ -14,7 +14,9 @@ use crate::model::status::Status;
 pub struct Event {
     /// The instance it belongs to.
     pub instance: String,
-    /// Its position in the instance's history, from 0 without gaps.
+    /// Its position in the instance's history, from 0 without gaps: in
+    /// its run's history, for an instance that continued as new (each run
+    /// counts from 0 again).
     pub seq: u64,
     /// When it was recorded, on the engine's clock.
     pub at: SystemTime,
@@ -234,6 +236,13 @@ pub enum EventKind {
         /// The queue.
         queue: String,
     },
+    /// `ctx.continue_as_new(input)`: the last event of the run that ends,
+    /// and the first of the run that begins (`run`), which starts with the
+    /// new input and an empty history under the same id.
+    ContinuedAsNew {
+        /// The run that begins (1 for the first continuation).
+        run: u32,
+    },
 }
 
 impl EventKind {
@@ -405,6 +414,7 @@ impl fmt::Display for EventKind {
             EventKind::Requeued { queue } => {
                 write!(f, "waits for a slot of queue {queue:?} again")
             }
+            EventKind::ContinuedAsNew { run } => write!(f, "continued as new: run {run}"),
         }
     }
 }

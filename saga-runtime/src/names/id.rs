@@ -17,8 +17,10 @@
 //!
 //! For example `trip-9.book-flight` (the first `book-flight` child of
 //! instance `trip-9`), `trip-9.book-flight~o1g2` (its second call, in the
-//! parent's third generation) and `nightly.20301012T020000Z` (the tick of
-//! schedule `nightly` at 02:00 UTC on 12 October 2030).
+//! parent's third generation), `trip-9.book-flight~r3` (its call in run 3
+//! of a parent that continued as new: each run's children are new
+//! instances) and `nightly.20301012T020000Z` (the tick of schedule
+//! `nightly` at 02:00 UTC on 12 October 2030).
 //!
 //! A chosen id has no `.` and no `~`, so no derived id is ever a chosen
 //! one; a call name is lower case and a tick time upper case, so a child

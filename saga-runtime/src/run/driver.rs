@@ -60,10 +60,24 @@ pub(crate) async fn drive(
     workflow: Arc<dyn ErasedWorkflow>,
     id: &InstanceId,
     live: &Arc<Live>,
-    waking: bool,
+    mut waking: bool,
     releases: bool,
 ) -> Exit {
-    match drive_once(core, workflow, id, live, waking, releases).await {
+    // The instance continued as new: this driver runs its next run (it
+    // keeps its queue slot, and control calls find the same driver).
+    let driven = loop {
+        match drive_once(core, workflow.clone(), id, live, waking, releases).await {
+            Ok(None) => {
+                waking = false;
+                // A loop that continues without waiting on anything still
+                // lets the other tasks of its thread run.
+                tokio::task::yield_now().await;
+            }
+            Ok(Some(exit)) => break Ok(exit),
+            Err(e) => break Err(e),
+        }
+    };
+    match driven {
         Ok(exit) => exit,
         // A journal that does not fold cannot be written either: every call
         // on the instance answers `Error::Corrupt` (result() included), so
@@ -93,6 +107,8 @@ pub(crate) async fn drive(
     }
 }
 
+/// One run of the instance: `None` when it continued as new, and its
+/// next run is to be driven.
 async fn drive_once(
     core: &Arc<Core>,
     workflow: Arc<dyn ErasedWorkflow>,
@@ -100,7 +116,7 @@ async fn drive_once(
     live: &Arc<Live>,
     waking: bool,
     releases: bool,
-) -> Result<Exit> {
+) -> Result<Option<Exit>> {
     let state = core
         .journal
         .state(id)
@@ -111,13 +127,14 @@ async fn drive_once(
         instance = %id,
         workflow = %state.workflow,
         generation = state.generation,
+        run = state.run,
     );
     match state.status {
         Status::RollingBack => {
             Box::pin(rebuild_and_compensate(core, id, live, workflow, state))
                 .instrument(span)
                 .await?;
-            Ok(Exit::Ended)
+            Ok(Some(Exit::Ended))
         }
         // A damaged journal never runs forward: a step whose completion was
         // in the damaged record would run again. A person decides.
@@ -130,7 +147,7 @@ async fn drive_once(
             // Loading it refreshed its index entry (`list()` shows it
             // parked); a `result()` waiting for it learns it now.
             core.journal.notify_ended();
-            Ok(Exit::Other)
+            Ok(Some(Exit::Other))
         }
         Status::Queued | Status::Running | Status::Waiting | Status::Blocked => {
             run_forward(core, id, live, workflow, state, waking, releases)
@@ -145,8 +162,8 @@ async fn drive_once(
         }
         // Paused before this driver got going: a resume may race with it,
         // so let the runner look again once this driver is gone.
-        Status::Paused => Ok(Exit::Suspended),
-        _ => Ok(Exit::Other),
+        Status::Paused => Ok(Some(Exit::Suspended)),
+        _ => Ok(Some(Exit::Other)),
     }
 }
 
@@ -154,6 +171,8 @@ enum Outcome {
     Finished(std::result::Result<std::result::Result<crate::codec::Payload, Failure>, String>),
     Interrupted(Interrupt),
     Hibernate(Wake),
+    /// `ctx.continue_as_new`, with the next run's input.
+    Continued(Payload),
 }
 
 async fn run_forward(
@@ -164,7 +183,7 @@ async fn run_forward(
     state: InstanceState,
     waking: bool,
     releases: bool,
-) -> Result<Exit> {
+) -> Result<Option<Exit>> {
     let ctx = Ctx::new(
         core.clone(),
         id.clone(),
@@ -191,6 +210,7 @@ async fn run_forward(
                     biased;
                     why = live.interrupted() => break Outcome::Interrupted(why),
                     result = &mut run => break Outcome::Finished(result),
+                    input = ctx.continue_asked() => break Outcome::Continued(input),
                     () = parked => {
                         if let Some(wake_at) = ctx.hibernation(HIBERNATE_AFTER) {
                             break Outcome::Hibernate(wake_at);
@@ -214,7 +234,7 @@ async fn run_forward(
     match outcome {
         Outcome::Interrupted(Interrupt::Suspend) => {
             tracing::info!("workflow paused");
-            return Ok(Exit::Suspended);
+            return Ok(Some(Exit::Suspended));
         }
         Outcome::Hibernate(wake) => {
             let holds_slot = || {
@@ -228,10 +248,17 @@ async fn run_forward(
                 tracing::debug!("workflow only waits: giving its queue's slot back");
             }
             tracing::debug!(wake_at = ?crate::time::clock::from_millis(wake.at), "workflow only waits: letting go until it wakes");
-            return Ok(Exit::Hibernated(wake));
+            return Ok(Some(Exit::Hibernated(wake)));
         }
-        Outcome::Interrupted(Interrupt::Stop) => return Ok(Exit::Other),
-        Outcome::Interrupted(Interrupt::Requeue) => return Ok(Exit::Requeued),
+        Outcome::Interrupted(Interrupt::Stop) => return Ok(Some(Exit::Other)),
+        // Its step tasks are stopped (above): nothing of this run is
+        // written after the hand-over.
+        Outcome::Continued(input) => {
+            shared.core.journal.continue_as_new(&shared.id, input)?;
+            tracing::info!("workflow continued as new");
+            return Ok(None);
+        }
+        Outcome::Interrupted(Interrupt::Requeue) => return Ok(Some(Exit::Requeued)),
         Outcome::Finished(Ok(Ok(output))) => {
             end(
                 &shared,
@@ -276,10 +303,10 @@ async fn run_forward(
         Outcome::Interrupted(Interrupt::Fail(failure)) => {
             shared.append(Change::Blocked { failure })?;
             shared.core.journal.flush().await?;
-            return Ok(Exit::Other);
+            return Ok(Some(Exit::Other));
         }
     }
-    Ok(Exit::Ended)
+    Ok(Some(Exit::Ended))
 }
 
 /// The workflow function's future, made so that a panic of user code that

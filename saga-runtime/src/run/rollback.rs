@@ -307,6 +307,7 @@ async fn run_compensation(
         &handler.step,
         handler.occurrence,
         handler.generation,
+        shared.run,
     );
     let resume = match resume {
         Some(resume) => resume,

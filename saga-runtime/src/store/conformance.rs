@@ -16,7 +16,7 @@ where
     Fresh: std::future::Future<Output = S>,
 {
     let mut violations = Vec::new();
-    let checks: [(&str, Check); 6] = [
+    let checks: [(&str, Check); 7] = [
         ("create is once per id", create_is_once_per_id),
         ("appends read back in order", appends_read_back_in_order),
         (
@@ -32,6 +32,7 @@ where
             "a create cut short is taken over",
             create_cut_short_is_taken_over,
         ),
+        ("a run reads and goes apart", runs_read_and_go_apart),
     ];
     for (name, check) in checks {
         let store = fresh().await;
@@ -169,5 +170,51 @@ fn create_cut_short_is_taken_over(store: &dyn Store) -> StoreFuture<'_, Result<(
                 || format!("index {index:?}"),
             )),
         )
+    })
+}
+
+/// An instance that continued as new: run 1 begins at `1 << 32`. A range
+/// reads one run; the runs before one go, the rest and the index stay.
+fn runs_read_and_go_apart(store: &dyn Store) -> StoreFuture<'_, Result<(), String>> {
+    Box::pin(async move {
+        const RUN_1: u64 = 1 << 32;
+        store.create("a", &row(b"i"), b"r0").await?;
+        store.append("a", 1, b"r1")?;
+        store.append("a", RUN_1, b"run1-0")?;
+        store.append("a", RUN_1 + 1, b"run1-1")?;
+        store.create("ab", &row(b"i"), b"ab").await?;
+        store.append("ab", RUN_1, b"ab-run1")?;
+        store.flush()?;
+        let run0 = store.journal_range("a", 0..RUN_1).await?;
+        let run1 = store.journal_range("a", RUN_1..2 * RUN_1).await?;
+        let last = store.last_seq("a").await?;
+        let checked = expect(run0 == [(0, b"r0".to_vec()), (1, b"r1".to_vec())], || {
+            format!("run 0 reads {run0:?}")
+        })
+        .and(expect(
+            run1 == [(RUN_1, b"run1-0".to_vec()), (RUN_1 + 1, b"run1-1".to_vec())],
+            || format!("run 1 reads {run1:?}"),
+        ))
+        .and(expect(last == Some(RUN_1 + 1), || {
+            format!("last_seq {last:?}, expected {}", RUN_1 + 1)
+        }));
+        store.remove_before("a", RUN_1)?;
+        store.flush()?;
+        let left = store.journal("a").await?;
+        let other = store.journal("ab").await?;
+        Ok(checked
+            .and(expect(left.len() == 2 && left[0].0 == RUN_1, || {
+                format!("after removing run 0: {left:?}")
+            }))
+            .and(expect(store.index("a").await?.is_some(), || {
+                "removing the old runs took the index entry".into()
+            }))
+            .and(expect(other.len() == 2, || {
+                format!("removing the old runs of \"a\" touched \"ab\": {other:?}")
+            }))
+            .and(expect(
+                store.journal_range("a", 0..0).await?.is_empty(),
+                || "an empty range reads records".into(),
+            )))
     })
 }

@@ -8,8 +8,12 @@
 //! Two kinds of data:
 //!
 //! - **Journals**: per instance, records keyed by a sequence number that
-//!   grows from 0 without gaps. A record is never changed once appended;
-//!   an instance's journal is removed whole, by retention.
+//!   grows from 0 without gaps within a run. An instance that continued
+//!   as new starts each run at `run << 32` (`journal::runs`): run 0 is the
+//!   layout of every release before, so no store is rewritten. A record
+//!   is never changed once appended; an instance's journal is removed
+//!   whole by retention, or the runs before its current one
+//!   ([`Store::remove_before`]).
 //! - **The index**: per instance, a summary (status, workflow, times)
 //!   derived from its journal. It may lag the journal; the journal module
 //!   rebuilds it on open wherever it does.
@@ -225,6 +229,22 @@ pub trait Store: Send + Sync + 'static {
     }
     /// The journal of `id`, in order; empty when there is none.
     fn journal<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Vec<(u64, Vec<u8>)>>;
+    /// The records of `id`'s journal whose sequence numbers are in `seqs`,
+    /// in order: one run of an instance that continued as new (the
+    /// journal puts the run in the high bits of the sequence number, see
+    /// `journal::runs`). The default reads the whole journal: for stores
+    /// of the test suites.
+    fn journal_range<'a>(
+        &'a self,
+        id: &'a str,
+        seqs: std::ops::Range<u64>,
+    ) -> StoreFuture<'a, Vec<(u64, Vec<u8>)>> {
+        Box::pin(async move {
+            let mut records = self.journal(id).await?;
+            records.retain(|(seq, _)| seqs.contains(seq));
+            Ok(records)
+        })
+    }
     /// The sequence number of the last record of `id`'s journal.
     fn last_seq<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<u64>>;
     /// Replaces the index entry of `id` (on a shared store, only while
@@ -291,6 +311,16 @@ pub trait Store: Send + Sync + 'static {
     /// crash in between leaves an index entry without a journal, which the
     /// journal module finishes removing on open).
     fn remove(&self, id: &str) -> Result<()>;
+    /// Removes the records of `id`'s journal before `seq`, and nothing
+    /// else: the runs of an instance that continued as new which retention
+    /// let go of, while its current run (from `seq` on) and its index
+    /// entry stay. On a store shared by workers, only while this worker
+    /// owns the instance. Queued as the other writes, in call order.
+    fn remove_before(&self, _id: &str, _seq: u64) -> Result<()> {
+        Err(crate::error::Error::Store(
+            "this store cannot remove the old runs of an instance".into(),
+        ))
+    }
     /// Lets go of instance `id`, which waits in its queue, on a store
     /// shared by workers: this worker owned it only to act on what was
     /// posted to it, and the worker that takes it from its queue owns it

@@ -1,6 +1,9 @@
 //! The embedded store: one sled directory, its trees:
 //!
 //! - `journal`: key `<id>/<big-endian u64 seq>`, one insert per record.
+//!   The run of an instance that continued as new is the high 32 bits of
+//!   `seq` (`journal::runs`), so one run is one range of keys, and run 0
+//!   keys are those of every release before.
 //!   Ids never contain `/`, and `/` sorts before every id character, so a
 //!   prefix scan of `<id>/` sees exactly one instance's records, in order.
 //! - `index`: key `<id>`, the instance's summary.
@@ -322,6 +325,24 @@ impl SledStore {
             .collect()
     }
 
+    fn journal_range_now(
+        &self,
+        id: &str,
+        seqs: std::ops::Range<u64>,
+    ) -> Result<Vec<(u64, Vec<u8>)>> {
+        let prefix = instance_prefix(id);
+        if seqs.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.journal
+            .range(key(id, seqs.start)..key(id, seqs.end))
+            .map(|entry| {
+                let (key, value) = entry.map_err(sled_error)?;
+                Ok((seq_of(id, &key[prefix.len()..])?, value.to_vec()))
+            })
+            .collect()
+    }
+
     fn last_seq_now(&self, id: &str) -> Result<Option<u64>> {
         let prefix = instance_prefix(id);
         match self.journal.scan_prefix(&prefix).keys().next_back() {
@@ -405,6 +426,14 @@ impl Store for SledStore {
         answered(self.journal_now(id))
     }
 
+    fn journal_range<'a>(
+        &'a self,
+        id: &'a str,
+        seqs: std::ops::Range<u64>,
+    ) -> StoreFuture<'a, Vec<(u64, Vec<u8>)>> {
+        answered(self.journal_range_now(id, seqs))
+    }
+
     fn last_seq<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<u64>> {
         answered(self.last_seq_now(id))
     }
@@ -449,6 +478,18 @@ impl Store for SledStore {
                 .map_err(sled_error)?;
         }
         self.index.remove(id.as_bytes()).map_err(sled_error)?;
+        failpoint::after(Call::Write, n)
+    }
+
+    fn remove_before(&self, id: &str, seq: u64) -> Result<()> {
+        let n = failpoint::before(Call::Write)?;
+        // Oldest first: a crash part way leaves the later records of the
+        // old runs, and the current run whole.
+        for key in self.journal.range(key(id, 0)..key(id, seq)).keys() {
+            self.journal
+                .remove(key.map_err(sled_error)?)
+                .map_err(sled_error)?;
+        }
         failpoint::after(Call::Write, n)
     }
 

@@ -19,7 +19,9 @@
 //! each as the store holds it (hex): exactly what a replay folds, so a
 //! history replays as the instance would. `history` is the same journal
 //! as people read it (`saga history`), rejected events included; a replay
-//! does not read it, nor `status`.
+//! does not read it, nor `status`. An instance that continued as new
+//! (`ctx.continue_as_new`) is exported as its current run: `"run": 3`
+//! (absent for run 0), its records from that run's hand-over on.
 //!
 //! Values the engine's codec sealed stay sealed: a replay opens them with
 //! a codec that holds the keys ([`Replayer::codec`](super::Replayer::codec)).
@@ -49,6 +51,9 @@ pub struct History {
     instance: String,
     workflow: String,
     status: String,
+    /// The run the records are of (0 unless the instance continued as
+    /// new): its records' sequence numbers begin at the run's.
+    run: u32,
     records: Vec<Vec<u8>>,
     /// The history as people read it: kept, never read back.
     readable: Vec<serde_json::Value>,
@@ -62,6 +67,9 @@ struct Document {
     workflow: String,
     #[serde(default)]
     status: String,
+    /// The run of an instance that continued as new (absent: 0).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    run: u32,
     records: Vec<String>,
     #[serde(default)]
     history: Vec<serde_json::Value>,
@@ -81,7 +89,10 @@ impl History {
         let (workflow, status) = journal
             .read(id, |s| (s.workflow.clone(), s.status.to_string()))
             .await?;
-        let (records, events) = journal.records_and_history(id).await?;
+        let (records, events) = journal.records_and_history(id, None).await?;
+        let run = records
+            .first()
+            .map_or(0, |(seq, _)| crate::journal::runs::run_of(*seq));
         let records = records
             .into_iter()
             .map(|(_, bytes)| without_redacted_inputs(bytes))
@@ -101,6 +112,7 @@ impl History {
             instance: id.to_owned(),
             workflow,
             status,
+            run,
             records,
             readable,
         })
@@ -145,6 +157,7 @@ impl History {
             instance: document.instance,
             workflow: document.workflow,
             status: document.status,
+            run: document.run,
             records,
             readable: document.history,
         })
@@ -158,11 +171,18 @@ impl History {
             instance: self.instance.clone(),
             workflow: self.workflow.clone(),
             status: self.status.clone(),
+            run: self.run,
             records: self.records.iter().map(|r| to_hex(r)).collect(),
             history: self.readable.clone(),
         };
         // Strings and numbers only: it always encodes.
         serde_json::to_string_pretty(&document).unwrap_or_default()
+    }
+
+    /// The run its records are of: 0, or the current run of an instance
+    /// that continued as new when it was exported.
+    pub fn run(&self) -> u32 {
+        self.run
     }
 
     /// The instance it is the history of.
@@ -273,4 +293,8 @@ mod tests {
         let empty = r#"{"format": 1, "instance": "a", "workflow": "w", "records": []}"#;
         assert!(History::from_json(empty).is_err());
     }
+}
+
+fn is_zero(run: &u32) -> bool {
+    *run == 0
 }

@@ -224,7 +224,8 @@ impl WorkflowContext {
     /// Starts child workflow `workflow` with `input` as call `name`, and
     /// waits for its result. The child is a full instance (`list`, `show`,
     /// control), with a derived id: `{parent}.{name}`, then
-    /// `~o{occurrence}g{generation}` where those are not 0.
+    /// `~o{occurrence}g{generation}r{run}` where those are not 0 (`run`:
+    /// the parent's run, once it continued as new).
     ///
     /// - The call is durable: replay never starts a second child, and a
     ///   crash anywhere finds the one child again.
@@ -334,7 +335,7 @@ impl Call {
                     &self.slot.name,
                     self.slot.occurrence,
                     self.slot.generation,
-                    0,
+                    shared.run,
                 );
                 // Appended at once; made durable by the creation below.
                 if let Err(e) = shared.append(Change::ChildStarted {

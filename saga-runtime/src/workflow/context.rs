@@ -54,6 +54,9 @@ pub(crate) struct RunScope {
     pub(crate) mode: Mode,
     /// The instance's generation (restarts so far) when this run began.
     pub(crate) generation: u32,
+    /// The instance's run (continuations as new so far): its keys and
+    /// its children's ids carry it.
+    pub(crate) run: u32,
     /// The order its compensations run in, as its workflow says.
     pub(crate) rollback_order: crate::workflow::RollbackOrder,
     in_flight: Arc<InFlight>,
@@ -66,6 +69,10 @@ pub(crate) struct RunScope {
 pub(crate) struct Ctx {
     pub(crate) scope: Arc<RunScope>,
     replay: Mutex<Replay>,
+    /// The input `ctx.continue_as_new` asked the next run to begin with
+    /// (see `continuation`), for the driver to hand over.
+    continued: Mutex<Option<crate::codec::Payload>>,
+    continue_asked: tokio::sync::Notify,
 }
 
 struct Replay {
@@ -191,6 +198,7 @@ impl Ctx {
                 live,
                 mode,
                 generation: state.generation,
+                run: state.run,
                 rollback_order,
                 in_flight: Arc::default(),
                 asleep: Asleep::default(),
@@ -206,7 +214,28 @@ impl Ctx {
                     && state.rollback.as_ref().is_some_and(|plan| plan.by_name),
                 patches: state.patches.clone(),
             }),
+            continued: Mutex::new(None),
+            continue_asked: tokio::sync::Notify::new(),
         })
+    }
+
+    /// `ctx.continue_as_new`: the driver stops this run and hands it over
+    /// to the next, with `input` (the first call wins).
+    pub(crate) fn ask_to_continue(&self, input: crate::codec::Payload) {
+        lock(&self.continued).get_or_insert(input);
+        self.continue_asked.notify_one();
+    }
+
+    /// Completes once the workflow code asked to continue as new; the
+    /// input it asked for.
+    pub(crate) async fn continue_asked(&self) -> crate::codec::Payload {
+        loop {
+            let asked = self.continue_asked.notified();
+            if let Some(input) = lock(&self.continued).take() {
+                return input;
+            }
+            asked.await;
+        }
     }
 
     /// Takes the next slot for a call of `kind` named `name`. `None` when

@@ -15,7 +15,10 @@ use crate::workflow::service::{Service, Services};
 /// instance was restarted (`restart()` or `restart_from`) that many times.
 /// Every attempt and every replay within a generation gets the same key, so
 /// a callee that dedupes on it applies the side effect once; a restart acts
-/// again, with new keys.
+/// again, with new keys. An instance that continued as new
+/// (`ctx.continue_as_new`) ends its keys with `~r{run}` from its second
+/// run on (`t-1:debit#2@1~r3`): each run acts anew. Keys of run 0 are
+/// those of every release before.
 ///
 /// The step name in the key is the one stored in history, so a step
 /// renamed with `renamed_from` keeps its old keys.
@@ -28,28 +31,44 @@ impl IdempotencyKey {
         &self.0
     }
 
-    pub(crate) fn forward(instance: &str, step: &str, occurrence: u32, generation: u32) -> Self {
-        IdempotencyKey(suffixed(format!("{instance}:{step}"), occurrence, generation).into())
+    pub(crate) fn forward(
+        instance: &str,
+        step: &str,
+        occurrence: u32,
+        generation: u32,
+        run: u32,
+    ) -> Self {
+        IdempotencyKey(suffixed(format!("{instance}:{step}"), occurrence, generation, run).into())
     }
 
-    pub(crate) fn rollback(instance: &str, step: &str, occurrence: u32, generation: u32) -> Self {
+    pub(crate) fn rollback(
+        instance: &str,
+        step: &str,
+        occurrence: u32,
+        generation: u32,
+        run: u32,
+    ) -> Self {
         IdempotencyKey(
             suffixed(
                 format!("{instance}:rollback:{step}"),
                 occurrence,
                 generation,
+                run,
             )
             .into(),
         )
     }
 }
 
-fn suffixed(mut key: String, occurrence: u32, generation: u32) -> String {
+fn suffixed(mut key: String, occurrence: u32, generation: u32, run: u32) -> String {
     if occurrence > 0 {
         key.push_str(&format!("#{occurrence}"));
     }
     if generation > 0 {
         key.push_str(&format!("@{generation}"));
+    }
+    if run > 0 {
+        key.push_str(&format!("~r{run}"));
     }
     key
 }
@@ -125,20 +144,29 @@ mod tests {
     #[test]
     fn keys_carry_occurrence_then_generation() {
         assert_eq!(
-            IdempotencyKey::forward("t-1", "debit", 0, 0).as_str(),
+            IdempotencyKey::forward("t-1", "debit", 0, 0, 0).as_str(),
             "t-1:debit"
         );
         assert_eq!(
-            IdempotencyKey::forward("t-1", "debit", 2, 0).as_str(),
+            IdempotencyKey::forward("t-1", "debit", 2, 0, 0).as_str(),
             "t-1:debit#2"
         );
         assert_eq!(
-            IdempotencyKey::forward("t-1", "debit", 2, 1).as_str(),
+            IdempotencyKey::forward("t-1", "debit", 2, 1, 0).as_str(),
             "t-1:debit#2@1"
         );
         assert_eq!(
-            IdempotencyKey::rollback("t-1", "debit", 0, 3).as_str(),
+            IdempotencyKey::rollback("t-1", "debit", 0, 3, 0).as_str(),
             "t-1:rollback:debit@3"
+        );
+        // A run after the first (continue-as-new) comes last.
+        assert_eq!(
+            IdempotencyKey::forward("t-1", "debit", 2, 1, 3).as_str(),
+            "t-1:debit#2@1~r3"
+        );
+        assert_eq!(
+            IdempotencyKey::rollback("t-1", "debit", 0, 0, 1).as_str(),
+            "t-1:rollback:debit~r1"
         );
     }
 }

@@ -11,6 +11,7 @@ pub(crate) mod child;
 pub(crate) mod compensation;
 pub(crate) mod config;
 pub(crate) mod context;
+pub(crate) mod continuation;
 pub(crate) mod engine_core;
 pub(crate) mod in_flight;
 pub(crate) mod key;

@@ -416,7 +416,13 @@ impl StepTask {
     {
         let shared = &self.scope;
         let slot = &self.slot;
-        let key = IdempotencyKey::forward(&shared.id, &slot.name, slot.occurrence, slot.generation);
+        let key = IdempotencyKey::forward(
+            &shared.id,
+            &slot.name,
+            slot.occurrence,
+            slot.generation,
+            shared.run,
+        );
         let resume = match slot.recorded.as_ref().map(|r| &r.state) {
             Some(SlotState::Running { attempts, retry_at }) => Resume {
                 attempts: *attempts,

@@ -1,7 +1,10 @@
 //! The PostgreSQL store: journals in tables, so workers on many machines
 //! share one database (feature `postgres`).
 //!
-//! - **Layout.** `journal (id, seq, record)`, one row per record, and
+//! - **Layout.** `journal (id, seq, record)`, one row per record (the
+//!   run of an instance that continued as new in the high 32 bits of
+//!   `seq`, `journal::runs`: a `bigint` holds runs up to 2^31 - 1, and
+//!   run 0 is every release's layout, so no migration rewrites rows), and
 //!   `instances (id, summary, owner, workflow, status, active)`, the
 //!   index, in one schema (default `saga`); [`schema`] migrates it on
 //!   connect.
@@ -319,8 +322,19 @@ impl Store for PgStore {
     }
 
     fn journal<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Vec<(u64, Vec<u8>)>> {
+        self.journal_range(id, 0..u64::MAX)
+    }
+
+    fn journal_range<'a>(
+        &'a self,
+        id: &'a str,
+        seqs: std::ops::Range<u64>,
+    ) -> StoreFuture<'a, Vec<(u64, Vec<u8>)>> {
         Box::pin(async move {
-            match self.read_of(id, Read::Journal(id.to_owned())).await? {
+            // `seq` is a bigint: past i64 there is nothing to read.
+            let clamp = |seq: u64| i64::try_from(seq).unwrap_or(i64::MAX);
+            let read = Read::Journal(id.to_owned(), clamp(seqs.start), clamp(seqs.end));
+            match self.read_of(id, read).await? {
                 ReadAnswer::Journal(records) => Ok(records),
                 other => Err(other.unexpected()),
             }
@@ -448,6 +462,13 @@ impl Store for PgStore {
 
     fn remove(&self, id: &str) -> Result<()> {
         self.queue(Op::Remove { id: id.to_owned() })
+    }
+
+    fn remove_before(&self, id: &str, seq: u64) -> Result<()> {
+        self.queue(Op::RemoveBefore {
+            id: id.to_owned(),
+            seq: to_db_seq(seq)?,
+        })
     }
 
     fn disown(&self, id: &str) -> Result<()> {

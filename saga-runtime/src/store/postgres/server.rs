@@ -56,6 +56,11 @@ pub(super) enum Op {
     Remove {
         id: String,
     },
+    /// Removes the journal rows of an instance before `seq` (its old runs).
+    RemoveBefore {
+        id: String,
+        seq: i64,
+    },
     /// Lets go of an instance that waits in its queue (claimed for its
     /// posts only): it is the worker's that takes it.
     Disown {
@@ -116,7 +121,8 @@ impl Row {
 /// What runs on the read connection, beside the writes: reads, and the
 /// inbox (posting needs no lease; taking is fenced by the owner).
 pub(super) enum Read {
-    Journal(String),
+    /// The journal rows of an instance with `seq` in `.1...2`.
+    Journal(String, i64, i64),
     LastSeq(String),
     Index(String),
     IndexEntries,
@@ -294,6 +300,7 @@ struct Conn {
     same_rows: Statement,
     put_index: Statement,
     remove: Statement,
+    remove_before: Statement,
     journal: Statement,
     last_seq: Statement,
     index: Statement,
@@ -487,9 +494,17 @@ impl Target {
                 lease::orphan(s)
             ))
             .await?;
+        // An instance's old runs, while this worker owns it.
+        let remove_before = client
+            .prepare(&format!(
+                "DELETE FROM {s}.journal WHERE id = $1 AND seq < $2
+                 AND EXISTS (SELECT 1 FROM {s}.instances WHERE id = $1 AND owner = $3)"
+            ))
+            .await?;
         let journal = client
             .prepare(&format!(
-                "SELECT seq, record FROM {s}.journal WHERE id = $1 ORDER BY seq"
+                "SELECT seq, record FROM {s}.journal WHERE id = $1 AND seq >= $2 AND seq < $3
+                 ORDER BY seq"
             ))
             .await?;
         let last_seq = client
@@ -640,6 +655,7 @@ impl Target {
             same_rows,
             put_index,
             remove,
+            remove_before,
             journal,
             last_seq,
             index,
@@ -1263,6 +1279,11 @@ async fn apply(conn: Arc<Conn>, worker: Arc<str>, op: Op) -> std::result::Result
             let row = c.query_one(&conn.remove, &[&id, &worker]).await?;
             Ok(row.get::<_, i64>(0) == 1)
         }
+        Op::RemoveBefore { id, seq } => {
+            c.execute(&conn.remove_before, &[&id, &seq, &worker])
+                .await?;
+            Ok(true)
+        }
         Op::Disown { id } => {
             c.execute(&conn.disown, &[&id, &worker]).await?;
             Ok(true)
@@ -1432,8 +1453,8 @@ async fn query(
     worker: &str,
 ) -> std::result::Result<ReadAnswer, tokio_postgres::Error> {
     Ok(match read {
-        Read::Journal(id) => {
-            let rows = conn.client.query(&conn.journal, &[id]).await?;
+        Read::Journal(id, from, until) => {
+            let rows = conn.client.query(&conn.journal, &[id, from, until]).await?;
             ReadAnswer::Journal(
                 rows.iter()
                     .map(|row| (row.get::<_, i64>(0) as u64, row.get(1)))

@@ -1,0 +1,364 @@
+//! Runs: an instance that continues as new (`ctx.continue_as_new`) ends
+//! its run and begins the next with a new input and an empty journal,
+//! under the same id.
+//!
+//! **Layout.** Both stores key a journal `(id, seq)`. The run is the high
+//! 32 bits of `seq`: run `r` holds `r << 32 ..= r << 32 | 0xFFFF_FFFF`.
+//! Run 0 is the layout of every release before, byte for byte, so no
+//! store is rewritten (the "migration" is a no-op by construction), and a
+//! PostgreSQL `bigint` holds runs up to 2^31 - 1. A run is one range of
+//! keys: loading an instance reads its current run alone (the run of its
+//! last record), and retention removes the runs before it with one range
+//! delete.
+//!
+//! **The hand-over.** One kind of record, [`Continued`], written twice
+//! with the same content: as the last record of the run that ends (the
+//! hand-over), then as the first record of the next run, at its start.
+//! Both are written under the instance's lock, one after the other. A
+//! crash between them leaves a run that ends in a hand-over and no next
+//! run: whoever loads the instance to write it (its driver after a crash,
+//! a send) begins that run first, from the hand-over record alone
+//! ([`Journal::begin_pending_run`]). So every crash leaves exactly one
+//! next run, and nothing is ever written after a hand-over in its run.
+//!
+//! **The release before** reads the whole journal from seq 0: it meets
+//! the hand-over at the end of run 0, a kind it does not know, and leaves
+//! the instance alone as a newer release's (`change`), before the gap to
+//! run 1 could look like damage.
+//!
+//! What a run carries over: the workflow, its new input, when the
+//! instance was created, its tags and parent, its place in its queue (it
+//! keeps its slot), the events sent to it that no wait took yet, and the
+//! ids of events sent with an id (a send repeated across runs is still
+//! recognised). What it does not: its steps, their compensations, its
+//! generation (restarts) and patches.
+
+use serde::{Deserialize, Serialize};
+
+use super::change::{Change, Entry};
+use super::state::{self, InstanceState, PendingEvent, SentEvent};
+use super::{Cached, Indexed, Journal, Loaded, corrupt, queued};
+use crate::codec::Payload;
+use crate::error::{Error, Result};
+
+/// How far the run is shifted into a sequence number.
+const RUN_SHIFT: u32 = 32;
+
+/// The last run a store can key (a PostgreSQL `bigint` is signed).
+pub(crate) const LAST_RUN: u32 = (1 << 31) - 1;
+
+/// The run a sequence number belongs to.
+pub(crate) fn run_of(seq: u64) -> u32 {
+    (seq >> RUN_SHIFT) as u32
+}
+
+/// The sequence number of a run's first record.
+pub(crate) fn start(run: u32) -> u64 {
+    u64::from(run) << RUN_SHIFT
+}
+
+/// Every sequence number of a run.
+pub(crate) fn seqs_of(run: u32) -> std::ops::Range<u64> {
+    start(run)..start(run).saturating_add(1 << RUN_SHIFT)
+}
+
+/// The hand-over from one run to the next: everything the next run
+/// begins with.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct Continued {
+    /// The run that begins.
+    pub(crate) run: u32,
+    pub(crate) workflow: String,
+    /// The next run's input.
+    pub(crate) input: Payload,
+    /// When the instance (its run 0) was created.
+    pub(crate) created_at: u64,
+    pub(crate) parent: Option<String>,
+    pub(crate) tags: Vec<(String, String)>,
+    pub(crate) queue: Option<CarriedSpot>,
+    /// Events no wait took yet: type, payload, when sent.
+    pub(crate) pending: Vec<(String, Payload, u64)>,
+    /// Events sent with an id: id, type, payload.
+    pub(crate) event_ids: Vec<(String, String, Payload)>,
+}
+
+/// An instance's place in its queue, carried over (see `queued`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct CarriedSpot {
+    pub(crate) queue: String,
+    pub(crate) key: Option<String>,
+    pub(crate) priority: i32,
+    pub(crate) order: u64,
+    pub(crate) taken: bool,
+}
+
+impl Continued {
+    /// The hand-over of the run of `state` to the next, with `input`.
+    pub(crate) fn of(state: &InstanceState, input: Payload) -> Result<Continued> {
+        if state.run >= LAST_RUN {
+            return Err(Error::InvalidArgument(format!(
+                "the instance is in run {}, the last a store can key: start a new instance instead of continuing this one",
+                state.run
+            )));
+        }
+        Ok(Continued {
+            run: state.run + 1,
+            workflow: state.workflow.clone(),
+            input,
+            created_at: state.created_at,
+            parent: state.parent.clone(),
+            tags: state
+                .tags
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            queue: state.queue.as_ref().map(|q| CarriedSpot {
+                queue: q.queue.clone(),
+                key: q.key.clone(),
+                priority: q.priority,
+                order: q.order,
+                taken: q.taken,
+            }),
+            pending: state
+                .pending
+                .values()
+                .map(|p| (p.event_type.clone(), p.payload.clone(), p.sent_at))
+                .collect(),
+            event_ids: state
+                .event_ids
+                .iter()
+                .map(|(id, e)| (id.clone(), e.event_type.clone(), e.payload.clone()))
+                .collect(),
+        })
+    }
+
+    /// The user values it holds, for the engine's codec.
+    pub(crate) fn payloads_mut(&mut self) -> Vec<&mut Payload> {
+        std::iter::once(&mut self.input)
+            .chain(self.pending.iter_mut().map(|(_, p, _)| p))
+            .chain(self.event_ids.iter_mut().map(|(_, _, p)| p))
+            .collect()
+    }
+
+    /// The state its run begins with, its first record `seq` written at
+    /// `at`.
+    pub(crate) fn begin(&self, seq: u64, at: u64) -> Result<InstanceState, String> {
+        if seq != start(self.run) {
+            return Err(format!(
+                "record {seq} begins run {}, which begins at {}",
+                self.run,
+                start(self.run)
+            ));
+        }
+        let mut s = InstanceState::created(&self.workflow, &self.input, at);
+        s.status = crate::model::status::Status::Running;
+        s.created_at = self.created_at;
+        s.run = self.run;
+        s.run_began_at = at;
+        s.parent.clone_from(&self.parent);
+        s.tags = self.tags.iter().cloned().collect();
+        s.queue = self.queue.as_ref().map(|q| queued::QueueSpot {
+            queue: q.queue.clone(),
+            key: q.key.clone(),
+            priority: q.priority,
+            order: q.order,
+            taken: q.taken,
+        });
+        for (place, (event_type, payload, sent_at)) in self.pending.iter().enumerate() {
+            let place = u32::try_from(place).map_err(|_| "too many pending events".to_owned())?;
+            s.pending.insert(
+                (seq, place),
+                PendingEvent {
+                    event_type: event_type.clone(),
+                    payload: payload.clone(),
+                    sent_at: *sent_at,
+                },
+            );
+        }
+        for (id, event_type, payload) in &self.event_ids {
+            s.event_ids.insert(
+                id.clone(),
+                SentEvent {
+                    event_type: event_type.clone(),
+                    payload: payload.clone(),
+                },
+            );
+        }
+        Ok(s)
+    }
+}
+
+impl Journal {
+    /// `ctx.continue_as_new(input)`: ends the current run of `id` (a
+    /// driver keeps it) and begins the next with `input` (see the module).
+    pub(crate) fn continue_as_new(&self, id: &str, input: Payload) -> Result<()> {
+        self.write_kept(id, |state| {
+            let continued = Continued::of(state, input)?;
+            Ok((Some(Change::ContinuedAsNew(Box::new(continued))), ()))
+        })
+    }
+
+    /// Begins the run that the loaded state's run handed over to, when it
+    /// did and the next run is not written yet (a crash came between the
+    /// two records), on a store this engine writes; a reader sees the run
+    /// that handed over, `Running`, until then.
+    pub(super) fn begin_pending_run(&self, id: &str, cached: &mut Cached) -> Result<()> {
+        let Some(loaded) = cached.loaded.as_mut() else {
+            return Ok(());
+        };
+        let Some(next) = loaded.state.handed_over.clone() else {
+            return Ok(());
+        };
+        if !self.store.owns(id) {
+            return Ok(());
+        }
+        let seq = start(next.run);
+        let record = Entry {
+            at: self.now_millis(),
+            change: Change::ContinuedAsNew(next),
+        };
+        let mut begun = None;
+        let events = state::apply(&mut begun, seq, &record).map_err(|e| corrupt(id, seq, e))?;
+        let Some(begun) = begun else {
+            return Err(corrupt(
+                id,
+                seq,
+                "the first record of a run made no instance".into(),
+            ));
+        };
+        let written = self.sealer.encode_record(&record).and_then(|bytes| {
+            let indexed = Indexed::of(&begun, seq);
+            self.store.append_indexed(id, seq, &bytes, &indexed.row())
+        });
+        if let Err(e) = written {
+            cached.invalidate();
+            return Err(e);
+        }
+        tracing::debug!(instance = %id, run = begun.run, "continued as new");
+        self.publish(id, &begun, record.at, events);
+        *loaded = Loaded {
+            state: begun,
+            next_seq: seq + 1,
+        };
+        Ok(())
+    }
+}
+
+impl Journal {
+    /// Retention of a long loop: removes the runs of `id` that ended
+    /// `expired` (a run ends when the next begins), even while its current
+    /// run goes on; `true` when there were runs to remove. Only the
+    /// instance's writer removes them (on a store shared by workers, its
+    /// owner). Run starts grow with the run number, so the newest expired
+    /// one is found in a few reads.
+    pub(crate) async fn remove_ended_runs(
+        &self,
+        id: &str,
+        expired: impl Fn(u64) -> bool,
+    ) -> Result<bool> {
+        if !self.store.owns(id) {
+            return Ok(false);
+        }
+        let Some(last) = self.store.last_seq(id).await? else {
+            return Ok(false);
+        };
+        // The newest run in `1..=current` that began `expired`: every run
+        // before it ended then. A run retention removed reads as expired.
+        let (mut below, mut above) = (0, run_of(last) + 1);
+        while above - below > 1 {
+            let run = below + (above - below) / 2;
+            if self.run_began_expired(id, run, &expired).await? {
+                below = run;
+            } else {
+                above = run;
+            }
+        }
+        if below == 0 {
+            return Ok(false);
+        }
+        self.store.remove_before(id, start(below))?;
+        Ok(true)
+    }
+
+    /// Whether run `run` of `id` began `expired`, or is gone.
+    async fn run_began_expired(
+        &self,
+        id: &str,
+        run: u32,
+        expired: &impl Fn(u64) -> bool,
+    ) -> Result<bool> {
+        let first = self
+            .store
+            .journal_range(id, start(run)..start(run) + 1)
+            .await?;
+        let Some((_, bytes)) = first.first() else {
+            return Ok(true);
+        };
+        // A record that does not read is kept, with what it ends.
+        Ok(self
+            .sealer
+            .decode_record::<Entry>(bytes)
+            .is_ok_and(|entry| expired(entry.at)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::store::{SledStore, Store};
+
+    /// A crash between the hand-over and the next run's first record: the
+    /// next load begins the run from the hand-over alone, once.
+    #[tokio::test]
+    async fn a_hand_over_without_its_next_run_begins_it_on_load() {
+        let store: Arc<dyn Store> = Arc::new(SledStore::temporary().unwrap());
+        let clock = Arc::new(crate::time::clock::TestClock::new());
+        let patience = std::time::Duration::from_secs(5);
+        let journal = Journal::new(store.clone(), clock.clone(), patience).unwrap();
+        let input = Payload::Json(b"1".to_vec());
+        journal
+            .create_then("i", "w", input, None, false, |_, _| Ok((None, ())))
+            .await
+            .unwrap();
+        let state = journal.state("i").await.unwrap().unwrap();
+        let next = Continued::of(&state, Payload::Json(b"2".to_vec())).unwrap();
+        // The hand-over alone, as a crash right after it leaves it.
+        let record = Entry {
+            at: 5,
+            change: Change::ContinuedAsNew(Box::new(next)),
+        };
+        store
+            .append("i", 1, &journal.sealer().encode_record(&record).unwrap())
+            .unwrap();
+        store.flush().unwrap();
+        drop(journal);
+
+        let journal = Journal::new(store.clone(), clock, patience).unwrap();
+        let state = journal.state("i").await.unwrap().unwrap();
+        assert_eq!(state.run, 1);
+        assert_eq!(state.input.decode::<u32>(), Ok(2));
+        assert_eq!(state.status, crate::model::status::Status::Running);
+        assert_eq!(store.last_seq("i").await.unwrap(), Some(start(1)));
+        let history = journal.history("i").await.unwrap();
+        assert_eq!(
+            history.iter().map(|e| e.kind.clone()).collect::<Vec<_>>(),
+            [crate::EventKind::ContinuedAsNew { run: 1 }]
+        );
+        // Run 0 is kept whole, and ends with the hand-over.
+        assert_eq!(store.journal_range("i", seqs_of(0)).await.unwrap().len(), 2);
+    }
+
+    #[test]
+    fn run_0_is_the_layout_of_every_release_before() {
+        assert_eq!(start(0), 0);
+        assert_eq!(run_of(0), 0);
+        assert_eq!(run_of(u64::from(u32::MAX)), 0);
+        assert_eq!(start(1), 1 << 32);
+        assert_eq!(run_of((3 << 32) | 7), 3);
+        assert_eq!(seqs_of(2), (2 << 32)..(3 << 32));
+        // The last run's keys fit a PostgreSQL bigint.
+        assert!(i64::try_from(seqs_of(LAST_RUN).end - 1).is_ok());
+    }
+}
