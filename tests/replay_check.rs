@@ -505,3 +505,56 @@ async fn a_parent_waiting_for_its_child_replays_to_the_child_call() {
     drop(run);
     engine.close().await;
 }
+
+/// Bills, then continues as new until its third run, which waits for a
+/// cancellation.
+#[workflow(name = "subscription")]
+async fn subscription(ctx: WorkflowContext, month: u32) -> Result<(), WorkflowError> {
+    charge_card(&ctx).await?;
+    if month < 2 {
+        return ctx.continue_as_new(subscription, month + 1).await;
+    }
+    let _: bool = ctx
+        .wait_for_event("cancel", "cancel", Duration::from_secs(86_400))
+        .await?;
+    Ok(())
+}
+
+/// The same loop with a step inserted before the charge.
+#[workflow(name = "subscription")]
+async fn subscription_checked(ctx: WorkflowContext, month: u32) -> Result<(), WorkflowError> {
+    fraud_check(&ctx).await?;
+    charge_card(&ctx).await?;
+    if month < 2 {
+        return ctx.continue_as_new(subscription_checked, month + 1).await;
+    }
+    let _: bool = ctx
+        .wait_for_event("cancel", "cancel", Duration::from_secs(86_400))
+        .await?;
+    Ok(())
+}
+
+/// An instance that continued as new is exported as its current run,
+/// which replays from its hand-over, and is judged as any other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_later_run_of_a_loop_replays_from_its_hand_over() {
+    let engine = fresh(Engine::builder()).await;
+    let run = engine.start(subscription, "sub-1", 0).await.unwrap();
+    wait_until("its third run waiting", || async {
+        run.status().await.unwrap() == Status::Waiting && run.inspect().await.unwrap().run == 2
+    })
+    .await;
+    let history = History::export(&engine, "sub-1").await.unwrap();
+    assert_eq!(history.run(), 2);
+    let read = History::from_json(&history.to_json()).unwrap();
+    assert_eq!(read, history);
+    assert_eq!(
+        replay(subscription, &read).await.unwrap(),
+        Replayed::ReachedEnd
+    );
+    assert_eq!(
+        diverged(replay(subscription_checked, &read).await),
+        pair("step \"charge-card\"", "step \"fraud-check\"")
+    );
+    engine.close().await;
+}
