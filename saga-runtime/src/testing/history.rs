@@ -269,6 +269,11 @@ fn from_hex(hex: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
+/// A history of run 0 says nothing of its run.
+fn is_zero(run: &u32) -> bool {
+    *run == 0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -293,8 +298,4 @@ mod tests {
         let empty = r#"{"format": 1, "instance": "a", "workflow": "w", "records": []}"#;
         assert!(History::from_json(empty).is_err());
     }
-}
-
-fn is_zero(run: &u32) -> bool {
-    *run == 0
 }
