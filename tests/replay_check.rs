@@ -11,6 +11,8 @@
 
 #[path = "support/helpers.rs"]
 mod helpers;
+#[path = "support/orders.rs"]
+mod orders;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -20,100 +22,10 @@ use saga_runtime::testing::{History, ReplayError, Replayed, replay};
 use saga_runtime::{EventKind, TestClock};
 
 use helpers::{fresh, kinds, until_status, wait_until, within};
-
-/// Notes that a step of the order workflows ran (a replay runs none).
-fn ran(key: &IdempotencyKey) {
-    assert!(!key.as_str().is_empty());
-}
-
-#[step(name = "reserve")]
-async fn reserve(key: IdempotencyKey) -> Result<(), StepError> {
-    ran(&key);
-    Ok(())
-}
-
-#[step(name = "fraud-check")]
-async fn fraud_check(key: IdempotencyKey) -> Result<(), StepError> {
-    ran(&key);
-    Ok(())
-}
-
-#[step(name = "charge-card")]
-async fn charge_card(key: IdempotencyKey) -> Result<(), StepError> {
-    ran(&key);
-    Ok(())
-}
-
-/// The release in production: reserve, charge, wait to be shipped.
-#[workflow(name = "order")]
-async fn order(ctx: WorkflowContext, (): ()) -> Result<(), WorkflowError> {
-    reserve(&ctx).await?;
-    charge_card(&ctx).await?;
-    let _: u64 = ctx
-        .wait_for_event("wait-shipped", "shipped", "30 days")
-        .await?;
-    Ok(())
-}
-
-/// Charges before it reserves.
-#[workflow(name = "order")]
-async fn reordered(ctx: WorkflowContext, (): ()) -> Result<(), WorkflowError> {
-    charge_card(&ctx).await?;
-    reserve(&ctx).await?;
-    let _: u64 = ctx
-        .wait_for_event("wait-shipped", "shipped", "30 days")
-        .await?;
-    Ok(())
-}
-
-/// A fraud check inserted before the charge, for every instance.
-#[workflow(name = "order")]
-async fn inserted(ctx: WorkflowContext, (): ()) -> Result<(), WorkflowError> {
-    reserve(&ctx).await?;
-    fraud_check(&ctx).await?;
-    charge_card(&ctx).await?;
-    let _: u64 = ctx
-        .wait_for_event("wait-shipped", "shipped", "30 days")
-        .await?;
-    Ok(())
-}
-
-/// The charge removed.
-#[workflow(name = "order")]
-async fn removed(ctx: WorkflowContext, (): ()) -> Result<(), WorkflowError> {
-    reserve(&ctx).await?;
-    let _: u64 = ctx
-        .wait_for_event("wait-shipped", "shipped", "30 days")
-        .await?;
-    Ok(())
-}
-
-/// The fraud check inserted behind a patch.
-#[workflow(name = "order")]
-async fn patched_insertion(ctx: WorkflowContext, (): ()) -> Result<(), WorkflowError> {
-    reserve(&ctx).await?;
-    if ctx.patched("fraud-check") {
-        fraud_check(&ctx).await?;
-    }
-    charge_card(&ctx).await?;
-    let _: u64 = ctx
-        .wait_for_event("wait-shipped", "shipped", "30 days")
-        .await?;
-    Ok(())
-}
-
-/// The charge removed behind a patch.
-#[workflow(name = "order")]
-async fn patched_removal(ctx: WorkflowContext, (): ()) -> Result<(), WorkflowError> {
-    reserve(&ctx).await?;
-    if !ctx.patched("no-charge") {
-        charge_card(&ctx).await?;
-    }
-    let _: u64 = ctx
-        .wait_for_event("wait-shipped", "shipped", "30 days")
-        .await?;
-    Ok(())
-}
+use orders::{
+    charge_card, fraud_check, inserted, order, patched_insertion, patched_removal, removed,
+    reordered, reserve,
+};
 
 /// An `order` instance `id` started by the release in production, left
 /// waiting to be shipped, on a fresh store.
@@ -251,7 +163,7 @@ static AUDITED: AtomicU32 = AtomicU32::new(0);
 /// Fails its first attempt: the instance waits an hour for the second.
 #[step(name = "post", retries = 3, delay = "1 hour", backoff = "constant")]
 async fn post(key: IdempotencyKey) -> Result<u32, StepError> {
-    ran(&key);
+    orders::note(&key);
     match POSTED.fetch_add(1, Ordering::SeqCst) {
         0 => Err(StepError::retryable("the ledger is down")),
         n => Ok(n),
@@ -260,7 +172,7 @@ async fn post(key: IdempotencyKey) -> Result<u32, StepError> {
 
 #[step(name = "audit")]
 async fn audit(key: IdempotencyKey) -> Result<(), StepError> {
-    ran(&key);
+    orders::note(&key);
     AUDITED.fetch_add(1, Ordering::SeqCst);
     Ok(())
 }
@@ -380,7 +292,7 @@ const CARD: &str = "4111-1111-1111-1111";
 
 #[step(name = "charge-secret", redact = ["card"])]
 async fn charge_secret(key: IdempotencyKey, card: String) -> Result<String, StepError> {
-    ran(&key);
+    orders::note(&key);
     Ok(format!("charged {}", card.len()))
 }
 

@@ -7,89 +7,20 @@
 //! deployed, the instance in flight finishes without the new step and a
 //! new instance runs it.
 
+#[path = "../../tests/support/orders.rs"]
+mod orders;
 mod support;
 
 use std::path::Path;
-use std::sync::Mutex;
+
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
+use orders::{charge_card, fraud_check, inserted, order, patched_insertion, ran, reserve};
 use saga_runtime::prelude::*;
 use saga_runtime::testing::{History, Replayed, replay};
 use saga_runtime::{Engine, EventKind, TestClock};
 use support::{TempDir, fails, ok, wait_until, waiting_store};
-
-/// The keys of the steps that ran, in order: `order-7:charge-card`.
-static RAN: Mutex<Vec<String>> = Mutex::new(Vec::new());
-
-fn note(key: &IdempotencyKey) {
-    RAN.lock().unwrap().push(key.as_str().to_owned());
-}
-
-/// The steps instance `id` ran, in order.
-fn ran(id: &str) -> Vec<String> {
-    let prefix = format!("{id}:");
-    RAN.lock()
-        .unwrap()
-        .iter()
-        .filter_map(|key| key.strip_prefix(&prefix).map(str::to_owned))
-        .collect()
-}
-
-#[step(name = "reserve")]
-async fn reserve(key: IdempotencyKey) -> Result<(), StepError> {
-    note(&key);
-    Ok(())
-}
-
-#[step(name = "fraud-check")]
-async fn fraud_check(key: IdempotencyKey) -> Result<(), StepError> {
-    note(&key);
-    Ok(())
-}
-
-#[step(name = "charge-card")]
-async fn charge_card(key: IdempotencyKey) -> Result<(), StepError> {
-    note(&key);
-    Ok(())
-}
-
-/// The release in production: reserve, charge, wait to be shipped.
-#[workflow(name = "order")]
-async fn order(ctx: WorkflowContext, (): ()) -> Result<(), WorkflowError> {
-    reserve(&ctx).await?;
-    charge_card(&ctx).await?;
-    let _: u64 = ctx
-        .wait_for_event("wait-shipped", "shipped", "30 days")
-        .await?;
-    Ok(())
-}
-
-/// The next release as first written: a fraud check before the charge.
-#[workflow(name = "order")]
-async fn with_fraud_check(ctx: WorkflowContext, (): ()) -> Result<(), WorkflowError> {
-    reserve(&ctx).await?;
-    fraud_check(&ctx).await?;
-    charge_card(&ctx).await?;
-    let _: u64 = ctx
-        .wait_for_event("wait-shipped", "shipped", "30 days")
-        .await?;
-    Ok(())
-}
-
-/// The next release, fixed: the fraud check behind a patch.
-#[workflow(name = "order")]
-async fn with_patched_fraud_check(ctx: WorkflowContext, (): ()) -> Result<(), WorkflowError> {
-    reserve(&ctx).await?;
-    if ctx.patched("fraud-check") {
-        fraud_check(&ctx).await?;
-    }
-    charge_card(&ctx).await?;
-    let _: u64 = ctx
-        .wait_for_event("wait-shipped", "shipped", "30 days")
-        .await?;
-    Ok(())
-}
 
 /// Runs `saga <args..>` on `engine` as an application embeds it: its exit
 /// code (0 for success) and what it printed.
@@ -167,10 +98,7 @@ async fn an_inserted_step_is_caught_fixed_with_a_patch_and_deployed() {
 
     // The next release, as first written: --replay names the instance and
     // both steps, and fails.
-    let next = Engine::builder()
-        .register(with_fraud_check)
-        .temporary()
-        .unwrap();
+    let next = Engine::builder().register(inserted).temporary().unwrap();
     let (code, out) = embedded(&next, &["check", "--replay", "--from", dir]).await;
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("1 of 1 histories would be blocked"), "{out}");
@@ -184,7 +112,7 @@ async fn an_inserted_step_is_caught_fixed_with_a_patch_and_deployed() {
 
     // Fixed with a patch: it passes.
     let fixed = Engine::builder()
-        .register(with_patched_fraud_check)
+        .register(patched_insertion)
         .temporary()
         .unwrap();
     let (code, out) = embedded(&fixed, &["check", "--replay", "--from", dir]).await;
@@ -198,14 +126,14 @@ async fn an_inserted_step_is_caught_fixed_with_a_patch_and_deployed() {
     // Deployed: the instance in flight finishes without the new step; a
     // new instance runs it.
     let engine = open(store.path(), || {
-        Engine::builder().register(with_patched_fraud_check)
+        Engine::builder().register(patched_insertion)
     })
     .await;
     let (code, out) = embedded(&engine, &["check", "--replay"]).await;
     assert_eq!(code, 0, "{out}");
     ship(&engine, "order-old").await;
     engine
-        .start(with_patched_fraud_check, "order-new", ())
+        .start(patched_insertion, "order-new", ())
         .await
         .unwrap();
     until_status(&engine, "order-new", Status::Waiting).await;
@@ -343,7 +271,7 @@ static POSTED: AtomicU32 = AtomicU32::new(0);
 
 #[step(name = "post", retries = 3, delay = "1 hour", backoff = "constant")]
 async fn post(key: IdempotencyKey) -> Result<(), StepError> {
-    note(&key);
+    orders::note(&key);
     match POSTED.fetch_add(1, Ordering::SeqCst) {
         0 => Err(StepError::retryable("the ledger is down")),
         _ => Ok(()),
@@ -495,7 +423,7 @@ async fn on_postgres_a_reader_checks_the_live_store_beside_its_workers() {
 
     let next = Engine::builder()
         .postgres_schema(&schema)
-        .register(with_fraud_check)
+        .register(inserted)
         .connect_read_only(&url)
         .await
         .unwrap();
@@ -510,7 +438,7 @@ async fn on_postgres_a_reader_checks_the_live_store_beside_its_workers() {
     next.close().await;
     let fixed = Engine::builder()
         .postgres_schema(&schema)
-        .register(with_patched_fraud_check)
+        .register(patched_insertion)
         .connect_read_only(&url)
         .await
         .unwrap();
