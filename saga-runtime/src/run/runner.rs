@@ -432,7 +432,7 @@ impl Runner {
     async fn requeued(self: &Arc<Self>, id: &str) {
         if self.core.journal.shared() {
             if let Err(e) = self.core.journal.disown_if_queued(id).await {
-                tracing::warn!(instance = %id, error = %e, "could not let go of an instance that waits in its queue again; this worker takes it");
+                tracing::warn!(instance = %id, error = %e, "could not let go of an instance that waits in its queue again; it is taken once this worker stops");
             }
             self.queues.poke();
         } else {
