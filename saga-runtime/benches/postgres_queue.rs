@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use saga_runtime::prelude::*;
 use saga_runtime::{Queue, workflow};
-use support::postgres::{Workers, admin, next_order, raw_commits, url};
+use support::postgres::{Workers, admin, drop_schema, fresh_schema, next_order, raw_commits, url};
 use support::{charge, confirm, header, reserve, row, thousands};
 
 /// Workflows each round, and the callers that start them.
@@ -184,12 +184,7 @@ fn main() {
     runtime.block_on(async {
         let schema = format!("saga_bench_queue_{}", std::process::id());
         let client = admin().await;
-        client
-            .batch_execute(&format!(
-                "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"
-            ))
-            .await
-            .unwrap();
+        fresh_schema(&client, &schema).await;
         // The schema's tables, before the first round polls them.
         Engine::builder()
             .postgres_schema(&schema)
@@ -245,9 +240,6 @@ fn main() {
                 &format!("{:.2}x plain start", figure / plain),
             );
         }
-        client
-            .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
-            .await
-            .unwrap();
+        drop_schema(&client, &schema).await;
     });
 }

@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use saga_runtime::prelude::*;
 use saga_runtime::workflow;
-use support::postgres::{Workers, admin, next_order, raw_commits, url};
+use support::postgres::{Workers, admin, drop_schema, fresh_schema, next_order, raw_commits, url};
 use support::{charge, confirm, header, reserve, row, thousands};
 
 /// DBOS 3.4 (Python) on PostgreSQL 15, this machine class, the same
@@ -114,12 +114,7 @@ fn main() {
     runtime.block_on(async {
         let schema = format!("saga_bench_{}", std::process::id());
         let client = admin().await;
-        client
-            .batch_execute(&format!(
-                "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"
-            ))
-            .await
-            .unwrap();
+        fresh_schema(&client, &schema).await;
         let raw = raw_commits(&client, &schema).await;
         let engine = connect(&schema).await;
         // Warm-up: connections, prepared statements, the runtime.
@@ -168,9 +163,6 @@ fn main() {
                 &format!("{:.2}x 1 process", figure / one),
             );
         }
-        client
-            .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
-            .await
-            .unwrap();
+        drop_schema(&client, &schema).await;
     });
 }

@@ -26,6 +26,24 @@ pub(crate) async fn admin() -> tokio_postgres::Client {
     client
 }
 
+/// Makes `schema` anew (dropping what an earlier run left) on `client`.
+pub(crate) async fn fresh_schema(client: &tokio_postgres::Client, schema: &str) {
+    client
+        .batch_execute(&format!(
+            "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"
+        ))
+        .await
+        .unwrap();
+}
+
+/// Drops `schema` and what the bench wrote into it.
+pub(crate) async fn drop_schema(client: &tokio_postgres::Client, schema: &str) {
+    client
+        .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+        .await
+        .unwrap();
+}
+
 /// Single-row inserts of [`raw_commits`].
 const RAW_COMMITS: usize = 2_000;
 
