@@ -23,8 +23,8 @@ use saga_runtime::{EventKind, TestClock};
 
 use helpers::{fresh, kinds, until_status, wait_until, within};
 use orders::{
-    charge_card, fraud_check, inserted, order, patched_insertion, patched_removal, removed,
-    reordered, reserve,
+    approve, charge_card, fraud_check, inserted, order, patched_insertion, patched_removal,
+    removed, reordered, reserve,
 };
 
 /// An `order` instance `id` started by the release in production, left
@@ -229,19 +229,6 @@ async fn a_replay_runs_nothing_and_writes_nothing() {
     assert_eq!(within("the ledger's end", run.result()).await.unwrap(), 1);
     assert_eq!(POSTED.load(Ordering::SeqCst), 2);
     engine.close().await;
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-struct Decision {
-    approved: bool,
-}
-
-#[workflow(name = "approve")]
-async fn approve(ctx: WorkflowContext, (): ()) -> Result<bool, WorkflowError> {
-    let decision: Decision = ctx
-        .wait_for_event("wait-decision", "decision", "1 day")
-        .await?;
-    Ok(decision.approved)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -16,7 +16,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
-use orders::{charge_card, fraud_check, inserted, order, patched_insertion, ran, reserve};
+use orders::{approve, charge_card, fraud_check, inserted, order, patched_insertion, ran, reserve};
 use saga_runtime::prelude::*;
 use saga_runtime::testing::{History, Replayed, replay};
 use saga_runtime::{Engine, EventKind, TestClock};
@@ -342,19 +342,6 @@ async fn export_all_writes_one_file_per_instance_in_the_status() {
     assert!(out.contains("all 3 histories replay"), "{out}");
     drop(ledger_run);
     engine.close().await;
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-struct Decision {
-    approved: bool,
-}
-
-#[workflow(name = "approve")]
-async fn approve(ctx: WorkflowContext, (): ()) -> Result<bool, WorkflowError> {
-    let decision: Decision = ctx
-        .wait_for_event("wait-decision", "decision", "1 day")
-        .await?;
-    Ok(decision.approved)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,9 +1,10 @@
 //! The `order` workflow as the release in production runs it, and the
 //! releases a team might write next (steps reordered, inserted, removed,
 //! with and without `ctx.patched`), for the replay-check tests of both
-//! crates (`tests/replay_check.rs`, `saga-cli/tests/replay.rs`). Each step
-//! notes the key it ran with, so a test sees which steps of an instance
-//! ran, and that a replay runs none.
+//! crates (`tests/replay_check.rs`, `saga-cli/tests/replay.rs`), and
+//! `approve`, whose event may not decode. Each step notes the key it ran
+//! with, so a test sees which steps of an instance ran, and that a replay
+//! runs none.
 
 #![allow(dead_code)]
 
@@ -116,4 +117,20 @@ pub(crate) async fn patched_removal(ctx: WorkflowContext, (): ()) -> Result<(), 
         .wait_for_event("wait-shipped", "shipped", "30 days")
         .await?;
     Ok(())
+}
+
+/// A decision an approver sends (`approve` waits for one).
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct Decision {
+    pub(crate) approved: bool,
+}
+
+/// Waits a day for a decision, and returns it: a wait whose event may not
+/// decode.
+#[workflow(name = "approve")]
+pub(crate) async fn approve(ctx: WorkflowContext, (): ()) -> Result<bool, WorkflowError> {
+    let decision: Decision = ctx
+        .wait_for_event("wait-decision", "decision", "1 day")
+        .await?;
+    Ok(decision.approved)
 }
