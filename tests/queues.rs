@@ -1092,3 +1092,50 @@ async fn a_dropped_start_on_leaves_the_instance_queued_or_not_created() {
     }
     panic!("start_on did not complete within 64 polls");
 }
+
+/// A pause that comes while an instance waits without its slot: the wait
+/// ends, and it stays paused without asking for a slot; resumed, it waits
+/// for one and goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sleeper_paused_without_its_slot_asks_for_one_only_once_resumed() {
+    let clock = TestClock::new();
+    let bank = std::sync::Arc::new(Bank::new());
+    bank.open_gate();
+    let engine = fresh(releasing(&bank, &clock)).await;
+    let t = transfer_of("paused-nap", "p");
+    let run = engine
+        .start_on("bank-api", napping_transfer, "paused-nap", t)
+        .await
+        .unwrap();
+    wait_until("it gave its slot back", || async {
+        told(&engine, "paused-nap", |k| {
+            matches!(k, saga_runtime::EventKind::SlotReleased { .. })
+        })
+        .await
+    })
+    .await;
+    run.pause().await.unwrap();
+    helpers::until_status(&run, Status::Paused).await;
+    clock.advance(Duration::from_secs(7200));
+    helpers::settle().await;
+    assert_eq!(run.status().await.unwrap(), Status::Paused);
+    assert_eq!(bank.began().len(), 1, "a paused instance went on");
+    assert!(
+        !told(&engine, "paused-nap", |k| matches!(
+            k,
+            saga_runtime::EventKind::Requeued { .. }
+        ))
+        .await
+    );
+    run.resume().await.unwrap();
+    within("the resumed nap's end", run.result()).await.unwrap();
+    assert_eq!(bank.began().len(), 2);
+    assert!(
+        told(&engine, "paused-nap", |k| matches!(
+            k,
+            saga_runtime::EventKind::Requeued { .. }
+        ))
+        .await
+    );
+    engine.close().await;
+}
