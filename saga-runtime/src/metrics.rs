@@ -50,7 +50,7 @@ pub(crate) const FLUSH_GROUP: &str = "saga_flush_group_size";
 pub(crate) const CLAIMS: &str = "saga_postgres_claims_total";
 /// This worker's lease ran out under it: `saga_postgres_fenced_total`.
 pub(crate) const FENCED: &str = "saga_postgres_fenced_total";
-/// The write connection was made again: `saga_postgres_reconnects_total`.
+/// A write connection was made again: `saga_postgres_reconnects_total`.
 pub(crate) const RECONNECTS: &str = "saga_postgres_reconnects_total";
 
 /// Step `step` of `workflow` began.
@@ -128,7 +128,7 @@ pub(crate) fn fenced() {
     metrics::counter!(FENCED).increment(1);
 }
 
-/// The store's write connection was made again.
+/// One of the store's write connections was made again.
 #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
 pub(crate) fn reconnected() {
     metrics::counter!(RECONNECTS).increment(1);

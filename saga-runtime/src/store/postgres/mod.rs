@@ -69,6 +69,7 @@ mod schema;
 mod server;
 mod ssl_options;
 mod tls;
+mod writers;
 
 use std::collections::HashSet;
 use std::sync::mpsc::{self, RecvTimeoutError};

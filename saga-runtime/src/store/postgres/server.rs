@@ -1,6 +1,7 @@
-//! The thread that talks to PostgreSQL: its own Tokio runtime, a write
-//! connection that applies writes one at a time in call order, and a read
-//! connection whose queries run concurrently.
+//! The thread that talks to PostgreSQL: its own Tokio runtime, write
+//! connections that apply each instance's writes one at a time in call
+//! order (see `writers`), and a read connection whose queries run
+//! concurrently.
 //!
 //! Every write to an instance checks, in the same statement, that this
 //! worker owns it (the instance row, share-locked, names it): a claim by
@@ -18,6 +19,7 @@ use tokio_postgres::{Client, Config, SimpleQueryMessage, Statement};
 
 use super::fault::{self, Backoff, Failure, bounded, roll_back};
 use super::ssl_options::{self, SslMode};
+use super::writers::{self, Writer};
 use super::{PgOptions, lease, schema, tls};
 
 /// The most jobs taken from the queue at once.
@@ -289,8 +291,8 @@ pub(super) fn run(
 }
 
 /// A connection with its prepared statements.
-struct Conn {
-    client: Client,
+pub(super) struct Conn {
+    pub(super) client: Client,
     create: Statement,
     append: Statement,
     append_sealed: Statement,
@@ -328,7 +330,7 @@ pub(super) struct Target {
     tls: tokio_postgres_rustls::MakeRustlsConnect,
     ssl_mode: SslMode,
     /// The URL without its password, for messages.
-    shown: String,
+    pub(super) shown: String,
     /// The host(s) the URL names, for TLS errors.
     host: String,
     pub(super) schema: String,
@@ -668,7 +670,7 @@ impl Target {
 
     /// A connection for writes: commits do not wait for the disk (a flush
     /// does).
-    async fn connect_writer(&self) -> std::result::Result<Conn, Failure> {
+    pub(super) async fn connect_writer(&self) -> std::result::Result<Conn, Failure> {
         let conn = self.connect().await?;
         conn.client
             .batch_execute("SET synchronous_commit TO off")
@@ -686,10 +688,10 @@ struct Server {
     /// The instances this worker owns (shared with the store, which
     /// answers `owns` from it).
     owned: Arc<Mutex<HashSet<String>>>,
-    writer: Option<Arc<Conn>>,
+    /// The write connections (see `writers`); the first also renews the
+    /// lease, claims and takes from queues.
+    writers: Vec<Writer>,
     reader: Arc<tokio::sync::Mutex<Option<Arc<Conn>>>>,
-    /// The writes since the last flush that succeeded, in order.
-    unflushed: Vec<Op>,
     fenced: bool,
     /// A write nobody waited for failed: every later flush says so (the
     /// engine stops the instances it could not make durable).
@@ -758,7 +760,7 @@ impl Server {
     }
 
     /// Checks the schema (a worker migrates it), joins its workers (a
-    /// reader does not), and opens the write connection. A connection
+    /// reader does not), and opens the write connections. A connection
     /// that cannot be made is [`Error::DatabaseUnreachable`] at once.
     async fn join(
         target: Arc<Target>,
@@ -780,16 +782,22 @@ impl Server {
             lease::join(&client, &target.schema, &worker, options.lease).await?;
         }
         drop(client);
-        let writer = target.connect_writer().await.map_err(unreachable)?;
+        let mut writers = Vec::with_capacity(writers::WRITERS);
+        for _ in 0..writers::WRITERS {
+            let conn = target.connect_writer().await.map_err(unreachable)?;
+            writers.push(Writer {
+                conn: Some(Arc::new(conn)),
+                unflushed: Vec::new(),
+            });
+        }
         Ok(Server {
             target,
             worker: Arc::from(worker),
             lease: options.lease,
             timeout: options.timeout,
             owned,
-            writer: Some(Arc::new(writer)),
+            writers,
             reader: Arc::new(tokio::sync::Mutex::new(None)),
-            unflushed: Vec::new(),
             fenced: false,
             failed: None,
             read_only: options.read_only,
@@ -854,29 +862,20 @@ impl Server {
             {
                 batch.push(job);
             }
-            let mut appends = Vec::new();
+            // Writes run until the next job of another kind, which sees
+            // them applied.
+            let mut writes = Vec::new();
             for job in batch {
                 let job = match job {
-                    Job::Write {
-                        op: op @ Op::Append { .. },
-                        reply: None,
-                    } => {
-                        appends.push(op);
+                    Job::Write { op, reply } => {
+                        writes.push((op, reply));
                         continue;
                     }
                     job => job,
                 };
-                self.append_unwaited(std::mem::take(&mut appends)).await;
+                self.run_writes(std::mem::take(&mut writes)).await;
                 match job {
-                    Job::Write { op, reply } => {
-                        let result = self.write(op).await;
-                        match reply {
-                            Some(reply) => {
-                                let _ = reply.send(result);
-                            }
-                            None => self.note_unwaited(result.map(drop)),
-                        }
-                    }
+                    Job::Write { .. } => unreachable!("taken above"),
                     Job::Flush { reply } => {
                         let _ = reply.send(self.flush().await);
                         heartbeat.reset();
@@ -916,7 +915,7 @@ impl Server {
                     }
                 }
             }
-            self.append_unwaited(appends).await;
+            self.run_writes(writes).await;
         }
     }
 
@@ -926,70 +925,96 @@ impl Server {
         read_with_retry(&self.target, &self.reader, read, &self.worker, deadline).await
     }
 
-    /// Applies appends nobody waits for, in one statement.
-    async fn append_unwaited(&mut self, ops: Vec<Op>) {
-        if ops.is_empty() {
+    /// Applies `writes`: each connection its instances' writes, in order,
+    /// all connections at once.
+    async fn run_writes(&mut self, writes: Vec<writers::Write>) {
+        if writes.is_empty() {
             return;
         }
-        if self.failed.is_some() || self.fenced {
-            return;
+        let mut parts: Vec<Vec<writers::Write>> =
+            (0..self.writers.len()).map(|_| Vec::new()).collect();
+        for write in writes {
+            parts[writers::of(writers::instance(&write.0))].push(write);
         }
-        let deadline = Instant::now() + self.timeout;
-        let result = self
-            .with_writer(deadline, |conn, worker| {
-                apply_many(conn, worker, ops.clone())
+        let cx = writers::Context {
+            target: &self.target,
+            worker: &self.worker,
+            owned: &self.owned,
+            timeout: self.timeout,
+        };
+        let (failed, fenced) = (self.failed.clone(), self.fenced);
+        let runs = self
+            .writers
+            .iter_mut()
+            .zip(parts)
+            .filter(|(_, part)| !part.is_empty())
+            .map(|(writer, part)| {
+                let failed = failed.clone();
+                let cx = &cx;
+                Box::pin(async move { writer.run(cx, fenced, failed, part).await })
+                    as std::pin::Pin<Box<dyn Future<Output = writers::Ran> + Send + '_>>
             })
-            .await;
-        if result.is_ok() {
-            self.unflushed.extend(ops);
-        }
-        self.note_unwaited(result);
-    }
-
-    fn note_unwaited(&mut self, result: Result<()>) {
-        if let Err(e) = result
-            && self.failed.is_none()
-            && !self.fenced
-        {
-            tracing::error!(error = %e, "a PostgreSQL write failed; the next flush reports it");
-            self.failed = Some(e.to_string());
-        }
-    }
-
-    async fn write(&mut self, op: Op) -> Result<bool> {
-        if let Some(failed) = &self.failed {
-            return Err(Error::Store(failed.clone()));
-        }
-        let deadline = Instant::now() + self.timeout;
-        let done = self
-            .with_writer(deadline, |conn, worker| apply(conn, worker, op.clone()))
-            .await?;
-        match &op {
-            // One created waiting in a queue is its creator's until the
-            // creator wrote what it writes with the creation (its tags)
-            // and let go of it (`Store::disown`): then the worker that
-            // takes it gets it.
-            Op::Create { id, .. } if done => {
-                lock(&self.owned).insert(id.clone());
+            .collect();
+        let ran = writers::all(runs).await;
+        for ran in ran {
+            if ran.fenced && !self.fenced {
+                self.note_fenced().await;
             }
-            Op::Remove { id } => {
-                lock(&self.owned).remove(id);
+            if self.failed.is_none() {
+                self.failed = ran.failed;
             }
-            _ => {}
         }
-        self.unflushed.push(op);
-        Ok(done)
     }
 
+    /// Renews the lease, committed synchronously: every write applied
+    /// before it is durable then, on every connection (see `writers`).
     async fn flush(&mut self) -> Result<()> {
         if let Some(failed) = &self.failed {
             return Err(Error::Store(failed.clone()));
         }
         let deadline = Instant::now() + self.timeout;
         let sql = lease::renew_sql(&self.target.schema, &self.worker, self.lease);
-        self.with_writer(deadline, |conn, _| renew(conn, sql.clone()))
-            .await?;
-        self.unflushed.clear();
+        loop {
+            // A connection that broke since its writes: a new one applies
+            // them again, before the commit that makes them durable.
+            for i in 1..self.writers.len() {
+                let writer = &self.writers[i];
+                let broken = writer.conn.as_ref().is_none_or(|c| c.client.is_closed());
+                if broken && !writer.unflushed.is_empty() {
+                    self.with_writer_of(i, deadline, |_, _| async { Ok(()) })
+                        .await?;
+                }
+            }
+            self.with_writer(deadline, |conn, _| renew(conn, sql.clone()))
+                .await?;
+            // And one that broke meanwhile (a server restart) lost them.
+            let checks = self.writers[1..]
+                .iter()
+                .map(|writer| {
+                    Box::pin(async move { writer.unflushed.is_empty() || writer.lived().await })
+                        as std::pin::Pin<Box<dyn Future<Output = bool> + Send + '_>>
+                })
+                .collect();
+            let lived = writers::all(checks).await;
+            if lived.iter().all(|lived| *lived) {
+                break;
+            }
+            for (writer, lived) in self.writers[1..].iter_mut().zip(lived) {
+                if !lived {
+                    writer.conn = None;
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::DatabaseUnreachable {
+                    url: self.target.shown.clone(),
+                    detail: "a write connection kept breaking while its writes were made durable"
+                        .into(),
+                });
+            }
+        }
+        for writer in &mut self.writers {
+            writer.unflushed.clear();
+        }
         Ok(())
     }
 
@@ -1062,7 +1087,9 @@ impl Server {
     /// (see `lease::sweep_sql`). Not retried: the next heartbeat sweeps
     /// again.
     async fn sweep(&self) {
-        let Some(conn) = &self.writer else { return };
+        let Some(conn) = &self.writers[0].conn else {
+            return;
+        };
         let sql = lease::sweep_sql(&self.target.schema);
         if let Err(e) = conn.client.batch_execute(&sql).await {
             tracing::debug!(error = %e, "could not sweep the rows of dead workers");
@@ -1082,17 +1109,26 @@ impl Server {
     /// more), instead of being posted as if from a reader.
     async fn end_lease(&mut self) {
         let sql = lease::leave_sql(&self.target.schema, &self.worker);
-        if let Some(conn) = &self.writer
+        if let Some(conn) = &self.writers[0].conn
             && let Err(e) = conn.client.batch_execute(&sql).await
         {
             tracing::warn!(error = %e, "could not end this worker's lease; its instances are claimed once it expires");
         }
     }
 
-    /// Runs `f` on the write connection; on a broken connection, connects
-    /// again, applies the unflushed writes again, and retries, until
-    /// `deadline`.
+    /// Runs `f` on the first write connection (see [`Writer::with`]).
     async fn with_writer<T, F, Fut>(&mut self, deadline: Instant, f: F) -> Result<T>
+    where
+        F: Fn(Arc<Conn>, Arc<str>) -> Fut,
+        Fut: Future<Output = std::result::Result<T, Failure>>,
+    {
+        self.with_writer_of(0, deadline, f).await
+    }
+
+    /// Runs `f` on write connection `i`; on a broken connection, connects
+    /// again, applies its unflushed writes again, and retries, until
+    /// `deadline`.
+    async fn with_writer_of<T, F, Fut>(&mut self, i: usize, deadline: Instant, f: F) -> Result<T>
     where
         F: Fn(Arc<Conn>, Arc<str>) -> Fut,
         Fut: Future<Output = std::result::Result<T, Failure>>,
@@ -1100,70 +1136,40 @@ impl Server {
         if self.fenced {
             return Err(lease::fenced(&self.target.schema));
         }
-        let mut backoff = Backoff::until(deadline);
-        loop {
-            let failure = match self.writer.as_ref() {
-                Some(conn) if !conn.client.is_closed() => {
-                    match f(conn.clone(), self.worker.clone()).await {
-                        Ok(value) => return Ok(value),
-                        Err(failure) => failure,
-                    }
-                }
-                _ => match self.reconnect().await {
-                    Ok(()) => continue,
-                    Err(failure) => failure,
-                },
-            };
-            match &failure {
-                Failure::Fenced => {
-                    self.fenced = true;
-                    tracing::error!(
-                        schema = %self.target.schema,
-                        worker = %self.worker,
-                        "this worker's lease ran out and other workers may have taken over its instances: it writes nothing more; restart it"
-                    );
-                    self.end_lease().await;
-                    return Err(lease::fenced(&self.target.schema));
-                }
-                Failure::Other(_) => {}
-                Failure::Connection(detail) => {
-                    self.writer = None;
-                    tracing::warn!(error = %detail, "lost the PostgreSQL connection; connecting again");
-                }
-                Failure::Retry(detail) => {
-                    if let Some(conn) = &self.writer
-                        && !roll_back(&conn.client).await
-                    {
-                        self.writer = None;
-                    }
-                    tracing::warn!(error = %detail, "a PostgreSQL statement was undone; trying it again");
-                }
+        let answer = self.writers[i]
+            .with(&self.target, &self.worker, deadline, f)
+            .await;
+        match answer {
+            Ok(value) => Ok(value),
+            Err(Failure::Fenced) => {
+                self.note_fenced().await;
+                Err(lease::fenced(&self.target.schema))
             }
-            if matches!(failure, Failure::Other(_)) || !backoff.wait().await {
-                return Err(
-                    failure.into_error(&self.target.shown, || lease::fenced(&self.target.schema))
-                );
+            Err(failure) => {
+                Err(failure.into_error(&self.target.shown, || lease::fenced(&self.target.schema)))
             }
         }
     }
 
-    /// A new write connection, with every unflushed write applied again:
-    /// the server may have restarted and lost them.
-    async fn reconnect(&mut self) -> std::result::Result<(), Failure> {
-        crate::metrics::reconnected();
-        let conn = self.target.connect_writer().await?;
-        let conn = Arc::new(conn);
-        for op in &self.unflushed {
-            apply(conn.clone(), self.worker.clone(), op.clone()).await?;
-        }
-        self.writer = Some(conn);
-        Ok(())
+    /// The lease ran out: this worker writes nothing more.
+    async fn note_fenced(&mut self) {
+        self.fenced = true;
+        tracing::error!(
+            schema = %self.target.schema,
+            worker = %self.worker,
+            "this worker's lease ran out and other workers may have taken over its instances: it writes nothing more; restart it"
+        );
+        self.end_lease().await;
     }
 }
 
 /// One write, with its fencing check: `true` for a create that created,
 /// a remove that removed.
-async fn apply(conn: Arc<Conn>, worker: Arc<str>, op: Op) -> std::result::Result<bool, Failure> {
+pub(super) async fn apply(
+    conn: Arc<Conn>,
+    worker: Arc<str>,
+    op: Op,
+) -> std::result::Result<bool, Failure> {
     let worker: &str = &worker;
     let c = &conn.client;
     match op {
@@ -1315,7 +1321,7 @@ fn sealed(record: &[u8]) -> bool {
 }
 
 /// Appends, in one statement with one fencing check.
-async fn apply_many(
+pub(super) async fn apply_many(
     conn: Arc<Conn>,
     worker: Arc<str>,
     ops: Vec<Op>,
