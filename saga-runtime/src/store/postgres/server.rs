@@ -20,6 +20,8 @@ use tokio_postgres::{Client, Config, SimpleQueryMessage, Statement};
 use super::fault::{self, Backoff, Failure, bounded, roll_back};
 use super::ssl_options::{self, SslMode};
 use super::writers::{self, Writer};
+
+mod flushing;
 use super::{PgOptions, lease, schema, tls};
 
 /// The most jobs taken from the queue at once.
@@ -691,6 +693,8 @@ struct Server {
     /// The write connections (see `writers`); the first also renews the
     /// lease, claims and takes from queues.
     writers: Vec<Writer>,
+    /// Where a flush commits while the writers go on (see `flushing`).
+    flush_conn: Option<Arc<Conn>>,
     reader: Arc<tokio::sync::Mutex<Option<Arc<Conn>>>>,
     fenced: bool,
     /// A write nobody waited for failed: every later flush says so (the
@@ -787,7 +791,7 @@ impl Server {
             let conn = target.connect_writer().await.map_err(unreachable)?;
             writers.push(Writer {
                 conn: Some(Arc::new(conn)),
-                unflushed: Vec::new(),
+                ..Writer::default()
             });
         }
         Ok(Server {
@@ -797,6 +801,7 @@ impl Server {
             timeout: options.timeout,
             owned,
             writers,
+            flush_conn: None,
             reader: Arc::new(tokio::sync::Mutex::new(None)),
             fenced: false,
             failed: None,
@@ -840,10 +845,30 @@ impl Server {
         // Renewals keep the lease while no flush does.
         let mut heartbeat = tokio::time::interval(self.lease / 3);
         heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // The flush under way, and those asked for meanwhile (the next
+        // one answers them).
+        let mut pending: Option<flushing::Flushing> = None;
+        let mut waiting = Vec::new();
         loop {
             let job = tokio::select! {
+                biased;
+                committed = async {
+                    match pending.as_mut() {
+                        Some(flushing) => flushing.committed().await,
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    if let Some(flushed) = pending.take() {
+                        self.end_flush(flushed, committed).await;
+                    }
+                    if !waiting.is_empty() {
+                        pending = self.begin_flush(std::mem::take(&mut waiting)).await;
+                    }
+                    continue;
+                }
                 job = jobs.recv() => job,
                 _ = heartbeat.tick() => {
+                    self.settle_flushes(&mut pending, &mut waiting).await;
                     if !self.fenced {
                         if let Err(e) = self.flush().await {
                             tracing::warn!(error = %e, "could not renew the PostgreSQL lease");
@@ -874,10 +899,22 @@ impl Server {
                     job => job,
                 };
                 self.run_writes(std::mem::take(&mut writes)).await;
+                if matches!(
+                    job,
+                    Job::Claim { .. } | Job::TakeQueued { .. } | Job::Release { .. }
+                ) {
+                    // They flush on the write connection, with nothing
+                    // else under way.
+                    self.settle_flushes(&mut pending, &mut waiting).await;
+                }
                 match job {
                     Job::Write { .. } => unreachable!("taken above"),
                     Job::Flush { reply } => {
-                        let _ = reply.send(self.flush().await);
+                        if pending.is_some() {
+                            waiting.push(reply);
+                        } else {
+                            pending = self.begin_flush(vec![reply]).await;
+                        }
                         heartbeat.reset();
                     }
                     Job::Read {

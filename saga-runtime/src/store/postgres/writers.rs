@@ -44,6 +44,9 @@ pub(super) type Write = (Op, Option<oneshot::Sender<Result<bool>>>);
 pub(super) struct Writer {
     pub(super) conn: Option<Arc<Conn>>,
     pub(super) unflushed: Vec<Op>,
+    /// How many times its connection was made again: a flush under way
+    /// covers only what the connection it began with applied.
+    pub(super) generation: u64,
 }
 
 /// What the writes of one connection share.
@@ -142,6 +145,7 @@ impl Writer {
     ) -> std::result::Result<(), Failure> {
         crate::metrics::reconnected();
         let conn = Arc::new(target.connect_writer().await?);
+        self.generation += 1;
         for op in &self.unflushed {
             apply(conn.clone(), worker.clone(), op.clone()).await?;
         }
