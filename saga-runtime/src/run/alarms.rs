@@ -61,10 +61,22 @@ struct Queue {
     stopped: bool,
 }
 
+/// Kept small: 10,000 sleeping instances are 10,000 of these.
 struct Alarm {
     id: InstanceId,
-    /// Its count with a [`TestClock`], to take back if it is stopped.
-    noted: Option<(SystemTime, u64)>,
+    /// Its count with a [`TestClock`] (at the alarm's time), to take back
+    /// if it is stopped; [`NOT_NOTED`] when there is none.
+    noted: u64,
+}
+
+/// [`Alarm::noted`] of an alarm the clock does not count.
+const NOT_NOTED: u64 = u64::MAX;
+
+impl Alarm {
+    /// The key of its count with a [`TestClock`], if it has one.
+    fn noted(&self, at: u64) -> Option<(SystemTime, u64)> {
+        (self.noted != NOT_NOTED).then(|| (from_millis(at), self.noted))
+    }
 }
 
 impl Queue {
@@ -123,14 +135,14 @@ impl Alarms {
         }
     }
 
-    /// Sets an alarm for `id` at `at` (stored milliseconds; `deadline`: an
+    /// Sets an alarm for `id` (kept with it, not copied) at `at` (stored milliseconds; `deadline`: an
     /// event wait's deadline); `None` once shut down. The first one starts
     /// the task that rings them on `runtime`, which hands each due alarm
     /// to `ring` (in the order they ring) and ends once `ring` answers
     /// `false`.
     pub(crate) fn set<R>(
         &self,
-        id: &str,
+        id: &InstanceId,
         at: u64,
         deadline: bool,
         runtime: &tokio::runtime::Handle,
@@ -150,9 +162,10 @@ impl Alarms {
             .shared
             .test
             .as_ref()
-            .and_then(|test| test.note(from_millis(at), deadline));
+            .and_then(|test| test.note(from_millis(at), deadline))
+            .map_or(NOT_NOTED, |(_, noted)| noted);
         let alarm = Alarm {
-            id: InstanceId::stored(id),
+            id: id.clone(),
             noted,
         };
         queue.of(deadline).insert((at, seq), alarm);
@@ -173,7 +186,8 @@ impl Alarms {
         let removed = lock(&self.shared.queue)
             .of(key.deadline)
             .remove(&(key.at, key.seq));
-        if let (Some(test), Some(noted)) = (&self.shared.test, removed.and_then(|a| a.noted)) {
+        let noted = removed.and_then(|alarm| alarm.noted(key.at));
+        if let (Some(test), Some(noted)) = (&self.shared.test, noted) {
             test.unnote(noted);
         }
     }
@@ -183,13 +197,14 @@ impl Alarms {
     pub(crate) fn stop(&self) -> Option<tokio::task::JoinHandle<()>> {
         let mut queue = lock(&self.shared.queue);
         queue.stopped = true;
-        let alarms: Vec<Alarm> = std::mem::take(&mut queue.sleeps)
-            .into_values()
-            .chain(std::mem::take(&mut queue.deadlines).into_values())
+        let noted: Vec<(SystemTime, u64)> = std::mem::take(&mut queue.sleeps)
+            .into_iter()
+            .chain(std::mem::take(&mut queue.deadlines))
+            .filter_map(|((at, _), alarm)| alarm.noted(at))
             .collect();
         drop(queue);
         if let Some(test) = &self.shared.test {
-            for noted in alarms.iter().filter_map(|a| a.noted) {
+            for noted in noted {
                 test.unnote(noted);
             }
         }
@@ -313,10 +328,22 @@ mod tests {
             let (tx, mut rung) = mpsc::unbounded_channel();
             // Set latest first: each comes before those the task sleeps for.
             for (id, secs) in [("c", 30), ("b", 20), ("a", 10)] {
-                alarms.set(id, start + secs * 1000, false, &runtime, ringer(tx.clone()));
+                alarms.set(
+                    &InstanceId::stored(id),
+                    start + secs * 1000,
+                    false,
+                    &runtime,
+                    ringer(tx.clone()),
+                );
             }
             // A deadline between them, on the other queue.
-            alarms.set("b2", start + 25_000, true, &runtime, ringer(tx.clone()));
+            alarms.set(
+                &InstanceId::stored("b2"),
+                start + 25_000,
+                true,
+                &runtime,
+                ringer(tx.clone()),
+            );
             quiet(&mut rung).await;
             if test {
                 assert_eq!(clock.sleepers(), 4, "each alarm counts");
@@ -339,8 +366,20 @@ mod tests {
         let (alarms, clock, start) = alarms(true);
         let runtime = tokio::runtime::Handle::current();
         let (tx, mut rung) = mpsc::unbounded_channel();
-        let gone = alarms.set("gone", start + 1000, false, &runtime, ringer(tx.clone()));
-        alarms.set("kept", start + 2000, false, &runtime, ringer(tx.clone()));
+        let gone = alarms.set(
+            &InstanceId::stored("gone"),
+            start + 1000,
+            false,
+            &runtime,
+            ringer(tx.clone()),
+        );
+        alarms.set(
+            &InstanceId::stored("kept"),
+            start + 2000,
+            false,
+            &runtime,
+            ringer(tx.clone()),
+        );
         assert_eq!(clock.sleepers(), 2);
         alarms.cancel(gone.expect("set"));
         assert_eq!(clock.sleepers(), 1);
@@ -359,13 +398,31 @@ mod tests {
         let alarms = Alarms::new(Arc::new(clock.clone()), Some(clock.clone()));
         let runtime = tokio::runtime::Handle::current();
         let (tx, mut rung) = mpsc::unbounded_channel();
-        alarms.set("past", start, false, &runtime, ringer(tx.clone()));
+        alarms.set(
+            &InstanceId::stored("past"),
+            start,
+            false,
+            &runtime,
+            ringer(tx.clone()),
+        );
         assert_eq!(next(&mut rung).await, "past");
         // A deadline is not jumped to; a sleep after it is, and wakes both.
-        alarms.set("deadline", start + 5000, true, &runtime, ringer(tx.clone()));
+        alarms.set(
+            &InstanceId::stored("deadline"),
+            start + 5000,
+            true,
+            &runtime,
+            ringer(tx.clone()),
+        );
         quiet(&mut rung).await;
         assert_eq!(clock.event_waits(), 1);
-        alarms.set("sleep", start + 9000, false, &runtime, ringer(tx.clone()));
+        alarms.set(
+            &InstanceId::stored("sleep"),
+            start + 9000,
+            false,
+            &runtime,
+            ringer(tx.clone()),
+        );
         assert_eq!(next(&mut rung).await, "deadline");
         assert_eq!(next(&mut rung).await, "sleep");
         assert_eq!(clock.sleepers(), 0);
@@ -376,14 +433,32 @@ mod tests {
         let (alarms, clock, start) = alarms(true);
         let runtime = tokio::runtime::Handle::current();
         let (tx, mut rung) = mpsc::unbounded_channel();
-        alarms.set("a", start + 1000, false, &runtime, ringer(tx.clone()));
-        alarms.set("b", start + 1000, true, &runtime, ringer(tx.clone()));
+        alarms.set(
+            &InstanceId::stored("a"),
+            start + 1000,
+            false,
+            &runtime,
+            ringer(tx.clone()),
+        );
+        alarms.set(
+            &InstanceId::stored("b"),
+            start + 1000,
+            true,
+            &runtime,
+            ringer(tx.clone()),
+        );
         let task = alarms.stop().expect("the task ran");
         assert!(task.await.is_err_and(|e| e.is_cancelled()));
         assert_eq!(clock.sleepers(), 0);
         assert!(
             alarms
-                .set("c", start + 1000, false, &runtime, ringer(tx.clone()))
+                .set(
+                    &InstanceId::stored("c"),
+                    start + 1000,
+                    false,
+                    &runtime,
+                    ringer(tx.clone())
+                )
                 .is_none()
         );
         clock.advance(Duration::from_secs(1));

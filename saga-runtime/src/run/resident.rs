@@ -114,6 +114,14 @@ impl Residents {
         }
     }
 
+    /// The id of `id` as its entry keeps it (one without an entry gets a
+    /// copy): kept by its alarm too, the id is not stored twice.
+    pub(crate) fn id(&self, id: &str) -> InstanceId {
+        lock(&self.entries)
+            .get_key_value(id)
+            .map_or_else(|| InstanceId::stored(id), |(key, _)| key.clone())
+    }
+
     /// Reads the entry of `id`, if it has one.
     pub(crate) fn read<R>(&self, id: &str, f: impl FnOnce(&Resident) -> R) -> Option<R> {
         lock(&self.entries).get(id).map(f)

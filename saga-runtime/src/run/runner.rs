@@ -467,6 +467,7 @@ impl Runner {
             return false;
         }
         let alarms = &self.residents.alarms;
+        let key = self.residents.id(id);
         self.residents.with(id, |resident| {
             resident.stop_timer(alarms);
             if self.core.is_closed() {
@@ -482,8 +483,8 @@ impl Runner {
                     None => false,
                 }
             };
-            let key = alarms.set(id, wake_at, wake.deadline, &self.core.runtime, ring);
-            resident.timer = key.map(Timer::Alarm);
+            let alarm = alarms.set(&key, wake_at, wake.deadline, &self.core.runtime, ring);
+            resident.timer = alarm.map(Timer::Alarm);
         });
         false
     }
