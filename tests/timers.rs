@@ -355,3 +355,116 @@ async fn a_test_advances_to_one_instances_next_wake() {
     // The other woke at its own week, not later.
     assert_eq!(within("the nap", naps.result()).await.unwrap(), at(7 * DAY));
 }
+
+/// Sleeps for its input's seconds, then the time it woke at.
+#[workflow(name = "nap-for")]
+async fn nap_for(ctx: WorkflowContext, secs: u64) -> Result<SystemTime, WorkflowError> {
+    ctx.sleep("nap", Duration::from_secs(secs)).await?;
+    Ok(ctx.now().await)
+}
+
+/// Hibernating instances share one timer: sleeping different lengths
+/// (the longest started first, so each comes before those it waits
+/// behind), each still counts as a sleeper, and each wakes at its own
+/// time, in order, while the later ones sleep on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_sleeping_different_lengths_wake_in_order() {
+    const N: u64 = 12;
+    let clock = TestClock::starting_at(at(0));
+    let engine = helpers::engine_on(&clock).await;
+    let mut runs = Vec::new();
+    for i in (1..=N).rev() {
+        let run = engine.start(nap_for, &format!("nap-{i}"), i * HOUR).await;
+        runs.push((i, run.unwrap()));
+    }
+    within("every sleep", clock.wait_for_sleepers(N as usize)).await;
+    runs.reverse();
+    for (i, run) in &runs {
+        // To its time and no further: one that had not let go of its
+        // driver yet wakes at once when it does, still at its time.
+        clock.advance_to(at(i * HOUR));
+        assert_eq!(
+            within("a wake-up", run.result()).await.unwrap(),
+            at(i * HOUR)
+        );
+        if let Some((_, next)) = runs.get(*i as usize) {
+            assert_eq!(
+                next.status().await.unwrap(),
+                Status::Waiting,
+                "the next sleeps on"
+            );
+        }
+    }
+    assert_eq!(clock.sleepers(), 0);
+    assert_eq!(clock.advance_to_next_wake(), None);
+}
+
+/// A clock of a user's own, which the engine knows only as a `Clock`.
+struct OwnClock(TestClock);
+
+impl Clock for OwnClock {
+    fn now(&self) -> SystemTime {
+        self.0.now()
+    }
+
+    fn sleep_until(&self, deadline: SystemTime) -> saga_runtime::Sleep {
+        self.0.sleep_until(deadline)
+    }
+
+    fn event_deadline(&self, deadline: SystemTime) -> saga_runtime::Sleep {
+        self.0.event_deadline(deadline)
+    }
+
+    fn timeout_at(&self, deadline: SystemTime) -> saga_runtime::Sleep {
+        self.0.timeout_at(deadline)
+    }
+}
+
+/// On a clock the engine knows only as a `Clock`, a short sleep started
+/// after a long one wakes first, and the long one at its own time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_users_clock_a_shorter_sleep_started_later_wakes_first() {
+    let clock = TestClock::starting_at(at(0));
+    let engine = helpers::fresh(Engine::builder().clock(OwnClock(clock.clone()))).await;
+    let long = engine.start(nap_for, "long", 7 * DAY).await.unwrap();
+    within("the long sleep", clock.wait_for_sleepers(1)).await;
+    let short = engine.start(nap_for, "short", HOUR).await.unwrap();
+    helpers::wait_until("the short one waits", || async {
+        short.status().await.unwrap() == Status::Waiting
+    })
+    .await;
+    clock.advance(Duration::from_secs(HOUR));
+    assert_eq!(
+        within("the short nap", short.result()).await.unwrap(),
+        at(HOUR)
+    );
+    assert_eq!(long.status().await.unwrap(), Status::Waiting);
+    clock.advance_to(at(7 * DAY));
+    assert_eq!(
+        within("the long nap", long.result()).await.unwrap(),
+        at(7 * DAY)
+    );
+}
+
+/// A sleeping instance that is terminated, or whose engine closes, leaves
+/// no timer behind: the clock counts no sleeper for it.
+#[tokio::test]
+async fn a_terminated_or_closed_sleepers_timer_goes() {
+    let clock = TestClock::starting_at(at(0));
+    let engine = helpers::engine_on(&clock).await;
+    let ended = engine.start(nap_for, "ended", 7 * DAY).await.unwrap();
+    let kept = engine.start(nap_for, "kept", HOUR).await.unwrap();
+    within("both asleep", clock.wait_for_sleepers(2)).await;
+    ended.terminate().await.unwrap();
+    helpers::wait_until("only the other sleeps", || async { clock.sleepers() == 1 }).await;
+    clock.advance_to(at(HOUR));
+    assert_eq!(within("the nap", kept.result()).await.unwrap(), at(HOUR));
+    assert_eq!(ended.status().await.unwrap(), Status::Terminated);
+    assert_eq!(clock.advance_to_next_wake(), None, "nothing sleeps");
+
+    let sleeping = engine.start(nap_for, "closed", 7 * DAY).await.unwrap();
+    within("asleep", clock.wait_for_sleepers(1)).await;
+    drop(sleeping);
+    engine.close().await;
+    assert_eq!(clock.sleepers(), 0, "a closed engine's timers went");
+}

@@ -106,6 +106,9 @@ fn shut_down(runner: &Runner) -> Vec<tokio::task::JoinHandle<()>> {
 /// Options of an engine before it opens.
 pub struct EngineBuilder {
     clock: Arc<dyn Clock>,
+    /// The clock, when it is a [`crate::TestClock`]: the shared timer of
+    /// hibernating instances counts each with it (`run::alarms`).
+    test_clock: Option<crate::TestClock>,
     max_payload: usize,
     caps: InstanceCaps,
     retention: Duration,
@@ -186,6 +189,9 @@ impl EngineBuilder {
 
     /// The clock the engine reads and sleeps on; [`crate::TestClock`] in tests.
     pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.test_clock = (&clock as &dyn std::any::Any)
+            .downcast_ref::<crate::TestClock>()
+            .cloned();
         self.clock = Arc::new(clock);
         self
     }
@@ -505,7 +511,13 @@ impl EngineBuilder {
             self.services,
             self.poll,
         ));
-        let runner = Arc::new(Runner::new(core, self.retention, path, queues));
+        let runner = Arc::new(Runner::new(
+            core,
+            self.retention,
+            path,
+            queues,
+            self.test_clock,
+        ));
         let engine = Engine {
             handle: Arc::new(EngineHandle {
                 runner: runner.clone(),
@@ -553,6 +565,7 @@ impl Engine {
     pub fn builder() -> EngineBuilder {
         EngineBuilder {
             clock: Arc::new(SystemClock),
+            test_clock: None,
             max_payload: DEFAULT_MAX_PAYLOAD_BYTES,
             caps: InstanceCaps {
                 pending_events: DEFAULT_MAX_PENDING_EVENTS,

@@ -5,6 +5,7 @@
 //! recorded history against today's code, with no side effects
 //! (`replay`).
 
+pub(crate) mod alarms;
 pub(crate) mod children;
 pub(crate) mod dequeue;
 pub(crate) mod driver;

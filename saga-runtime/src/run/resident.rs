@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::lock::lock;
 use crate::names::id::InstanceId;
+use crate::run::alarms::{AlarmKey, Alarms};
 use crate::workflow::live::Live;
 
 /// One instance's entry.
@@ -24,8 +25,8 @@ pub(crate) struct Resident {
     /// here rather than with the engine's other tasks: it goes with the
     /// driver, so a finished driver's task is freed at once.
     pub(crate) task: Option<tokio::task::JoinHandle<()>>,
-    /// While it hibernates here: the timer that wakes it.
-    pub(crate) timer: Option<tokio::task::JoinHandle<()>>,
+    /// While it hibernates here: what wakes it.
+    pub(crate) timer: Option<Timer>,
     /// Serializes the control calls that stop its driver and write what
     /// replaces it (restart, terminate), so two never interleave; held by
     /// the calls under way.
@@ -33,6 +34,15 @@ pub(crate) struct Resident {
     /// The store failure that stopped its last driver here: `result()`
     /// says so, until a driver runs it again.
     pub(crate) store_failure: Option<String>,
+}
+
+/// What wakes a hibernating instance.
+pub(crate) enum Timer {
+    /// Its alarm among the runner's (`run::alarms`): a sleep, a deadline.
+    Alarm(AlarmKey),
+    /// A task of its own: a parent that looks at its children now and
+    /// then, on a store shared by workers.
+    Task(tokio::task::JoinHandle<()>),
 }
 
 impl Resident {
@@ -44,25 +54,43 @@ impl Resident {
             && self.store_failure.is_none()
     }
 
-    /// Stops its hibernation timer, if any: whether it hibernated.
-    pub(crate) fn stop_timer(&mut self) -> bool {
+    /// Stops its hibernation timer (an alarm among `alarms`), if any:
+    /// whether it hibernated.
+    pub(crate) fn stop_timer(&mut self, alarms: &Alarms) -> bool {
         match self.timer.take() {
-            Some(timer) => {
-                timer.abort();
+            Some(Timer::Alarm(key)) => {
+                alarms.cancel(key);
+                true
+            }
+            Some(Timer::Task(task)) => {
+                task.abort();
                 true
             }
             None => false,
         }
     }
+
+    /// Whether its timer is the alarm of `key`.
+    pub(crate) fn has_alarm(&self, key: AlarmKey) -> bool {
+        matches!(self.timer, Some(Timer::Alarm(k)) if k == key)
+    }
 }
 
-/// Every instance's entry.
-#[derive(Default)]
+/// Every instance's entry, and the alarms that wake those that hibernate.
 pub(crate) struct Residents {
     entries: Mutex<HashMap<InstanceId, Resident>>,
+    /// Locked after `entries` when both are (a timer stopped in `with`).
+    pub(crate) alarms: Alarms,
 }
 
 impl Residents {
+    pub(crate) fn new(alarms: Alarms) -> Residents {
+        Residents {
+            entries: Mutex::new(HashMap::new()),
+            alarms,
+        }
+    }
+
     /// Runs `f` on the entry of `id` (an empty one if it has none) under
     /// the lock, and drops the entry if it then holds nothing.
     pub(crate) fn with<R>(&self, id: &str, f: impl FnOnce(&mut Resident) -> R) -> R {
@@ -86,6 +114,14 @@ impl Residents {
         }
     }
 
+    /// The id of `id` as its entry keeps it (one without an entry gets a
+    /// copy): kept by its alarm too, the id is not stored twice.
+    pub(crate) fn id(&self, id: &str) -> InstanceId {
+        lock(&self.entries)
+            .get_key_value(id)
+            .map_or_else(|| InstanceId::stored(id), |(key, _)| key.clone())
+    }
+
     /// Reads the entry of `id`, if it has one.
     pub(crate) fn read<R>(&self, id: &str, f: impl FnOnce(&Resident) -> R) -> Option<R> {
         lock(&self.entries).get(id).map(f)
@@ -101,13 +137,13 @@ impl Residents {
         self.read(id, |r| r.timer.is_some()).unwrap_or(false)
     }
 
-    /// Shutdown: stops every driver and timer, and answers their tasks to
-    /// wait for.
+    /// Shutdown: stops every driver and timer (and the alarms' task), and
+    /// answers their tasks to wait for.
     pub(crate) fn stop_all(&self) -> Vec<tokio::task::JoinHandle<()>> {
         let mut entries = lock(&self.entries);
         let mut tasks = Vec::new();
         for resident in entries.values_mut() {
-            if let Some(timer) = resident.timer.take() {
+            if let Some(Timer::Task(timer)) = resident.timer.take() {
                 timer.abort();
                 tasks.push(timer);
             }
@@ -117,6 +153,8 @@ impl Residents {
             }
         }
         entries.retain(|_, resident| !resident.holds_nothing());
+        drop(entries);
+        tasks.extend(self.alarms.stop());
         tasks
     }
 
@@ -133,7 +171,8 @@ mod tests {
 
     #[test]
     fn an_entry_goes_once_it_holds_nothing() {
-        let residents = Residents::default();
+        let clock = crate::time::clock::TestClock::new();
+        let residents = Residents::new(Alarms::new(Arc::new(clock.clone()), Some(clock)));
         residents.with("a", |_| ());
         assert_eq!(
             residents.len(),

@@ -12,8 +12,10 @@ use crate::journal::{InstanceState, SlotState};
 use crate::model::status::Status;
 use crate::names::id::InstanceId;
 use crate::panic::CatchUnwind;
+use crate::run::alarms::{AlarmKey, Alarms};
 use crate::run::driver::{self, Exit};
-use crate::run::resident::{Resident, Residents};
+use crate::run::resident::{Residents, Timer};
+use crate::time::clock::TestClock;
 use crate::workflow::ErasedWorkflow;
 use crate::workflow::context::Wake;
 use crate::workflow::engine_core::Core;
@@ -23,7 +25,7 @@ pub(crate) struct Runner {
     pub(crate) core: Arc<Core>,
     registry: RwLock<HashMap<&'static str, Arc<dyn ErasedWorkflow>>>,
     /// What this process holds for each instance it runs: driver, timer,
-    /// control lock, store failure.
+    /// control lock, store failure; and the alarms of those that hibernate.
     residents: Residents,
     /// How long finished instances are kept.
     pub(crate) retention: Duration,
@@ -42,10 +44,11 @@ impl Runner {
         retention: Duration,
         path: Option<PathBuf>,
         queues: crate::queue::Queues,
+        test_clock: Option<TestClock>,
     ) -> Runner {
         Runner {
             registry: RwLock::new(HashMap::new()),
-            residents: Residents::default(),
+            residents: Residents::new(Alarms::new(core.clock.clone(), test_clock)),
             retention,
             sweeping: tokio::sync::Mutex::new(()),
             path,
@@ -233,7 +236,7 @@ impl Runner {
         }
         let started = self.residents.with(id, |resident| {
             // A hibernating instance is woken by whatever comes first.
-            let waking = resident.stop_timer() || waking;
+            let waking = resident.stop_timer(&self.residents.alarms) || waking;
             if resident.driver.is_some() {
                 return None;
             }
@@ -463,33 +466,51 @@ impl Runner {
             }
             return false;
         }
-        let runner = Arc::downgrade(self);
-        let clock = self.core.clock.clone();
-        let owned = id.to_owned();
-        let task = self.core.runtime.spawn(async move {
-            let at = crate::time::clock::from_millis(wake_at);
-            if wake.deadline {
-                clock.event_deadline(at).await;
-            } else {
-                clock.sleep_until(at).await;
-            }
-            let Some(runner) = runner.upgrade() else {
-                return;
-            };
-            // Due at once, it may fire before the driver that set it let
-            // go: wait for that.
-            if let Some(live) = runner.live(&owned) {
-                live.wait_stopped().await;
-            }
-            runner.start_driver(&owned, true);
-        });
+        let alarms = &self.residents.alarms;
+        let key = self.residents.id(id);
         self.residents.with(id, |resident| {
+            resident.stop_timer(alarms);
             if self.core.is_closed() {
-                task.abort();
+                return;
             }
-            resident.timer = Some(task);
+            let ring = || {
+                let runner = Arc::downgrade(self);
+                move |key, id: InstanceId| match runner.upgrade() {
+                    Some(runner) => {
+                        runner.ring(id, key);
+                        true
+                    }
+                    None => false,
+                }
+            };
+            let alarm = alarms.set(&key, wake_at, wake.deadline, &self.core.runtime, ring);
+            resident.timer = alarm.map(Timer::Alarm);
         });
         false
+    }
+
+    /// The alarm of `key` rang: wakes `id` if the alarm is still its own
+    /// (an event or a control call may have woken it since).
+    fn ring(self: &Arc<Self>, id: InstanceId, key: AlarmKey) {
+        let ours = self
+            .residents
+            .read(&id, |r| r.has_alarm(key).then(|| r.driver.clone()));
+        let Some(Some(driver)) = ours else {
+            return;
+        };
+        match driver {
+            // Due at once, it may ring before the driver that set it let
+            // go: wait for that, without holding up the other alarms.
+            Some(live) => {
+                let runner = self.clone();
+                let task = self.core.runtime.spawn(async move {
+                    live.wait_stopped().await;
+                    runner.start_driver(&id, true);
+                });
+                self.core.track(task);
+            }
+            None => self.start_driver(&id, true),
+        }
     }
 
     /// For a parent that hibernates waiting for its children on a store
@@ -536,10 +557,11 @@ impl Runner {
             }
         });
         self.residents.with(id, |resident| {
+            resident.stop_timer(&self.residents.alarms);
             if self.core.is_closed() {
                 task.abort();
             }
-            resident.timer = Some(task);
+            resident.timer = Some(Timer::Task(task));
         });
     }
 
@@ -559,7 +581,8 @@ impl Runner {
 
     /// Stops the timer of an instance that hibernates here (it was removed).
     pub(crate) fn forget_timer(&self, id: &str) {
-        self.residents.with(id, Resident::stop_timer);
+        self.residents
+            .with(id, |resident| resident.stop_timer(&self.residents.alarms));
     }
 
     /// Called after a driver let go of a paused instance: if a user resumed

@@ -105,7 +105,9 @@ enum Auto {
 }
 
 struct Sleeper {
-    wake: oneshot::Sender<()>,
+    /// `None` for a deadline noted without a future of its own (see
+    /// [`TestClock::note`]): nothing to wake, only to count.
+    wake: Option<oneshot::Sender<()>>,
     kind: Kind,
 }
 
@@ -118,6 +120,17 @@ enum Kind {
     EventDeadline,
     /// An attempt's timeout.
     Timeout,
+    /// The engine's own wait for deadlines it noted already (the shared
+    /// timer of hibernating instances): neither counted nor jumped to,
+    /// since each of those deadlines is, once.
+    Unseen,
+}
+
+impl Kind {
+    /// Whether `sleepers()` counts it and `advance_to_next_wake` moves to it.
+    fn pending(self) -> bool {
+        matches!(self, Kind::Sleep | Kind::EventDeadline)
+    }
 }
 
 impl TestClock {
@@ -192,7 +205,7 @@ impl TestClock {
         let next = state
             .sleepers
             .iter()
-            .find(|(_, s)| s.kind != Kind::Timeout)
+            .find(|(_, s)| s.kind.pending())
             .map(|((at, _), _)| *at)?;
         let to = next.max(state.now);
         let due = state.advance_to(to);
@@ -205,7 +218,7 @@ impl TestClock {
     /// How many sleeps, retry delays and event waits (timeouts excepted)
     /// are waiting for time to pass.
     pub fn sleepers(&self) -> usize {
-        self.count(|kind| kind != Kind::Timeout)
+        self.count(Kind::pending)
     }
 
     /// How many event waits are waiting for their event or deadline.
@@ -216,7 +229,7 @@ impl TestClock {
     /// Waits until at least `n` sleeps (timeouts excepted, event waits
     /// included) are pending.
     pub async fn wait_for_sleepers(&self, n: usize) {
-        self.wait_for(n, |kind| kind != Kind::Timeout).await;
+        self.wait_for(n, Kind::pending).await;
     }
 
     /// Waits until at least `n` durable sleeps or retry delays (not event
@@ -258,16 +271,34 @@ impl TestClock {
     }
 
     fn sleep(&self, deadline: SystemTime, kind: Kind) -> Sleep {
+        let (wake, woken) = oneshot::channel();
+        match self.insert(deadline, kind, Some(wake)) {
+            Some(key) => Box::pin(TestSleep {
+                clock: self.clone(),
+                key,
+                woken,
+            }),
+            None => Box::pin(std::future::ready(())),
+        }
+    }
+
+    /// Adds a sleeper (jumping to it if the clock auto-advances to its
+    /// kind): its key, or `None` if `deadline` has passed.
+    fn insert(
+        &self,
+        deadline: SystemTime,
+        kind: Kind,
+        wake: Option<oneshot::Sender<()>>,
+    ) -> Option<(SystemTime, u64)> {
         let mut state = self.lock();
         if deadline <= state.now {
-            return Box::pin(std::future::ready(()));
+            return None;
         }
-        let (wake, woken) = oneshot::channel();
         let key = (deadline, state.next_id);
         state.next_id += 1;
         state.sleepers.insert(key, Sleeper { wake, kind });
         let jump = match (state.auto, kind) {
-            (_, Kind::Timeout) | (Auto::Off, _) => false,
+            (_, Kind::Timeout | Kind::Unseen) | (Auto::Off, _) => false,
             (Auto::Everything, _) => true,
             (Auto::Sleeps, kind) => kind == Kind::Sleep,
         };
@@ -279,11 +310,37 @@ impl TestClock {
         drop(state);
         wake_all(due);
         self.shared.changed.notify_waiters();
-        Box::pin(TestSleep {
-            clock: self.clone(),
-            key,
-            woken,
-        })
+        Some(key)
+    }
+
+    /// Counts a durable sleep (or, `event`, an event wait's deadline) that
+    /// the engine waits for without a future of its own: a hibernating
+    /// instance, whose wake the runner's shared timer keeps. Counted, and
+    /// jumped to, as [`Clock::sleep_until`] (or [`Clock::event_deadline`])
+    /// would be, until time passes it or [`TestClock::unnote`] takes it
+    /// back; the key for that, or `None` if `deadline` has passed.
+    pub(crate) fn note(&self, deadline: SystemTime, event: bool) -> Option<(SystemTime, u64)> {
+        let kind = if event {
+            Kind::EventDeadline
+        } else {
+            Kind::Sleep
+        };
+        self.insert(deadline, kind, None)
+    }
+
+    /// Takes back a deadline [`TestClock::note`] counted (nothing if time
+    /// passed it already).
+    pub(crate) fn unnote(&self, key: (SystemTime, u64)) {
+        let removed = self.lock().sleepers.remove(&key);
+        if removed.is_some() {
+            self.shared.changed.notify_waiters();
+        }
+    }
+
+    /// Completes at `deadline`, not counted by [`TestClock::sleepers`] nor
+    /// jumped to: the shared timer's wait for the deadlines it noted.
+    pub(crate) fn sleep_unseen(&self, deadline: SystemTime) -> Sleep {
+        self.sleep(deadline, Kind::Unseen)
     }
 }
 
@@ -325,7 +382,9 @@ impl Timeline {
 fn wake_all(due: Vec<Sleeper>) {
     for sleeper in due {
         // The sleep may have been dropped already; nothing to wake then.
-        let _ = sleeper.wake.send(());
+        if let Some(wake) = sleeper.wake {
+            let _ = wake.send(());
+        }
     }
 }
 
