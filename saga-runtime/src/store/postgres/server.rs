@@ -789,10 +789,7 @@ impl Server {
         let mut writers = Vec::with_capacity(writers::WRITERS);
         for _ in 0..writers::WRITERS {
             let conn = target.connect_writer().await.map_err(unreachable)?;
-            writers.push(Writer {
-                conn: Some(Arc::new(conn)),
-                ..Writer::default()
-            });
+            writers.push(Writer::new(conn));
         }
         Ok(Server {
             target,
@@ -866,7 +863,8 @@ impl Server {
                     }
                     continue;
                 }
-                job = jobs.recv() => job,
+                // Before the next batch of jobs: a long queue of them
+                // holds back the renewal of the lease by one batch at most.
                 _ = heartbeat.tick() => {
                     self.settle_flushes(&mut pending, &mut waiting).await;
                     if !self.fenced {
@@ -877,6 +875,7 @@ impl Server {
                     }
                     continue;
                 }
+                job = jobs.recv() => job,
             };
             let Some(job) = job else { return };
             // Whatever queued meanwhile goes with it: appends nobody waits

@@ -33,6 +33,15 @@ use crate::lock::lock;
 /// contend for the same index pages.
 pub(super) const WRITERS: usize = 2;
 
+/// How often a write connection plans its statements again. They are
+/// prepared once and then run with a generic plan, which PostgreSQL keeps
+/// until the table is analyzed again: one planned while the table was
+/// small (a new schema, a burst of starts before autovacuum's next look)
+/// scans `instances` whole for each batch of appends (`id = ANY($1)`), so
+/// each batch costs as much as the table is large. Planned again, they
+/// find their rows by index once the table has grown.
+const REPLAN_EVERY: Duration = Duration::from_secs(2);
+
 /// A write, and whom to answer (no one: the caller did not wait, and a
 /// failure is told by the next flush).
 pub(super) type Write = (Op, Option<oneshot::Sender<Result<bool>>>);
@@ -47,6 +56,8 @@ pub(super) struct Writer {
     /// How many times its connection was made again: a flush under way
     /// covers only what the connection it began with applied.
     pub(super) generation: u64,
+    /// When its statements were last planned afresh (see [`REPLAN_EVERY`]).
+    planned_at: Option<Instant>,
 }
 
 /// What the writes of one connection share.
@@ -87,6 +98,15 @@ pub(super) fn instance(op: &Op) -> &str {
 }
 
 impl Writer {
+    /// A writer on `conn`, just opened.
+    pub(super) fn new(conn: Conn) -> Writer {
+        Writer {
+            conn: Some(Arc::new(conn)),
+            planned_at: Some(Instant::now()),
+            ..Writer::default()
+        }
+    }
+
     /// Runs `f` on this connection; on a broken one, connects again,
     /// applies the unflushed writes again, and retries, until `deadline`.
     /// Answers the failure that ended it: `Fenced` at once.
@@ -146,6 +166,7 @@ impl Writer {
         crate::metrics::reconnected();
         let conn = Arc::new(target.connect_writer().await?);
         self.generation += 1;
+        self.planned_at = Some(Instant::now());
         for op in &self.unflushed {
             apply(conn.clone(), worker.clone(), op.clone()).await?;
         }
@@ -163,6 +184,7 @@ impl Writer {
         writes: Vec<Write>,
     ) -> Ran {
         let mut ran = Ran { fenced, failed };
+        self.replan_if_due().await;
         let mut appends = Vec::new();
         for (op, reply) in writes {
             if matches!(op, Op::Append { .. }) && reply.is_none() {
@@ -229,6 +251,21 @@ impl Writer {
         }
         self.unflushed.push(op);
         Ok(done)
+    }
+
+    /// Drops the plans of its statements, if they are older than
+    /// [`REPLAN_EVERY`]: their next runs plan them again. A failure is
+    /// the next statement's to meet.
+    async fn replan_if_due(&mut self) {
+        let due = self
+            .planned_at
+            .is_none_or(|at| at.elapsed() >= REPLAN_EVERY);
+        if let (true, Some(conn)) = (due, &self.conn) {
+            self.planned_at = Some(Instant::now());
+            if let Err(e) = conn.client.batch_execute("DISCARD PLANS").await {
+                tracing::debug!(error = %e, "could not drop the plans of a write connection");
+            }
+        }
     }
 
     /// Whether this connection is still the one that applied its unflushed
