@@ -4,13 +4,15 @@
 //! more than one server process busy.
 //!
 //! Order across instances is only promised through a flush, and a flush
-//! covers every connection: it runs after each has applied what was queued
-//! before it, and its synchronous commit makes all of it durable (every
-//! connection's commits share one WAL). It renews the lease on the first
-//! connection, then checks that every other connection with writes not
-//! yet durable lived through it: a server restart in between would have
-//! lost what that connection applied, and such a connection is opened
-//! again (applying its writes again) and the flush repeated.
+//! covers every connection: it begins once each has applied what was
+//! queued before it, and its synchronous commit makes all of it durable
+//! (every connection's commits share one WAL). It commits on a connection
+//! of its own while the writers go on (`server::flushing`); done the slow
+//! way (`Server::flush`), it renews the lease on the first writer, then
+//! checks that every other one with writes not yet durable lived through
+//! it: a server restart in between would have lost what that connection
+//! applied, and such a connection is opened again (applying its writes
+//! again) and the flush repeated.
 
 use std::collections::HashSet;
 use std::future::Future;
