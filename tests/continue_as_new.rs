@@ -157,7 +157,8 @@ async fn each_run_has_its_own_keys_and_children_and_a_reopen_resumes_the_current
     let engine = open(&store, &keys).await;
     let instance = engine.instance("loop-1").await.unwrap();
     assert_eq!(instance.inspect().await.unwrap().run, 2);
-    assert_eq!(instance.status().await.unwrap(), Status::Waiting);
+    // Its driver replays run 2 (`Running`) up to the wait it was in.
+    until_waiting_in(&engine, "loop-1", 2).await;
     engine.send_event("loop-1", "go", &3u32).await.unwrap();
     let last: u32 = within("the last run", instance.result()).await.unwrap();
     assert_eq!(last, 2);
