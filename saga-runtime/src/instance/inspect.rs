@@ -661,7 +661,7 @@ fn inspected_slot(id: &str, slot: &SlotRecord, times: &Times, run: u32) -> Optio
                 SlotState::Failed { error, attempts } => (
                     StepState::Failed {
                         attempts: *attempts,
-                        error: error.clone(),
+                        error: StepError::clone(error),
                     },
                     None,
                 ),
@@ -756,7 +756,7 @@ fn inspected_slot(id: &str, slot: &SlotRecord, times: &Times, run: u32) -> Optio
                 has_rollback: slot.has_rollback,
                 ended,
                 output,
-                failure,
+                failure: failure.map(|f| *f),
                 started_at,
                 ended_at,
             })

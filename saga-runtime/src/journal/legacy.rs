@@ -129,7 +129,7 @@ pub(crate) fn import(legacy: &LegacyInstance) -> Result<Imported, String> {
     for (key, bytes) in &legacy.slots {
         let index = u32_key(key).ok_or_else(|| what("a slot key", "not 4 bytes".into()))?;
         let slot: SlotRecord = decode_legacy_record(bytes).map_err(|e| what("a slot", e))?;
-        slots.insert(index, convert_slot(slot)?);
+        slots.insert(index, Box::new(convert_slot(slot)?));
     }
     let mut compensations = BTreeMap::new();
     for (key, bytes) in &legacy.rollbacks {
@@ -216,7 +216,10 @@ fn convert_slot(slot: SlotRecord) -> Result<NewSlotRecord, String> {
             output: Payload::Bincode(output),
             attempts,
         },
-        SlotState::Failed { error, attempts } => NewSlotState::Failed { error, attempts },
+        SlotState::Failed { error, attempts } => NewSlotState::Failed {
+            error: Box::new(error),
+            attempts,
+        },
         SlotState::Cancelled => NewSlotState::Cancelled,
         SlotState::Sleeping { wake_at } => NewSlotState::Sleeping { wake_at },
         SlotState::Slept => NewSlotState::Slept,

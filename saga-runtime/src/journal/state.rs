@@ -26,7 +26,9 @@ pub(crate) struct InstanceState {
     pub(crate) output: Option<Payload>,
     pub(crate) failure: Option<Failure>,
     pub(crate) rollback: Option<RollbackPlan>,
-    pub(crate) slots: BTreeMap<u32, SlotRecord>,
+    /// Boxed: a map's node holds room for eleven values, and most
+    /// instances take a few slots (an idle state stays cached).
+    pub(crate) slots: BTreeMap<u32, Box<SlotRecord>>,
     pub(crate) compensations: BTreeMap<u32, CompensationState>,
     pub(crate) pending: BTreeMap<EventId, PendingEvent>,
     /// 0, then one more per restart: a new generation's steps get new
@@ -252,7 +254,7 @@ pub(crate) enum SlotState {
         attempts: u32,
     },
     Failed {
-        error: StepError,
+        error: Box<StepError>,
         attempts: u32,
     },
     /// In flight when the workflow failed: stopped, never to run again.
@@ -285,8 +287,9 @@ pub(crate) enum SlotState {
         child: String,
         status: Status,
         output: Option<Payload>,
-        /// With its typed error as its value, when it has one.
-        failure: Option<Failure>,
+        /// With its typed error as its value, when it has one. Boxed, as
+        /// `Failed`'s error: the largest variants, and the rarest.
+        failure: Option<Box<Failure>>,
     },
 }
 
@@ -333,6 +336,7 @@ impl InstanceState {
     fn slot(&mut self, index: u32) -> Result<&mut SlotRecord, String> {
         self.slots
             .get_mut(&index)
+            .map(|slot| &mut **slot)
             .ok_or_else(|| format!("a record names slot {index}, which was never taken"))
     }
 
@@ -355,7 +359,7 @@ impl InstanceState {
         self.compensations
             .iter()
             .filter(|(slot, _)| **slot < below)
-            .find_map(|(slot, _)| self.slots.get(slot))
+            .find_map(|(slot, _)| self.slots.get(slot).map(|slot| &**slot))
     }
 }
 
@@ -514,7 +518,7 @@ fn apply_to(
         } => {
             s.slots.insert(
                 *slot,
-                SlotRecord {
+                Box::new(SlotRecord {
                     kind: SlotKind::Step,
                     name: name.clone(),
                     occurrence: *occurrence,
@@ -528,7 +532,7 @@ fn apply_to(
                     began: seq,
                     began_at: at,
                     ended: None,
-                },
+                }),
             );
             EventKind::StepStarted {
                 step: name.clone(),
@@ -580,7 +584,7 @@ fn apply_to(
             let value = s.step_failure_values.remove(slot);
             let record = s.slot(*slot)?;
             record.state = SlotState::Failed {
-                error: error.clone().with_value(value),
+                error: Box::new(error.clone().with_value(value)),
                 attempts: *attempts,
             };
             record.ended = Some(seq);
@@ -599,7 +603,7 @@ fn apply_to(
         } => {
             s.slots.insert(
                 *slot,
-                SlotRecord {
+                Box::new(SlotRecord {
                     kind: SlotKind::Sleep,
                     name: name.clone(),
                     occurrence: *occurrence,
@@ -610,7 +614,7 @@ fn apply_to(
                     began: seq,
                     began_at: at,
                     ended: None,
-                },
+                }),
             );
             s.set_waiting(true);
             EventKind::SleepStarted {
@@ -642,7 +646,7 @@ fn apply_to(
         } => {
             s.slots.insert(
                 *slot,
-                SlotRecord {
+                Box::new(SlotRecord {
                     kind: SlotKind::Event,
                     name: name.clone(),
                     occurrence: *occurrence,
@@ -656,7 +660,7 @@ fn apply_to(
                     began: seq,
                     began_at: at,
                     ended: None,
-                },
+                }),
             );
             s.set_waiting(true);
             EventKind::EventWaitStarted {
@@ -738,7 +742,7 @@ fn apply_to(
         Change::ValueRecorded { slot, kind, value } => {
             s.slots.insert(
                 *slot,
-                SlotRecord {
+                Box::new(SlotRecord {
                     kind: *kind,
                     name: kind.value_name().to_owned(),
                     occurrence: 0,
@@ -749,7 +753,7 @@ fn apply_to(
                     began: seq,
                     began_at: at,
                     ended: Some(seq),
-                },
+                }),
             );
             return Ok(Vec::new());
         }
@@ -890,7 +894,7 @@ fn apply_to(
         } => {
             s.slots.insert(
                 *slot,
-                SlotRecord {
+                Box::new(SlotRecord {
                     kind: SlotKind::Child,
                     name: name.clone(),
                     occurrence: *occurrence,
@@ -904,7 +908,7 @@ fn apply_to(
                     began: seq,
                     began_at: at,
                     ended: None,
-                },
+                }),
             );
             s.set_waiting(true);
             EventKind::ChildStarted {
@@ -933,7 +937,9 @@ fn apply_to(
                 child: child.clone(),
                 status: *status,
                 output: output.clone(),
-                failure: failure.clone().map(|f| f.with_value(value.clone())),
+                failure: failure
+                    .clone()
+                    .map(|f| Box::new(f.with_value(value.clone()))),
             };
             let name = record.name.clone();
             s.set_waiting(false);

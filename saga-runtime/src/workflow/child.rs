@@ -320,7 +320,7 @@ impl Call {
                 let ended = Ended {
                     status: *status,
                     output: output.clone(),
-                    failure: failure.clone(),
+                    failure: failure.as_deref().cloned(),
                 };
                 return self.answer(child, ended);
             }

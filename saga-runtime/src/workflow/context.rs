@@ -2,7 +2,7 @@
 //! checks replay against what history recorded, and tracks the step tasks
 //! and rollback handlers of one run of the workflow function.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::future::pending;
 use std::sync::{Arc, Mutex};
 
@@ -189,7 +189,10 @@ impl Ctx {
         state: &InstanceState,
         rollback_order: crate::workflow::RollbackOrder,
     ) -> Arc<Ctx> {
-        let recorded: BTreeMap<u32, SlotRecord> = state.slots.clone();
+        let recorded = state
+            .slots
+            .iter()
+            .map(|(index, slot)| (*index, SlotRecord::clone(slot)));
         Arc::new(Ctx {
             scope: Arc::new(RunScope {
                 core,
@@ -205,7 +208,7 @@ impl Ctx {
                 history_ended: std::sync::atomic::AtomicBool::new(false),
             }),
             replay: Mutex::new(Replay {
-                recorded: recorded.into_iter().collect(),
+                recorded: recorded.collect(),
                 next_slot: 0,
                 occurrences: HashMap::new(),
                 rollbacks: Vec::new(),

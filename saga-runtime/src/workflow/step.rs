@@ -367,7 +367,7 @@ where
                     state: State::Ready(Some(Err(StepFailed {
                         step: name.to_owned(),
                         attempts: *attempts,
-                        error: error.clone(),
+                        error: StepError::clone(error),
                     }))),
                 },
             }
