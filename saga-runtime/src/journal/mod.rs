@@ -92,8 +92,11 @@ struct Cached {
 /// How many idle instances keep their state in memory: an instance that
 /// hibernates and is sent events (or read) often is not folded from its
 /// whole journal again at each, so an event costs the same whether it is
-/// the first or the ten-thousandth.
-const IDLE_CACHED: usize = 1024;
+/// the first or the ten-thousandth. Each costs about a kilobyte and a half
+/// for a state of one slot (more with more slots): 256 is many more
+/// instances than are sent events at once, and a miss costs one read of
+/// the journal.
+const IDLE_CACHED: usize = 256;
 
 /// What one instance may hold before the journal refuses the events sent
 /// to it ([`Error::InstanceFull`]): its state is in memory while it runs,
