@@ -333,6 +333,11 @@ impl InstanceState {
         }
     }
 
+    /// Takes slot `index` for `record` (boxed: see `slots`).
+    fn take_slot(&mut self, index: u32, record: SlotRecord) {
+        self.slots.insert(index, Box::new(record));
+    }
+
     fn slot(&mut self, index: u32) -> Result<&mut SlotRecord, String> {
         self.slots
             .get_mut(&index)
@@ -516,9 +521,9 @@ fn apply_to(
             has_rollback,
             input,
         } => {
-            s.slots.insert(
+            s.take_slot(
                 *slot,
-                Box::new(SlotRecord {
+                SlotRecord {
                     kind: SlotKind::Step,
                     name: name.clone(),
                     occurrence: *occurrence,
@@ -532,7 +537,7 @@ fn apply_to(
                     began: seq,
                     began_at: at,
                     ended: None,
-                }),
+                },
             );
             EventKind::StepStarted {
                 step: name.clone(),
@@ -601,9 +606,9 @@ fn apply_to(
             occurrence,
             wake_at,
         } => {
-            s.slots.insert(
+            s.take_slot(
                 *slot,
-                Box::new(SlotRecord {
+                SlotRecord {
                     kind: SlotKind::Sleep,
                     name: name.clone(),
                     occurrence: *occurrence,
@@ -614,7 +619,7 @@ fn apply_to(
                     began: seq,
                     began_at: at,
                     ended: None,
-                }),
+                },
             );
             s.set_waiting(true);
             EventKind::SleepStarted {
@@ -644,9 +649,9 @@ fn apply_to(
             event_type,
             deadline,
         } => {
-            s.slots.insert(
+            s.take_slot(
                 *slot,
-                Box::new(SlotRecord {
+                SlotRecord {
                     kind: SlotKind::Event,
                     name: name.clone(),
                     occurrence: *occurrence,
@@ -660,7 +665,7 @@ fn apply_to(
                     began: seq,
                     began_at: at,
                     ended: None,
-                }),
+                },
             );
             s.set_waiting(true);
             EventKind::EventWaitStarted {
@@ -740,9 +745,9 @@ fn apply_to(
             EventKind::EventWaitTimedOut { name, event_type }
         }
         Change::ValueRecorded { slot, kind, value } => {
-            s.slots.insert(
+            s.take_slot(
                 *slot,
-                Box::new(SlotRecord {
+                SlotRecord {
                     kind: *kind,
                     name: kind.value_name().to_owned(),
                     occurrence: 0,
@@ -753,7 +758,7 @@ fn apply_to(
                     began: seq,
                     began_at: at,
                     ended: Some(seq),
-                }),
+                },
             );
             return Ok(Vec::new());
         }
@@ -892,9 +897,9 @@ fn apply_to(
             child,
             rollback,
         } => {
-            s.slots.insert(
+            s.take_slot(
                 *slot,
-                Box::new(SlotRecord {
+                SlotRecord {
                     kind: SlotKind::Child,
                     name: name.clone(),
                     occurrence: *occurrence,
@@ -908,7 +913,7 @@ fn apply_to(
                     began: seq,
                     began_at: at,
                     ended: None,
-                }),
+                },
             );
             s.set_waiting(true);
             EventKind::ChildStarted {
