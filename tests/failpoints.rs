@@ -109,10 +109,15 @@ fn run_case(case: &str, runtime: &tokio::runtime::Runtime) -> Result<bool, Strin
     let scenario = Scenario::one_saga(SEED);
     // A run whose store failed stops its instance and would wait for
     // nothing: give up on it soon (a restart finishes whatever is left).
-    let armed = [
-        ("SAGA_FAILPOINT", case.to_owned()),
-        ("SAGA_CRASH_CHILD_PATIENCE_MS", "400".to_owned()),
-    ];
+    // A run armed to abort either aborts or finishes, however slow the
+    // machine: it keeps the child's full patience.
+    let patience = ("SAGA_CRASH_CHILD_PATIENCE_MS", "400".to_owned());
+    let failpoint = ("SAGA_FAILPOINT", case.to_owned());
+    let armed: Vec<(&str, String)> = if case.starts_with("abort") {
+        vec![failpoint]
+    } else {
+        vec![failpoint, patience]
+    };
     let launch = |run: u32, env| Launch {
         dir: &dir,
         seed: SEED,
