@@ -791,6 +791,98 @@ fn a_locked_database_never_blocks_the_applications_runtime() {
     control.block_on(postgres::drop_schema(&schema));
 }
 
+/// A database that holds the engine's writes up for longer than the lease
+/// (a table lock of a migration, a long `VACUUM FULL`) costs the worker
+/// nothing: its lease is kept meanwhile, so once the tables are free its
+/// writes go in and its instances complete, where a lapsed lease would
+/// have fenced it for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_held_up_past_the_lease_keep_the_lease() {
+    const LEASE: Duration = Duration::from_millis(300);
+    let schema = postgres::fresh_schema("heldup").await;
+    let calls = Arc::new(Calls::default());
+    let engine = Engine::builder()
+        .postgres_schema(&schema)
+        .lease_time(LEASE)
+        .provide_arc(calls.clone())
+        .register(order)
+        .connect(&postgres::database_url())
+        .await
+        .unwrap_or_else(|e| postgres::missing(e));
+    let mut runs = Vec::new();
+    for i in 0..4 {
+        let run = engine
+            .start(order, &format!("held-up-{i}"), format!("item-{i}"))
+            .await
+            .unwrap();
+        runs.push(run);
+    }
+    for run in &runs {
+        helpers::until_status(run, Status::Waiting).await;
+    }
+
+    let locker = postgres::admin().await;
+    locker
+        .batch_execute(&format!(
+            "BEGIN; LOCK TABLE {schema}.journal, {schema}.instances, {schema}.inbox \
+             IN ACCESS EXCLUSIVE MODE"
+        ))
+        .await
+        .unwrap();
+    // Events for every instance: their writes wait on the locked tables,
+    // and the worker's own work with them.
+    let sends: Vec<_> = (0..4)
+        .map(|i| {
+            let engine = engine.clone();
+            tokio::spawn(async move {
+                engine
+                    .send_event(&format!("held-up-{i}"), "go", &true)
+                    .await
+            })
+        })
+        .collect();
+    // Three leases, on the database's clock, while the writes wait.
+    let admin = postgres::admin().await;
+    let locked_at: std::time::SystemTime =
+        admin.query_one("SELECT now()", &[]).await.unwrap().get(0);
+    helpers::wait_until("three leases to pass", || async {
+        let now: std::time::SystemTime = admin.query_one("SELECT now()", &[]).await.unwrap().get(0);
+        now.duration_since(locked_at).unwrap_or_default() > 3 * LEASE
+    })
+    .await;
+    let alive: bool = admin
+        .query_one(
+            &format!("SELECT bool_and(expires_at > now()) FROM {schema}.workers"),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(
+        alive,
+        "the worker's lease ran out while its writes waited on locked tables"
+    );
+    locker.batch_execute("COMMIT").await.unwrap();
+
+    for send in sends {
+        within("an event sent while the tables were locked", send)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    for run in &runs {
+        assert_eq!(within("a result", run.result()).await.unwrap(), 6);
+    }
+    // And the worker writes on.
+    let late = engine
+        .start(order, "after-the-lock", "pen".to_owned())
+        .await
+        .unwrap();
+    helpers::until_status(&late, Status::Waiting).await;
+    engine.close().await;
+    postgres::drop_schema(&schema).await;
+}
+
 /// A call posted to an instance whose worker is gone is not a success:
 /// past the store timeout it is `NotAnswered`, saying no worker's lease is
 /// live; the post is kept, and the worker that claims the instance acts on

@@ -3,7 +3,8 @@
 //!
 //! Every worker connected to a schema has a row in `workers`: its name and
 //! when its lease expires. It renews the lease with every flush and with a
-//! heartbeat, and only while it has not expired: a worker whose lease ran
+//! heartbeat (and its keeper does while a job holds the heartbeat up, see
+//! `server::keeper`), and only while it has not expired: a worker whose lease ran
 //! out (it was stopped, or cut off, past the lease time) never gets it
 //! back. So an instance whose owner has no live lease is free for any
 //! worker to claim, and the owner it had writes nothing more to it: every
@@ -58,6 +59,17 @@ pub(super) fn renew_sql(schema: &str, worker: &str, lease: Duration) -> String {
          UPDATE {schema}.workers SET expires_at = now() + {} * interval '1 millisecond' \
          WHERE name = '{worker}' AND expires_at > now(); \
          COMMIT",
+        millis(lease)
+    )
+}
+
+/// The SQL of the lease's keeper (see `server::keeper`): renews the lease
+/// of the worker named `$1`, while it has not expired. Its row count is 1
+/// while that worker is alive.
+pub(super) fn keep_sql(schema: &str, lease: Duration) -> String {
+    format!(
+        "UPDATE {schema}.workers SET expires_at = now() + {} * interval '1 millisecond' \
+         WHERE name = $1 AND expires_at > now()",
         millis(lease)
     )
 }

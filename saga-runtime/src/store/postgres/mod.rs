@@ -10,7 +10,9 @@
 //!   connect.
 //! - **Who writes.** Every worker (engine) drives the instances it owns:
 //!   those it started, and those it claimed. Each worker holds a lease
-//!   ([`lease`]), renewed by every flush and by a heartbeat. When a worker
+//!   ([`lease`]), renewed by every flush and by a heartbeat, and while a
+//!   job the database holds up (a table lock) holds up the heartbeat, by
+//!   a keeper on a connection of its own (`server::keeper`). When a worker
 //!   dies or closes, its lease ends, and the other workers claim its
 //!   unfinished instances (`FOR UPDATE SKIP LOCKED`, a batch at a time, so
 //!   they share them) and resume them by replay. Every write checks, in

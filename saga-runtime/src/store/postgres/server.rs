@@ -22,6 +22,7 @@ use super::ssl_options::{self, SslMode};
 use super::writers::{self, Writer};
 
 mod flushing;
+mod keeper;
 use super::{PgOptions, lease, schema, tls};
 
 /// The most jobs taken from the queue at once.
@@ -839,7 +840,14 @@ impl Server {
             return;
         }
         tracing::info!(worker = %self.worker, "a worker of the PostgreSQL schema {:?}", self.target.schema);
-        // Renewals keep the lease while no flush does.
+        // Renewals keep the lease while no flush does, and the keeper
+        // while a job the database holds up holds up the heartbeat.
+        let keeper = keeper::Keeper::spawn(
+            self.target.clone(),
+            self.worker.clone(),
+            self.lease,
+            self.timeout,
+        );
         let mut heartbeat = tokio::time::interval(self.lease / 3);
         heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // The flush under way, and those asked for meanwhile (the next
@@ -847,6 +855,7 @@ impl Server {
         let mut pending: Option<flushing::Flushing> = None;
         let mut waiting = Vec::new();
         loop {
+            keeper.idle();
             let job = tokio::select! {
                 biased;
                 committed = async {
@@ -855,6 +864,7 @@ impl Server {
                         None => std::future::pending().await,
                     }
                 } => {
+                    keeper.busy();
                     if let Some(flushed) = pending.take() {
                         self.end_flush(flushed, committed).await;
                     }
@@ -866,6 +876,7 @@ impl Server {
                 // Before the next batch of jobs: a long queue of them
                 // holds back the renewal of the lease by one batch at most.
                 _ = heartbeat.tick() => {
+                    keeper.busy();
                     self.settle_flushes(&mut pending, &mut waiting).await;
                     if !self.fenced {
                         if let Err(e) = self.flush().await {
@@ -878,6 +889,7 @@ impl Server {
                 job = jobs.recv() => job,
             };
             let Some(job) = job else { return };
+            keeper.busy();
             // Whatever queued meanwhile goes with it: appends nobody waits
             // for become one statement.
             let mut batch = vec![job];
@@ -946,6 +958,8 @@ impl Server {
                         let _ = reply.send(self.take_queued(take).await);
                     }
                     Job::Release { reply } => {
+                        // The worker leaves: nothing is to be kept.
+                        drop(keeper);
                         let _ = reply.send(self.release().await);
                         return;
                     }
