@@ -296,7 +296,28 @@ async fn a_propagated_step_failure_reaches_the_caller_typed() {
             reason: "2000 is over the limit".to_owned()
         })
     );
+    // A person inspecting it reads the error as stored, without the type.
+    let inspection = run.inspect().await.unwrap();
+    assert_eq!(
+        inspection.error_value,
+        Some(saga_runtime::inspect::PayloadView::Json {
+            value: serde_json::json!({"Declined": {"reason": "2000 is over the limit"}}),
+            bytes: 48,
+        })
+    );
+    // A failure with no typed error has none to show.
+    engine.register(untyped_checkout).unwrap();
+    let untyped = engine.start(untyped_checkout, "untyped-1", ()).await.unwrap();
+    assert!(within("the untyped checkout", untyped.result()).await.is_err());
+    let inspection = untyped.inspect().await.unwrap();
+    assert!(inspection.failure.is_some());
+    assert_eq!(inspection.error_value, None);
     engine.close().await;
+}
+
+#[workflow(name = "untyped-checkout")]
+async fn untyped_checkout(_ctx: WorkflowContext, (): ()) -> Result<u64, WorkflowError> {
+    Err(WorkflowError::new("no card on file"))
 }
 
 /// Reverses the bytes of each value, and keeps what it was given. It

@@ -186,6 +186,9 @@ fn header(i: &Inspection, info: &InstanceInfo, style: &Style) -> String {
     if let Some(output) = &i.output {
         line("output", payload(output));
     }
+    if let Some(value) = &i.error_value {
+        line("error", payload(value));
+    }
     text
 }
 

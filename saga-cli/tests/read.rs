@@ -80,6 +80,8 @@ fn show_holds_the_steps_the_rollback_order_and_both_errors() {
     assert_eq!(timeline.matches(input).count(), 2, "{timeline}");
     assert!(at("debit-bank-a   completed") < at(input), "{timeline}");
     at("error   bank-b closed account mallory");
+    // The workflow's own error, as it stored it.
+    at(r#"error      {"Refused":{"reason":"bank-b closed account mallory","step":"credit-bank-b"}}"#);
     // The rollback in the order it ran: credit first, then debit.
     let rollback = at("Rollback, in the order it ran");
     let credit = at("transfer-43:rollback:credit-bank-b");
@@ -131,6 +133,12 @@ fn show_json_parses_and_holds_the_same() {
             .contains("closed account mallory")
     );
     assert_eq!(i["rollback_error"], serde_json::Value::Null);
+    assert_eq!(
+        i["error_value"]["value"]["Refused"]["step"],
+        "credit-bank-b",
+        "{shown}"
+    );
+    assert_eq!(i["run"], 0);
 
     let done = json(store.path(), &["show", "transfer-42"]);
     let slots = done["instance"]["slots"].as_array().unwrap();

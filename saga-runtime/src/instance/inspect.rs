@@ -54,6 +54,11 @@ pub struct Inspection {
     pub output: Option<PayloadView>,
     /// Why it failed, when it ended `Errored`.
     pub failure: Option<Failure>,
+    /// The workflow's own error as it was stored, when it failed with one
+    /// (a `Result<_, E>` of its own, or a step's typed error it
+    /// propagated): what [`Failure::downcast`] decodes, for a person to
+    /// read without the type.
+    pub error_value: Option<PayloadView>,
     /// Why its rollback began (the workflow's error, or "terminated by
     /// user"), when one began.
     pub rollback_cause: Option<Failure>,
@@ -610,6 +615,11 @@ fn inspection(id: &str, state: &InstanceState, times: &Times) -> Inspection {
         input: PayloadView::of(&state.input),
         output: state.output.as_ref().map(PayloadView::of),
         failure: state.failure.clone(),
+        error_value: state
+            .failure
+            .as_ref()
+            .and_then(Failure::value)
+            .map(PayloadView::of),
         rollback_cause: rollback.map(|plan| plan.cause.clone()),
         rollback_failure: rollback.and_then(|plan| plan.failure.clone()),
         slots,
