@@ -307,8 +307,15 @@ async fn a_propagated_step_failure_reaches_the_caller_typed() {
     );
     // A failure with no typed error has none to show.
     engine.register(untyped_checkout).unwrap();
-    let untyped = engine.start(untyped_checkout, "untyped-1", ()).await.unwrap();
-    assert!(within("the untyped checkout", untyped.result()).await.is_err());
+    let untyped = engine
+        .start(untyped_checkout, "untyped-1", ())
+        .await
+        .unwrap();
+    assert!(
+        within("the untyped checkout", untyped.result())
+            .await
+            .is_err()
+    );
     let inspection = untyped.inspect().await.unwrap();
     assert!(inspection.failure.is_some());
     assert_eq!(inspection.error_value, None);

@@ -87,8 +87,9 @@
 //!   (`--after`), or `null`; `unreadable` the instances of a page whose
 //!   index entry does not read.
 //! - `show`: `{"schema": 1, "instance": {"id", "workflow", "status",
-//!   "generation", "created_at", "updated_at", "finished_at", "input",
-//!   "output", "error", "rollback_cause", "rollback_error", "slots",
+//!   "generation", "run", "created_at", "updated_at", "finished_at",
+//!   "input", "output", "error", "error_value" (the workflow's own error as
+//!   stored, a payload like "output"), "rollback_cause", "rollback_error", "slots",
 //!   "compensations", "pending_events", "rejected_events", "tags", "parent",
 //!   "failed_compensation", "owner"}}`. Each slot has `"kind"`
 //!   (`"step"`, `"sleep"`, `"wait"` or `"child"`), `"name"`, `"occurrence"`,

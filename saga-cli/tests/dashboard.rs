@@ -43,10 +43,34 @@ async fn charge_card(key: IdempotencyKey, card: String) -> Result<String, StepEr
     Err(StepError::retryable(format!("card {card} declined")))
 }
 
+/// The booking's own error, stored as JSON with the instance.
+#[derive(Debug, Serialize, Deserialize)]
+enum BookingError {
+    Step(String),
+    CardDeclined { card: String },
+}
+
+impl std::fmt::Display for BookingError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BookingError::Step(message) => f.write_str(message),
+            BookingError::CardDeclined { card } => write!(f, "card {card} declined"),
+        }
+    }
+}
+
+impl From<StepFailed> for BookingError {
+    fn from(failed: StepFailed) -> Self {
+        BookingError::Step(failed.to_string())
+    }
+}
+
 #[workflow(name = "booking")]
-async fn booking(ctx: WorkflowContext, card: String) -> Result<String, WorkflowError> {
+async fn booking(ctx: WorkflowContext, card: String) -> Result<String, BookingError> {
     let seat = reserve_seat(&ctx).await?;
-    charge_card(&ctx, card).await?;
+    if charge_card(&ctx, card.clone()).await.is_err() {
+        return Err(BookingError::CardDeclined { card });
+    }
     Ok(seat)
 }
 
@@ -155,6 +179,8 @@ async fn the_dashboard_shows_instances_and_controls_them_in_a_browser() {
         browser.find("#timeline rect[data-slot='charge-card'][data-state='failed']");
         let outcome = browser.text(&browser.find("#outcome"));
         assert!(outcome.contains("declined"), "{outcome}");
+        // With the workflow's own error, as it stored it.
+        assert!(outcome.contains("\"CardDeclined\""), "{outcome}");
         // Only what an errored instance takes can be pressed.
         for (control, enabled) in [("pause", false), ("terminate with rollback", false), ("restart", true), ("retry rollback", false), ("send event", false)] {
             let button = browser.find(&format!("button[data-control='{control}']"));

@@ -81,7 +81,9 @@ fn show_holds_the_steps_the_rollback_order_and_both_errors() {
     assert!(at("debit-bank-a   completed") < at(input), "{timeline}");
     at("error   bank-b closed account mallory");
     // The workflow's own error, as it stored it.
-    at(r#"error      {"Refused":{"reason":"bank-b closed account mallory","step":"credit-bank-b"}}"#);
+    at(
+        r#"error      {"Refused":{"reason":"bank-b closed account mallory","step":"credit-bank-b"}}"#,
+    );
     // The rollback in the order it ran: credit first, then debit.
     let rollback = at("Rollback, in the order it ran");
     let credit = at("transfer-43:rollback:credit-bank-b");
@@ -134,8 +136,7 @@ fn show_json_parses_and_holds_the_same() {
     );
     assert_eq!(i["rollback_error"], serde_json::Value::Null);
     assert_eq!(
-        i["error_value"]["value"]["Refused"]["step"],
-        "credit-bank-b",
+        i["error_value"]["value"]["Refused"]["step"], "credit-bank-b",
         "{shown}"
     );
     assert_eq!(i["run"], 0);

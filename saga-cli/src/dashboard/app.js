@@ -330,7 +330,7 @@ async function showInstance(id) {
       el("div", { class: "error" }, e.error))))
     : null;
   const outcome = el("div", { class: "outcome", id: "outcome" },
-    el("div", { class: "card" }, el("h3", {}, "error"), shown.error ? el("div", { class: "error" }, shown.error) : el("span", { class: "muted" }, shown.status === "complete" ? "none" : "none so far")),
+    el("div", { class: "card" }, el("h3", {}, "error"), shown.error ? el("div", { class: "error" }, shown.error, payload(shown.error_value)) : el("span", { class: "muted" }, shown.status === "complete" ? "none" : "none so far")),
     el("div", { class: "card" }, el("h3", {}, "rollback"),
       shown.rollback_error ? el("div", { class: "error" }, "gave up: " + shown.rollback_error)
         : shown.rollback_cause ? el("div", {}, `${shown.compensations.filter(c => c.state === "completed").length} compensations completed`, el("div", { class: "muted" }, "because: " + shown.rollback_cause))
