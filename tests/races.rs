@@ -239,3 +239,25 @@ async fn a_restart_and_a_terminate_at_once_leave_one_outcome() {
     }
     let _ = &w.clock;
 }
+
+/// A terminate that meets the instance while its driver lets go of it to
+/// hibernate leaves no alarm behind: nothing wakes the terminated
+/// instance at its deadline, and the clock holds no sleeper for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminate_as_the_instance_hibernates_leaves_no_alarm() {
+    let w = world();
+    for round in 0..ROUNDS {
+        let id = format!("th-{round}");
+        let run = w.engine.start(waits, &id, 1).await.unwrap();
+        // Into the wait, or nearly: the driver decides to hibernate and
+        // lets go of the instance while the terminate lands.
+        while w.clock.sleepers() == 0 && run.status().await.unwrap() != Status::Waiting {
+            tokio::task::yield_now().await;
+        }
+        run.terminate().await.unwrap();
+        helpers::wait_until("the terminated instance's alarm to go", || async {
+            w.clock.sleepers() == 0
+        })
+        .await;
+    }
+}

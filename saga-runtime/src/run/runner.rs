@@ -486,6 +486,13 @@ impl Runner {
             let alarm = alarms.set(&key, wake_at, wake.deadline, &self.core.runtime, ring);
             resident.timer = alarm.map(Timer::Alarm);
         });
+        // An end written meanwhile by a call that found no timer to stop
+        // (it looked before this one was set): stopped here instead. Read
+        // after the set, so one of the two sees the other.
+        let ended = self.core.journal.read_kept(id, |s| s.status.is_terminal());
+        if ended.unwrap_or(false) {
+            self.forget_timer(id);
+        }
         false
     }
 
