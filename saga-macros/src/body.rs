@@ -14,8 +14,8 @@ use syn::spanned::Spanned;
 use syn::visit::Visit;
 use syn::visit_mut::{self, VisitMut};
 use syn::{
-    Expr, ExprCall, ExprClosure, ExprIf, ExprMatch, ExprMethodCall, ExprPath, LitStr, Macro, Pat,
-    Token,
+    Block, Expr, ExprCall, ExprClosure, ExprIf, ExprMatch, ExprMethodCall, ExprPath, LitStr, Local,
+    Macro, Pat, PatIdent, Token,
 };
 
 use crate::calls::CallSites;
@@ -115,6 +115,11 @@ pub(crate) struct WorkflowChecker<'e> {
     children: Vec<ChildUse>,
     /// How many invalid names were replaced.
     replaced: usize,
+    /// The local names bound so far in the blocks being walked, innermost
+    /// last: `true` for a patch held in a variable, `let p =
+    /// ctx.patched("x");`, which `if p { .. }` then reads as the call.
+    /// Any other binding of the name shadows it.
+    bindings: Vec<(Ident, bool)>,
 }
 
 impl<'e> WorkflowChecker<'e> {
@@ -129,6 +134,7 @@ impl<'e> WorkflowChecker<'e> {
             calls,
             children: Vec::new(),
             replaced: 0,
+            bindings: Vec::new(),
         }
     }
 
@@ -264,6 +270,46 @@ impl<'e> WorkflowChecker<'e> {
         }
     }
 
+    /// Whether `path` is a variable that holds `ctx.patched(..)`: bound
+    /// with `let` (not `mut`, so nothing assigns it later) to the call
+    /// itself, and not shadowed since.
+    fn holds_a_patch(&self, path: &ExprPath) -> bool {
+        let Some(name) = path.path.get_ident() else {
+            return false;
+        };
+        path.qself.is_none()
+            && self
+                .bindings
+                .iter()
+                .rev()
+                .find(|(bound, _)| bound == name)
+                .is_some_and(|(_, patch)| *patch)
+    }
+
+    /// The variable of `let p = ctx.patched("x");` (or `let p: bool =
+    /// ..`), bound once and immutably.
+    fn patch_binding(&self, local: &Local) -> Option<Ident> {
+        let pat = match &local.pat {
+            Pat::Type(typed) => &*typed.pat,
+            pat => pat,
+        };
+        let Pat::Ident(PatIdent {
+            by_ref: None,
+            mutability: None,
+            subpat: None,
+            ident,
+            ..
+        }) = pat
+        else {
+            return None;
+        };
+        let init = local.init.as_ref().filter(|init| init.diverge.is_none())?;
+        match &*init.expr {
+            Expr::MethodCall(call) if self.is_patched_call(call) => Some(ident.clone()),
+            _ => None,
+        }
+    }
+
     /// Which branch of `if cond { .. } else { .. }` a patch guards:
     /// `Some(true)`, the first, for `ctx.patched("x")` (or `ctx.patched("x")
     /// && more`); `Some(false)`, the `else`, for `!ctx.patched("x")` (or
@@ -276,6 +322,7 @@ impl<'e> WorkflowChecker<'e> {
                 self.patched_branch(&unary.expr).map(|branch| !branch)
             }
             Expr::MethodCall(call) if self.is_patched_call(call) => Some(true),
+            Expr::Path(path) if self.holds_a_patch(path) => Some(true),
             Expr::Binary(binary) => {
                 let sides = [
                     self.patched_branch(&binary.left),
@@ -562,6 +609,28 @@ impl VisitMut for WorkflowChecker<'_> {
         visit_mut::visit_expr_path_mut(self, path);
     }
 
+    // The names a block binds go out of scope with it.
+    fn visit_block_mut(&mut self, block: &mut Block) {
+        let outer = self.bindings.len();
+        visit_mut::visit_block_mut(self, block);
+        self.bindings.truncate(outer);
+    }
+
+    // `let p = ctx.patched("x");` holds a patch; any other binding of a
+    // name (a `let`, a closure's or a match arm's pattern) shadows it.
+    fn visit_local_mut(&mut self, local: &mut Local) {
+        let patch = self.patch_binding(local);
+        visit_mut::visit_local_mut(self, local);
+        if let Some(name) = patch {
+            self.bindings.push((name, true));
+        }
+    }
+
+    fn visit_pat_ident_mut(&mut self, pat: &mut PatIdent) {
+        self.bindings.push((pat.ident.clone(), false));
+        visit_mut::visit_pat_ident_mut(self, pat);
+    }
+
     fn visit_macro_mut(&mut self, mac: &mut Macro) {
         let args = Punctuated::<Expr, Token![,]>::parse_terminated.parse2(mac.tokens.clone());
         match args {
@@ -661,6 +730,59 @@ mod tests {
         assert!(!failed);
         assert_eq!(body.children.len(), 2);
         assert!(body.children.iter().all(|c| c.workflow.is_none()));
+    }
+
+    #[test]
+    fn a_patch_held_in_a_variable_guards_its_branch_until_shadowed() {
+        let (body, failed) = summary(
+            r#"{
+                let fraud = ctx.patched("fraud-check");
+                if fraud {
+                    fraud_check(&ctx).await?;
+                }
+                let wrap: bool = ctx.patched("no-gift-wrap");
+                if !wrap { gift_wrap(&ctx).await?; } else { ctx.sleep("unwrapped", "1 hour").await?; }
+                {
+                    let fraud = input > 3;
+                    if fraud { shadowed(&ctx).await?; }
+                }
+                if fraud && input > 3 { again(&ctx).await?; }
+                let mut late = ctx.patched("late");
+                if late { mutable(&ctx).await?; }
+                late = false;
+                let fraud = 1;
+                if fraud == 1 { after(&ctx).await?; }
+                items.iter().map(|wrap| wrap).count();
+                if wrap { closure_shadowed(&ctx).await?; }
+            }"#,
+        );
+        assert!(!failed);
+        let patched: Vec<_> = body
+            .calls
+            .callees
+            .iter()
+            .map(|c| (c.text.clone(), c.unpatched_site().is_none()))
+            .collect();
+        assert_eq!(
+            patched,
+            [
+                ("fraud_check".to_owned(), true),
+                ("gift_wrap".to_owned(), false),
+                ("shadowed".to_owned(), false),
+                ("again".to_owned(), true),
+                ("mutable".to_owned(), false),
+                ("after".to_owned(), false),
+                ("closure_shadowed".to_owned(), false),
+            ]
+        );
+        let names: Vec<_> = body
+            .names
+            .iter()
+            .map(|n| (n.literal.value(), n.patched))
+            .collect();
+        assert_eq!(names, [("unwrapped".to_owned(), true)]);
+        let patches: Vec<_> = body.patches.iter().map(syn::LitStr::value).collect();
+        assert_eq!(patches, ["fraud-check", "no-gift-wrap", "late"]);
     }
 
     #[test]

@@ -14,7 +14,8 @@
 //! qa-check ..`, `child lock-relay pass-on`): an update records the new ones;
 //! and drop the lines of the calls `lock/pass/patched_step.rs` makes behind
 //! its patches (`call lock-patched fraud_check`, `sleep lock-patched
-//! settle-later`, `patch lock-patched no-settle`, `step * fraud-check ..`),
+//! settle-later`, `sleep lock-patched write-note`, `patch lock-patched
+//! no-settle`, `patch lock-patched gift-note`, `step * fraud-check ..`),
 //! which it leaves out of the lock on purpose.
 
 use std::process::Command;

@@ -1,7 +1,8 @@
 //! New calls behind patches in a locked workflow: a step saga.lock does
 //! not know, called in `if ctx.patched(..)`, and a sleep it does not know
-//! in the `else` of `if !ctx.patched(..)`. The lock lists the first patch
-//! (as an update writes it) but not the second, nor the new calls.
+//! in the `else` of `if !ctx.patched(..)`, and one more behind a patch
+//! held in a variable. The lock lists the first patch (as an update
+//! writes it) but not the others, nor the new calls.
 
 #![deny(warnings)]
 
@@ -30,6 +31,11 @@ async fn lock_patched(ctx: WorkflowContext, sku: String) -> Result<u32, Workflow
         // Old instances keep the code they recorded: nothing new here.
     } else {
         ctx.sleep("settle-later", "1 hour").await?;
+    }
+    // A patch held in a variable guards the branch it decides.
+    let noted = ctx.patched("gift-note");
+    if noted {
+        ctx.sleep("write-note", "1 minute").await?;
     }
     Ok(count)
 }
