@@ -23,6 +23,8 @@ mod events;
 mod limits;
 #[path = "patches.rs"]
 mod patches;
+#[path = "queue_control.rs"]
+mod queue_control;
 #[path = "queues.rs"]
 mod queues;
 #[path = "replay_check.rs"]

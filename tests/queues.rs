@@ -1139,3 +1139,46 @@ async fn a_sleeper_paused_without_its_slot_asks_for_one_only_once_resumed() {
     );
     engine.close().await;
 }
+
+/// A queued instance never took a slot, so it started no step: terminated
+/// with rollback, it has nothing to compensate and ends `Terminated` at
+/// once, holding no slot, and the queue counts it no more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_instance_terminated_with_rollback_ends_at_once() {
+    let bank = std::sync::Arc::new(Bank::new());
+    let engine = fresh(with_queue(
+        bank.clone(),
+        Queue::new("bank-api").concurrency(1),
+    ))
+    .await;
+    hold_the_slot(&engine, &bank).await;
+    let t = transfer_of("queued", "q");
+    let queued = engine
+        .start_on("bank-api", transfer, "queued", t)
+        .await
+        .unwrap();
+    within("the terminate", queued.terminate_with_rollback())
+        .await
+        .unwrap();
+    assert_eq!(queued.status().await.unwrap(), Status::Terminated);
+    let ended = within("the result", queued.result()).await;
+    assert!(matches!(ended, Err(Error::Terminated { .. })), "{ended:?}");
+    let kinds = helpers::kinds(&queued).await;
+    assert!(
+        !kinds.iter().any(|k| matches!(
+            k,
+            saga_runtime::EventKind::RollbackStepCompleted { .. }
+                | saga_runtime::EventKind::RollbackStepFailed { .. }
+        )),
+        "nothing was started, so nothing is compensated: {kinds:?}"
+    );
+    let counts = engine.instance_counts().await.unwrap();
+    assert_eq!(
+        depth_of(&counts, "bank-api"),
+        (0, 1),
+        "only the holder counts as started"
+    );
+    bank.open_gate();
+    all_complete(&engine, &["hold".into()]).await;
+    assert_eq!(bank.began(), ["hold"]);
+}

@@ -424,7 +424,13 @@ impl Instance {
     pub(crate) async fn command(&self, command: Command) -> Result<Answer> {
         let journal = self.journal();
         if journal.owns(&self.id) {
-            let answer = self.act(command, None).await;
+            let answer = self.act(command.clone(), None).await;
+            // It went back to its queue as the call began (its wait was
+            // over, on a store shared by workers): nothing was written,
+            // and the worker that takes it from the queue answers.
+            if matches!(answer, Err(Error::ReadOnly { .. })) && !journal.owns(&self.id) {
+                return self.post(command).await;
+            }
             // Restarted or resumed back into its queue: on a store shared
             // by workers, any worker with room takes it (a post's is put
             // back once answered, by the inbox).
@@ -650,11 +656,16 @@ impl Instance {
             }
         }
         // No driver runs it: write the end (or the start of the rollback)
-        // here.
-        self.journal()
+        // here. One that waits in its queue with nothing to undo (it never
+        // took a slot) ends at once: no driver would run a rollback for it
+        // before it took a slot, and it would hold up the queue meanwhile.
+        let compensates = self
+            .journal()
             .write(&self.id, |state| {
                 admits(&command, state, &self.id)?;
-                let change = if rollback {
+                let compensates =
+                    rollback && !(state.waits_in_queue() && !state.has_anything_to_undo());
+                let change = if compensates {
                     Change::RollbackStarted {
                         cause: Failure::new(FailureKind::Workflow, "terminated by user"),
                         then: Status::Terminated,
@@ -667,9 +678,10 @@ impl Instance {
                         rollback: None,
                     }))
                 };
-                Ok((Some(change), ()))
+                Ok((Some(change), compensates))
             })
             .await?;
+        let rollback = compensates;
         if rollback {
             // Before any await: a dropped call still compensates.
             self.runner.spawn_driver(&self.id);

@@ -154,6 +154,14 @@ impl InstanceState {
     pub(crate) fn waits_in_queue(&self) -> bool {
         !self.slot_released && self.queue.as_ref().is_some_and(|q| q.waits(self.status))
     }
+
+    /// Whether a rollback would have anything to compensate: a step or a
+    /// child it started that has a compensation.
+    pub(crate) fn has_anything_to_undo(&self) -> bool {
+        self.slots
+            .values()
+            .any(|slot| slot.has_rollback && matches!(slot.kind, SlotKind::Step | SlotKind::Child))
+    }
 }
 
 /// An event sent with an id: what a second send with the id must match.

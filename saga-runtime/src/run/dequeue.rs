@@ -95,8 +95,8 @@ impl Dispatch {
     /// Whether instance `id`, on the queue of `spot` and in `status`, may
     /// get a driver: only once it holds a slot, or while it gave its slot
     /// back for a wait (`released`: the driver replays up to the wait,
-    /// and asks for a slot when the wait is over). One that waits is
-    /// noted as waiting (on a store of one process), for the dispatcher.
+    /// and asks for a slot when the wait is over), or while it rolls back.
+    /// One that waits is noted as waiting (on a store of one process), for the dispatcher.
     pub(crate) fn admits(
         &self,
         id: &str,
@@ -104,7 +104,9 @@ impl Dispatch {
         status: Status,
         released: bool,
     ) -> bool {
-        if released {
+        // A rollback never waits for a slot: once begun, compensation
+        // must finish, whatever runs in the queue meanwhile.
+        if released || status == Status::RollingBack {
             return true;
         }
         if self.shared {
