@@ -1182,3 +1182,99 @@ async fn a_queued_instance_terminated_with_rollback_ends_at_once() {
     all_complete(&engine, &["hold".into()]).await;
     assert_eq!(bank.began(), ["hold"]);
 }
+
+/// The limits the store holds for `queue`, as `instance_counts` gives them.
+async fn stored_limits(engine: &Engine, queue: &str) -> Option<saga_runtime::QueueLimits> {
+    let counts = engine.instance_counts().await.unwrap();
+    counts.queues.iter().find(|d| d.queue == queue)?.stored
+}
+
+/// The store keeps each queue's limits, so every worker runs it by the
+/// same ones. On PostgreSQL a worker that declares others is refused,
+/// naming both, unless its declaration replaces them; every worker then
+/// takes by the stored ones, and `set_queue_limits` changes them for all.
+/// On sled one process cannot disagree with itself: its declaration
+/// replaces the stored limits, and `set_queue_limits` refuses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queue_limits_are_stored_and_a_worker_declaring_others_is_refused_or_replaces_them() {
+    let store = Reopenable::new("queuelimits").await;
+    let bank = std::sync::Arc::new(Bank::new());
+    let declare = |queue: Queue| {
+        let bank = bank.clone();
+        move || with_queue(bank.clone(), queue.clone())
+    };
+    let five = store
+        .open(declare(Queue::new("bank-api").concurrency(5)))
+        .await;
+    let stored = stored_limits(&five, "bank-api").await.unwrap();
+    assert_eq!(stored.concurrency, Some(5));
+    if !helpers::on_postgres() {
+        five.close().await;
+        let two = store
+            .open(declare(Queue::new("bank-api").concurrency(2)))
+            .await;
+        let stored = stored_limits(&two, "bank-api").await.unwrap();
+        assert_eq!(stored.concurrency, Some(2), "the declaration replaces them");
+        let refused = two
+            .set_queue_limits(Queue::new("bank-api").concurrency(3))
+            .await;
+        assert!(
+            matches!(refused, Err(Error::InvalidArgument(_))),
+            "{refused:?}"
+        );
+        two.close().await;
+        return;
+    }
+    let refused = store
+        .try_open(declare(Queue::new("bank-api").concurrency(2)))
+        .await;
+    let Err(Error::QueueLimitsDiffer {
+        queue,
+        declared,
+        stored,
+    }) = refused
+    else {
+        panic!(
+            "a worker declaring other limits connected: {:?}",
+            refused.map(drop)
+        );
+    };
+    assert_eq!(
+        (queue.as_str(), declared.as_str(), stored.as_str()),
+        ("bank-api", "concurrency 2", "concurrency 5")
+    );
+    let two = store
+        .open(declare(
+            Queue::new("bank-api")
+                .concurrency(2)
+                .replaces_stored_limits(),
+        ))
+        .await;
+    assert_eq!(
+        stored_limits(&two, "bank-api").await.unwrap().concurrency,
+        Some(2)
+    );
+    // The first worker, which declared 5, takes by the stored 2.
+    let ids = start_transfers(&five, "lim", 5).await;
+    wait_until("two at the bank, three queued", || async {
+        bank.running() == 2 && queued_on(&five, "bank-api").await == 3
+    })
+    .await;
+    helpers::settle().await;
+    assert_eq!(bank.running(), 2, "a worker took by its own declaration");
+    // Changed for every worker while they run: a third slot.
+    let limits = two
+        .set_queue_limits(Queue::new("bank-api").concurrency(3))
+        .await
+        .unwrap();
+    assert_eq!(limits.concurrency, Some(3));
+    five.start_on("bank-api", transfer, "lim-5", transfer_of("lim-5", "any"))
+        .await
+        .unwrap();
+    wait_until("a third at the bank", || async { bank.running() == 3 }).await;
+    bank.open_gate();
+    all_complete(&five, &ids).await;
+    assert_eq!(bank.most(), 3);
+    five.close().await;
+    two.close().await;
+}

@@ -269,10 +269,47 @@ pub(crate) struct ScheduleName {
 }
 
 #[derive(Debug, clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub(crate) struct QueuesArgs {
+    /// Without one, each queue's depth and limits are listed.
+    #[command(subcommand)]
+    pub(crate) action: Option<QueueAction>,
     /// Print JSON (schema 1) instead of a table.
     #[arg(long)]
     pub(crate) json: bool,
+}
+
+/// What `saga queues` changes.
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum QueueAction {
+    /// Change a queue's limits for every worker on the store (PostgreSQL):
+    /// each takes by them from its next take. Run it on a worker, through
+    /// `saga --url` with the admin token; then deploy the same limits in
+    /// the code, since a worker that connects declaring others is refused.
+    Set(QueueSet),
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct QueueSet {
+    /// The queue's name.
+    pub(crate) name: String,
+    /// At most this many of its instances hold a slot at once.
+    #[arg(long)]
+    pub(crate) concurrency: Option<u32>,
+    /// At most this many with one key at once.
+    #[arg(long)]
+    pub(crate) per_key: Option<u32>,
+    /// At most this many start in any window of --per.
+    #[arg(long, requires = "per")]
+    pub(crate) rate: Option<u32>,
+    /// The rate's window, e.g. "1 second", "1 minute".
+    #[arg(long, requires = "rate", value_parser = parse_window)]
+    pub(crate) per: Option<std::time::Duration>,
+}
+
+fn parse_window(text: &str) -> Result<std::time::Duration, String> {
+    use saga_runtime::IntoDuration;
+    text.into_duration().map_err(|e| e.to_string())
 }
 
 /// `rolling-back`, `rolling_back`, `"rolling back"` and `RollingBack`

@@ -6,10 +6,10 @@ use std::io::Write;
 use serde_json::json;
 
 use crate::CliError;
-use crate::args::QueuesArgs;
+use crate::args::{QueueAction, QueueSet, QueuesArgs};
 use crate::json;
 use crate::output::{Cell, Paint, Style, Table, rfc3339, time};
-use saga_runtime::{Engine, QueueLimits};
+use saga_runtime::{Engine, Queue, QueueDepth, QueueLimits};
 
 pub(crate) async fn run(
     engine: &Engine,
@@ -17,6 +17,9 @@ pub(crate) async fn run(
     out: &mut impl Write,
     style: &Style,
 ) -> Result<(), CliError> {
+    if let Some(QueueAction::Set(set)) = &args.action {
+        return change(engine, set, out).await;
+    }
     // Every queue an instance names, and those this engine declares: the
     // binary declares none, a service (`--url`) its own.
     let counts = engine.instance_counts().await?;
@@ -30,7 +33,7 @@ pub(crate) async fn run(
                     "waiting": d.waiting,
                     "started": d.started,
                     "oldest_waiting": d.oldest_waiting.map(rfc3339),
-                    "limits": d.declared.map(|l| json!({
+                    "limits": shown(d).map(|l| json!({
                         "concurrency": l.concurrency,
                         "per_key": l.per_key,
                         "per_worker": l.per_worker,
@@ -76,38 +79,60 @@ pub(crate) async fn run(
             Cell::plain(depth.waiting.to_string()),
             Cell::plain(depth.started.to_string()),
             Cell::plain(depth.oldest_waiting.map_or("-".to_owned(), time)),
-            Cell::plain(depth.declared.map_or("?".to_owned(), limits)),
+            Cell::plain(
+                depth
+                    .stored
+                    .or(depth.declared)
+                    .map_or("?".to_owned(), limits),
+            ),
         ]);
     }
     write!(out, "{}", table.render(style))?;
-    if counts.queues.iter().any(|d| d.declared.is_none()) {
+    if counts
+        .queues
+        .iter()
+        .any(|d| d.stored.is_none() && d.declared.is_none())
+    {
         let note = "?: limits are declared in the application's code; `saga --url` on its admin endpoint (or saga_cli::run in it) shows them";
         writeln!(out, "{}", style.paint(Paint::Dim, note))?;
     }
     Ok(())
 }
 
-/// A queue's limits in a few words: `concurrency 10, per key 1, 100 per
-/// 1s, released while waiting`, or `none`.
-fn limits(declared: QueueLimits) -> String {
-    let mut parts = Vec::new();
-    if let Some(n) = declared.concurrency {
-        parts.push(format!("concurrency {n}"));
+/// The limits a queue runs by: those stored (every worker's), with this
+/// engine's own capacity; those it declares where none are stored.
+fn shown(depth: &QueueDepth) -> Option<QueueLimits> {
+    match (depth.stored, depth.declared) {
+        (Some(mut stored), Some(declared)) => {
+            stored.per_worker = declared.per_worker;
+            Some(stored)
+        }
+        (stored, declared) => stored.or(declared),
     }
-    if let Some(n) = declared.per_key {
-        parts.push(format!("per key {n}"));
+}
+
+/// A queue's limits in a few words (see `QueueLimits`'s `Display`).
+fn limits(limits: QueueLimits) -> String {
+    limits.to_string()
+}
+
+/// `saga queues set NAME --concurrency N ...`.
+async fn change(engine: &Engine, set: &QueueSet, out: &mut impl Write) -> Result<(), CliError> {
+    let mut queue = Queue::new(&set.name);
+    if let Some(n) = set.concurrency {
+        queue = queue.concurrency(n);
     }
-    if let Some(n) = declared.per_worker {
-        parts.push(format!("per worker {n}"));
+    if let Some(n) = set.per_key {
+        queue = queue.per_key(n);
     }
-    if let Some((n, per)) = declared.rate {
-        parts.push(format!("{n} per {per:?}"));
+    if let (Some(n), Some(per)) = (set.rate, set.per) {
+        queue = queue.rate_limit(n, per);
     }
-    if declared.release_while_waiting {
-        parts.push("released while waiting".to_owned());
-    }
-    if parts.is_empty() {
-        return "none".to_owned();
-    }
-    parts.join(", ")
+    let limits = engine.set_queue_limits(queue).await?;
+    writeln!(
+        out,
+        "queue {} now runs with {limits} on every worker, from each one's next take; declare the same in the code before the next deploy",
+        set.name
+    )?;
+    Ok(())
 }

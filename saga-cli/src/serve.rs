@@ -368,8 +368,9 @@ async fn command(State(served): State<Arc<Served>>, headers: HeaderMap, body: By
         | Command::Export(_)
         | Command::Show(_)
         | Command::History(_)
-        | Command::Check(_)
-        | Command::Queues(_) => false,
+        | Command::Check(_) => false,
+        // `queues` lists; `queues set` changes limits.
+        Command::Queues(a) => a.action.is_some(),
         // `schedules` lists; `schedules pause|resume|trigger` controls.
         Command::Schedules(a) => a.action.is_some(),
         _ => true,

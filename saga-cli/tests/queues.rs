@@ -24,11 +24,19 @@ fn queues_counts_each_queues_waiting_and_started_instances() {
         rows[1].len() > 4 && rows[1][3] != "-",
         "the oldest waiting one's time: {table}"
     );
-    // The binary declares no queue: it cannot know their limits, and says
-    // where to see them.
-    assert_eq!(rows[1].last(), Some(&"?"), "{table}");
-    assert_eq!(rows[2], ["reports", "0", "0", "-", "?"], "{table}");
-    assert!(rows[3].join(" ").contains("saga --url"), "{table}");
+    // The binary declares no queue: it shows the limits the store holds,
+    // those every worker takes by.
+    assert_eq!(
+        rows[1][rows[1].len() - 2..],
+        ["concurrency", "1"],
+        "{table}"
+    );
+    assert_eq!(
+        rows[2],
+        ["reports", "0", "0", "-", "no", "limits"],
+        "{table}"
+    );
+    assert_eq!(rows.len(), 3, "{table}");
     let counted = json(store.path(), &["queues"]);
     let queues = &counted["queues"];
     assert_eq!(
@@ -46,7 +54,9 @@ fn queues_counts_each_queues_waiting_and_started_instances() {
     assert!(queues[0]["oldest_waiting"].is_string(), "{counted}");
     assert_eq!(
         queues[1],
-        serde_json::json!({"queue": "reports", "waiting": 0, "started": 0, "oldest_waiting": null, "limits": null})
+        serde_json::json!({"queue": "reports", "waiting": 0, "started": 0, "oldest_waiting": null, "limits": {
+            "concurrency": null, "per_key": null, "per_worker": null, "rate": null, "release_while_waiting": false,
+        }})
     );
     assert_eq!(counted["unreadable_count"], 0);
 }
@@ -106,7 +116,7 @@ async fn declared_limits_shown(store: &std::path::Path) {
         "{table}"
     );
     let reports = table.lines().find(|l| l.starts_with("reports")).unwrap();
-    assert!(reports.ends_with("none"), "{table}");
+    assert!(reports.ends_with("no limits"), "{table}");
     assert!(!table.contains("saga --url"), "{table}");
     let counted: serde_json::Value =
         serde_json::from_str(&run(&["queues", "--json"]).await).unwrap();
@@ -119,6 +129,21 @@ async fn declared_limits_shown(store: &std::path::Path) {
             "rate": {"starts": 100, "per_ms": 1000},
             "release_while_waiting": true,
         })
+    );
+    // On sled the code's declaration is the limits: a change at run time
+    // is refused, and says what to do instead.
+    let mut out = Vec::new();
+    let refused = saga_cli::run(
+        &engine,
+        ["saga", "queues", "set", "bank-api", "--concurrency", "3"],
+        &mut out,
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(
+        refused.contains("change Queue::new(\"bank-api\")"),
+        "{refused}"
     );
     engine.close().await;
 }

@@ -133,16 +133,28 @@ impl Reopenable {
     /// Opens it with the options `builder` makes.
     pub(crate) async fn open(&self, builder: impl Fn() -> saga_runtime::EngineBuilder) -> Engine {
         #[cfg(feature = "postgres")]
+        if self.schema.is_some() {
+            return self
+                .try_open(builder)
+                .await
+                .unwrap_or_else(|e| postgres::missing(e));
+        }
+        self.try_open(builder).await.expect("the store opens")
+    }
+
+    /// Opens it with the options `builder` makes, or says why not.
+    pub(crate) async fn try_open(
+        &self,
+        builder: impl Fn() -> saga_runtime::EngineBuilder,
+    ) -> Result<Engine, saga_runtime::Error> {
+        #[cfg(feature = "postgres")]
         if let Some(schema) = &self.schema {
             return builder()
                 .postgres_schema(schema)
                 .connect(&postgres::database_url())
-                .await
-                .unwrap_or_else(|e| postgres::missing(e));
+                .await;
         }
-        when_released(|| builder().open(&self.dir))
-            .await
-            .expect("the store opens")
+        when_released(|| builder().open(&self.dir)).await
     }
 }
 

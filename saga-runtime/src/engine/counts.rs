@@ -41,6 +41,10 @@ pub struct QueueDepth {
     /// not declare it, as the `saga` command on a store does not; the
     /// workers that take from it do).
     pub declared: Option<crate::queue::QueueLimits>,
+    /// Its limits as the store holds them: those every worker takes by
+    /// (`None`: none stored yet; see
+    /// [`Queue::replaces_stored_limits`](crate::Queue::replaces_stored_limits)).
+    pub stored: Option<crate::queue::QueueLimits>,
 }
 
 /// One queue's depth while counting.
@@ -106,11 +110,16 @@ impl Engine {
                 None => break,
             }
         }
+        let stored = self.stored_queue_limits().await?;
+        for (name, _) in &stored {
+            queues.entry(name.clone()).or_default();
+        }
         let counts = InstanceCounts {
             statuses,
             queues: queues
                 .into_iter()
                 .map(|(queue, depth)| QueueDepth {
+                    stored: stored.iter().find(|(n, _)| *n == queue).map(|(_, l)| *l),
                     declared: runner
                         .queues
                         .declared()

@@ -6,6 +6,7 @@
 
 pub(crate) mod counts;
 pub(crate) mod listing;
+pub(crate) mod queue_limits;
 pub(crate) mod retention;
 pub(crate) mod start;
 pub(crate) mod subscription;
@@ -409,6 +410,7 @@ impl EngineBuilder {
         let store: Arc<dyn Store> = Arc::new(crate::store::PgStore::connect(options).await?);
         let journal = Journal::new(store, self.clock.clone(), self.store_timeout)?;
         if !read_only {
+            crate::queue::stored::reconcile(&journal, &self.queues).await?;
             // Rows of a release before migration 6 get their facts (and a
             // start time) from their journals, a batch at a time.
             let backfilled = journal.backfill_index().await?;
@@ -493,8 +495,10 @@ impl EngineBuilder {
             tracing::info!(instances = repaired, "rebuilt index entries from journals");
         }
         // Entries of a release before facts get them (a PostgreSQL worker
-        // backfills on connect, and a reader cannot).
+        // backfills on connect, and a reader cannot). Likewise the queues'
+        // stored limits (a PostgreSQL worker reconciles them on connect).
         if !journal.read_only() && !journal.shared() {
+            answered_now(crate::queue::stored::reconcile(&journal, &self.queues))?;
             let backfilled = answered_now(journal.backfill_index())?;
             if backfilled > 0 {
                 tracing::info!(

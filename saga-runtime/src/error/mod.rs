@@ -533,6 +533,24 @@ pub enum Error {
         reason: String,
     },
 
+    /// A worker declares a queue with other limits than those the store
+    /// holds for it, which another worker declared: two workers would run
+    /// one queue by different limits. The worker did not connect. Declare
+    /// the stored limits, or change them for every worker: with
+    /// `Engine::set_queue_limits` (or `saga queues set`), or with a
+    /// declaration marked `Queue::replaces_stored_limits`.
+    #[error(
+        "queue {queue:?} is declared here with {declared}, but the store holds {stored} (another worker's declaration): declare the same limits, or change them for every worker with `saga queues set {queue}` (Engine::set_queue_limits) or by marking this declaration .replaces_stored_limits()"
+    )]
+    QueueLimitsDiffer {
+        /// The queue.
+        queue: String,
+        /// The limits this worker declares.
+        declared: String,
+        /// The limits the store holds.
+        stored: String,
+    },
+
     /// `start_on` named a queue this engine did not declare. Nothing was
     /// stored. Declare it with `Engine::builder().queue(Queue::new(..))`
     /// (on every worker), or check the name.

@@ -664,7 +664,7 @@ impl Instance {
             .write(&self.id, |state| {
                 admits(&command, state, &self.id)?;
                 let compensates =
-                    rollback && !(state.waits_in_queue() && !state.has_anything_to_undo());
+                    rollback && (state.has_anything_to_undo() || !state.waits_in_queue());
                 let change = if compensates {
                     Change::RollbackStarted {
                         cause: Failure::new(FailureKind::Workflow, "terminated by user"),

@@ -1,5 +1,6 @@
-//! The store's schedule states, reached through the journal (which owns
-//! the store): opaque bytes here, encoded by `schedule::state`.
+//! The store's schedule states and queue limits, reached through the
+//! journal (which owns the store): opaque bytes here, encoded by
+//! `schedule::state` and `queue::stored`.
 
 use super::Journal;
 use crate::error::Result;
@@ -38,5 +39,34 @@ impl Journal {
             });
         }
         self.store.remove_schedule(name, old).await
+    }
+}
+
+/// The store's queue limits, likewise: opaque bytes here, encoded by
+/// `queue::stored`.
+impl Journal {
+    /// The stored limits of queue `name`.
+    pub(crate) async fn queue_limits(&self, name: &str) -> Result<Option<Vec<u8>>> {
+        self.store.queue_limits(name).await
+    }
+
+    /// Every queue's stored limits, by name.
+    pub(crate) async fn all_queue_limits(&self) -> Result<Vec<(String, Vec<u8>)>> {
+        self.store.all_queue_limits().await
+    }
+
+    /// Replaces the limits of queue `name` with `new` if they are `old` now.
+    pub(crate) async fn swap_queue_limits(
+        &self,
+        name: &str,
+        old: Option<&[u8]>,
+        new: &[u8],
+    ) -> Result<bool> {
+        if self.read_only() {
+            return Err(crate::Error::ReadOnly {
+                what: format!("a change to the limits of queue {name:?}"),
+            });
+        }
+        self.store.swap_queue_limits(name, old, new).await
     }
 }

@@ -14,6 +14,7 @@
 
 pub(crate) mod order;
 pub(crate) mod rate;
+pub(crate) mod stored;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -48,6 +49,9 @@ pub struct Queue {
     /// At most `.0` starts in any window of `.1`.
     rate: Option<(u32, Duration)>,
     release_while_waiting: bool,
+    /// Its limits replace those the store holds (see
+    /// [`Queue::replaces_stored_limits`]).
+    pub(crate) replaces_stored: bool,
 }
 
 impl Queue {
@@ -61,6 +65,7 @@ impl Queue {
             per_worker: None,
             rate: None,
             release_while_waiting: false,
+            replaces_stored: false,
         }
     }
 
@@ -112,6 +117,25 @@ impl Queue {
     /// queue's [`rate_limit`](Queue::rate_limit).
     pub fn release_while_waiting(mut self) -> Queue {
         self.release_while_waiting = true;
+        self
+    }
+
+    /// Its limits replace those the store holds for the queue, where they
+    /// differ, when the engine opens.
+    ///
+    /// The store keeps each queue's limits, so that every worker runs it
+    /// with the same ones. A worker connecting to PostgreSQL that declares
+    /// other limits than those stored is refused
+    /// ([`Error::QueueLimitsDiffer`]); with this, it stores its own
+    /// instead, and every running worker takes by them from its next take
+    /// of the queue's instances. Use it in the release that changes a
+    /// limit (or change it first with
+    /// [`Engine::set_queue_limits`](crate::Engine::set_queue_limits) or
+    /// `saga queues set`, then deploy the new declaration). On sled, where
+    /// one process cannot disagree with itself, the declared limits always
+    /// replace the stored ones.
+    pub fn replaces_stored_limits(mut self) -> Queue {
+        self.replaces_stored = true;
         self
     }
 
@@ -186,6 +210,33 @@ pub struct QueueLimits {
     pub rate: Option<(u32, Duration)>,
     /// [`Queue::release_while_waiting`].
     pub release_while_waiting: bool,
+}
+
+/// In a few words: `concurrency 10, per key 1, 100 per 1s, released
+/// while waiting`, or `no limits`.
+impl std::fmt::Display for QueueLimits {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut parts = Vec::new();
+        if let Some(n) = self.concurrency {
+            parts.push(format!("concurrency {n}"));
+        }
+        if let Some(n) = self.per_key {
+            parts.push(format!("per key {n}"));
+        }
+        if let Some(n) = self.per_worker {
+            parts.push(format!("per worker {n}"));
+        }
+        if let Some((n, per)) = self.rate {
+            parts.push(format!("{n} per {per:?}"));
+        }
+        if self.release_while_waiting {
+            parts.push("released while waiting".to_owned());
+        }
+        if parts.is_empty() {
+            return f.write_str("no limits");
+        }
+        f.write_str(&parts.join(", "))
+    }
 }
 
 /// The limits of a queue; `u32::MAX` where none was given.

@@ -16,7 +16,7 @@ where
     Fresh: std::future::Future<Output = S>,
 {
     let mut violations = Vec::new();
-    let checks: [(&str, Check); 7] = [
+    let checks: [(&str, Check); 8] = [
         ("create is once per id", create_is_once_per_id),
         ("appends read back in order", appends_read_back_in_order),
         (
@@ -33,6 +33,10 @@ where
             create_cut_short_is_taken_over,
         ),
         ("a run reads and goes apart", runs_read_and_go_apart),
+        (
+            "queue limits change only by compare-and-swap",
+            queue_limits_swap_whole,
+        ),
     ];
     for (name, check) in checks {
         let store = fresh().await;
@@ -216,5 +220,30 @@ fn runs_read_and_go_apart(store: &dyn Store) -> StoreFuture<'_, Result<(), Strin
                 store.journal_range("a", 0..0).await?.is_empty(),
                 || "an empty range reads records".into(),
             )))
+    })
+}
+
+fn queue_limits_swap_whole(store: &dyn Store) -> StoreFuture<'_, Result<(), String>> {
+    Box::pin(async move {
+        let first = store.swap_queue_limits("q", None, b"a").await?;
+        let again = store.swap_queue_limits("q", None, b"b").await?;
+        let changed = store.swap_queue_limits("q", Some(b"a"), b"c").await?;
+        let stale = store.swap_queue_limits("q", Some(b"a"), b"d").await?;
+        store.swap_queue_limits("other", None, b"o").await?;
+        store.flush()?;
+        let one = store.queue_limits("q").await?;
+        let none = store.queue_limits("none").await?;
+        let all = store.all_queue_limits().await?;
+        Ok(expect(first && !again && changed && !stale, || {
+            format!("swaps answered {first}, {again}, {changed}, {stale}; expected true, false, true, false")
+        })
+        .and(expect(one.as_deref() == Some(b"c".as_slice()), || {
+            format!("the limits read back {one:?}")
+        }))
+        .and(expect(none.is_none(), || format!("a queue never stored reads {none:?}")))
+        .and(expect(
+            all == [("other".to_owned(), b"o".to_vec()), ("q".to_owned(), b"c".to_vec())],
+            || format!("every queue's limits read {all:?}"),
+        )))
     })
 }

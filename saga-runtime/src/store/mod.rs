@@ -435,6 +435,32 @@ pub trait Store: Send + Sync + 'static {
         answered(Ok(None))
     }
 
+    // Queue limits (`queue::stored`): one opaque value per queue name,
+    // changed only by compare-and-swap, as a schedule's state. A store
+    // that keeps none reads none and refuses a swap.
+
+    /// The stored limits of queue `name`.
+    fn queue_limits<'a>(&'a self, _name: &'a str) -> StoreFuture<'a, Option<Vec<u8>>> {
+        answered(Ok(None))
+    }
+    /// Every queue's stored limits, by name.
+    fn all_queue_limits(&self) -> StoreFuture<'_, Vec<(String, Vec<u8>)>> {
+        answered(Ok(Vec::new()))
+    }
+    /// Stores `new` as the limits of queue `name` if they are `old` now
+    /// (`None`: none are stored); `true` when it did. Durable once a flush
+    /// after it returns (a server-backed store: when it answers).
+    fn swap_queue_limits<'a>(
+        &'a self,
+        _name: &'a str,
+        _old: Option<&'a [u8]>,
+        _new: &'a [u8],
+    ) -> StoreFuture<'a, bool> {
+        answered(Err(crate::error::Error::Store(
+            "this store keeps no queue limits".into(),
+        )))
+    }
+
     // Schedules (`schedule::state`): one opaque value per schedule name,
     // changed only by compare-and-swap, so two workers never both advance
     // one. A store that keeps none reads none and refuses a swap.

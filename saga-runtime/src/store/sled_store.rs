@@ -13,6 +13,8 @@
 //!   index in start order, which a page walks from its cursor on.
 //! - `schedules`: key `<schedule name>`, its state (`schedule::state`),
 //!   changed by compare-and-swap.
+//! - `queues`: key `<queue name>`, its limits (`queue::stored`), changed
+//!   by compare-and-swap.
 //!
 //! Nothing here uses a sled `Batch` or a multi-tree transaction: measured
 //! on sled 0.34.7, those cap near 10k durable writes/s at any concurrency,
@@ -40,6 +42,7 @@ pub struct SledStore {
     facts: sled::Tree,
     by_start: sled::Tree,
     schedules: sled::Tree,
+    queues: sled::Tree,
     path: Option<PathBuf>,
 }
 
@@ -86,6 +89,7 @@ impl SledStore {
             facts: db.open_tree("facts").map_err(sled_error)?,
             by_start: db.open_tree("by_start").map_err(sled_error)?,
             schedules: db.open_tree("schedules").map_err(sled_error)?,
+            queues: db.open_tree("queues").map_err(sled_error)?,
             db,
             path,
         })
@@ -373,11 +377,10 @@ impl SledStore {
     }
 }
 
-/// Schedules: one value per name, swapped whole.
+/// Schedules and queue limits: one value per name, swapped whole.
 impl SledStore {
-    fn schedules_now(&self) -> Result<Vec<(String, Vec<u8>)>> {
-        self.schedules
-            .iter()
+    fn named_values(tree: &sled::Tree) -> Result<Vec<(String, Vec<u8>)>> {
+        tree.iter()
             .map(|entry| {
                 let (key, value) = entry.map_err(sled_error)?;
                 Ok((String::from_utf8_lossy(&key).into_owned(), value.to_vec()))
@@ -385,26 +388,21 @@ impl SledStore {
             .collect()
     }
 
-    fn swap_schedule_now(&self, name: &str, old: Option<&[u8]>, new: &[u8]) -> Result<bool> {
+    /// `new` (`None`: no value) in place of `old` under `name`; whether
+    /// it was `old`.
+    fn swap_named(
+        tree: &sled::Tree,
+        name: &str,
+        old: Option<&[u8]>,
+        new: Option<&[u8]>,
+    ) -> Result<bool> {
         let n = failpoint::before(Call::Write)?;
-        let swapped = self
-            .schedules
-            .compare_and_swap(name.as_bytes(), old, Some(new))
+        let swapped = tree
+            .compare_and_swap(name.as_bytes(), old, new)
             .map_err(sled_error)?
             .is_ok();
         failpoint::after(Call::Write, n)?;
         Ok(swapped)
-    }
-
-    fn remove_schedule_now(&self, name: &str, old: &[u8]) -> Result<bool> {
-        let n = failpoint::before(Call::Write)?;
-        let removed = self
-            .schedules
-            .compare_and_swap(name.as_bytes(), Some(old), None::<&[u8]>)
-            .map_err(sled_error)?
-            .is_ok();
-        failpoint::after(Call::Write, n)?;
-        Ok(removed)
     }
 }
 
@@ -493,8 +491,26 @@ impl Store for SledStore {
         failpoint::after(Call::Write, n)
     }
 
+    fn queue_limits<'a>(&'a self, name: &'a str) -> StoreFuture<'a, Option<Vec<u8>>> {
+        let value = self.queues.get(name.as_bytes()).map_err(sled_error);
+        answered(value.map(|v| v.map(|v| v.to_vec())))
+    }
+
+    fn all_queue_limits(&self) -> StoreFuture<'_, Vec<(String, Vec<u8>)>> {
+        answered(Self::named_values(&self.queues))
+    }
+
+    fn swap_queue_limits<'a>(
+        &'a self,
+        name: &'a str,
+        old: Option<&'a [u8]>,
+        new: &'a [u8],
+    ) -> StoreFuture<'a, bool> {
+        answered(Self::swap_named(&self.queues, name, old, Some(new)))
+    }
+
     fn schedules(&self) -> StoreFuture<'_, Vec<(String, Vec<u8>)>> {
-        answered(self.schedules_now())
+        answered(Self::named_values(&self.schedules))
     }
 
     fn schedule<'a>(&'a self, name: &'a str) -> StoreFuture<'a, Option<Vec<u8>>> {
@@ -508,11 +524,11 @@ impl Store for SledStore {
         old: Option<&'a [u8]>,
         new: &'a [u8],
     ) -> StoreFuture<'a, bool> {
-        answered(self.swap_schedule_now(name, old, new))
+        answered(Self::swap_named(&self.schedules, name, old, Some(new)))
     }
 
     fn remove_schedule<'a>(&'a self, name: &'a str, old: &'a [u8]) -> StoreFuture<'a, bool> {
-        answered(self.remove_schedule_now(name, old))
+        answered(Self::swap_named(&self.schedules, name, Some(old), None))
     }
 
     fn flush(&self) -> Result<()> {

@@ -638,13 +638,37 @@ impl Store for PgStore {
         })
     }
 
+    fn queue_limits<'a>(&'a self, name: &'a str) -> StoreFuture<'a, Option<Vec<u8>>> {
+        let call = schedules::ScheduleCall::one(&self.schema, schedules::Table::Queues, name);
+        Box::pin(async move { self.schedule_call(call).await?.state() })
+    }
+
+    fn all_queue_limits(&self) -> StoreFuture<'_, Vec<(String, Vec<u8>)>> {
+        let call = schedules::ScheduleCall::all(&self.schema, schedules::Table::Queues);
+        Box::pin(async move { self.schedule_call(call).await?.states() })
+    }
+
+    fn swap_queue_limits<'a>(
+        &'a self,
+        name: &'a str,
+        old: Option<&'a [u8]>,
+        new: &'a [u8],
+    ) -> StoreFuture<'a, bool> {
+        let call =
+            schedules::ScheduleCall::swap(&self.schema, schedules::Table::Queues, name, old, new);
+        Box::pin(async move {
+            self.refuse_if_read_only()?;
+            self.schedule_call(call).await?.swapped()
+        })
+    }
+
     fn schedules(&self) -> StoreFuture<'_, Vec<(String, Vec<u8>)>> {
-        let call = schedules::ScheduleCall::all(&self.schema);
+        let call = schedules::ScheduleCall::all(&self.schema, schedules::Table::Schedules);
         Box::pin(async move { self.schedule_call(call).await?.states() })
     }
 
     fn schedule<'a>(&'a self, name: &'a str) -> StoreFuture<'a, Option<Vec<u8>>> {
-        let call = schedules::ScheduleCall::one(&self.schema, name);
+        let call = schedules::ScheduleCall::one(&self.schema, schedules::Table::Schedules, name);
         Box::pin(async move { self.schedule_call(call).await?.state() })
     }
 
@@ -654,7 +678,13 @@ impl Store for PgStore {
         old: Option<&'a [u8]>,
         new: &'a [u8],
     ) -> StoreFuture<'a, bool> {
-        let call = schedules::ScheduleCall::swap(&self.schema, name, old, new);
+        let call = schedules::ScheduleCall::swap(
+            &self.schema,
+            schedules::Table::Schedules,
+            name,
+            old,
+            new,
+        );
         Box::pin(async move {
             self.refuse_if_read_only()?;
             self.schedule_call(call).await?.swapped()

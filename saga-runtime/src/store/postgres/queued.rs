@@ -32,6 +32,7 @@ use crate::codec::NEEDS_SEALED;
 use crate::queue::Limits;
 use crate::queue::order::{Held, Turns, Waiting};
 use crate::queue::rate::{Rate, Window};
+use crate::queue::stored::SharedLimits;
 use crate::store::QueueTaken;
 use crate::time::clock::{from_millis, to_millis};
 
@@ -103,6 +104,13 @@ async fn take_in_transaction(
             &[&format!("saga queue {s}.{queue}")],
         )
         .await?;
+    let limits = stored_limits(client, s, queue)
+        .await?
+        .map_or(take.limits, |stored| stored.over(take.limits));
+    let take = &Take {
+        limits,
+        ..take.clone()
+    };
     let mut held = slots_held(client, s, worker, queue).await?;
     let room = take
         .limits
@@ -190,6 +198,31 @@ async fn take_in_transaction(
         ids: taken,
         rate_opens_at: opens_at(&window),
     })
+}
+
+/// The limits stored for `queue` (`queue::stored`), which every worker
+/// takes by, whatever it declared: a change made while workers run holds
+/// from their next take.
+async fn stored_limits(
+    client: &Client,
+    s: &str,
+    queue: &str,
+) -> Result<Option<SharedLimits>, Failure> {
+    let row = client
+        .query_opt(
+            &format!("SELECT limits FROM {s}.queues WHERE name = $1"),
+            &[&queue],
+        )
+        .await?;
+    match row {
+        Some(row) => {
+            let bytes: Vec<u8> = row.get(0);
+            Ok(Some(
+                SharedLimits::decode(queue, &bytes).map_err(Failure::Other)?,
+            ))
+        }
+        None => Ok(None),
+    }
 }
 
 /// The latest starts of the queue within its rate's window at the take's

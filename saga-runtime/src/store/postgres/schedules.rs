@@ -1,5 +1,7 @@
 //! The `schedules` table (migration 8): one row per schedule, its state
-//! opaque bytes (`schedule::state`). A swap is one statement, a
+//! opaque bytes (`schedule::state`); and the `queues` table (migration
+//! 10), one row per queue, its limits (`queue::stored`), used the same
+//! way. A swap is one statement, a
 //! conditional UPDATE on the old value (or an INSERT that does nothing if
 //! the row exists; a removal a DELETE on the old value), so of two workers that advance a schedule at once one
 //! changes the row and the other changes nothing and reads again. Run on
@@ -10,6 +12,23 @@
 use tokio_postgres::Client;
 
 use crate::error::{Error, Result};
+
+/// A table of one opaque value per name.
+#[derive(Clone, Copy)]
+pub(in crate::store::postgres) enum Table {
+    Schedules,
+    Queues,
+}
+
+impl Table {
+    /// The table's name and its value column.
+    fn parts(self) -> (&'static str, &'static str) {
+        match self {
+            Table::Schedules => ("schedules", "state"),
+            Table::Queues => ("queues", "limits"),
+        }
+    }
+}
 
 /// A call on the table, its SQL made for the store's schema.
 pub(in crate::store::postgres) struct ScheduleCall {
@@ -36,9 +55,10 @@ pub(in crate::store::postgres) enum ScheduleAnswer {
 
 impl ScheduleCall {
     /// Every row, by name.
-    pub(super) fn all(schema: &str) -> ScheduleCall {
+    pub(super) fn all(schema: &str, table: Table) -> ScheduleCall {
+        let (t, v) = table.parts();
         ScheduleCall {
-            sql: format!("SELECT name, state FROM {schema}.schedules ORDER BY name"),
+            sql: format!("SELECT name, {v} FROM {schema}.{t} ORDER BY name"),
             name: None,
             old: None,
             new: None,
@@ -47,9 +67,10 @@ impl ScheduleCall {
     }
 
     /// The row of `name`.
-    pub(super) fn one(schema: &str, name: &str) -> ScheduleCall {
+    pub(super) fn one(schema: &str, table: Table, name: &str) -> ScheduleCall {
+        let (t, v) = table.parts();
         ScheduleCall {
-            sql: format!("SELECT state FROM {schema}.schedules WHERE name = $1"),
+            sql: format!("SELECT {v} FROM {schema}.{t} WHERE name = $1"),
             name: Some(name.to_owned()),
             old: None,
             new: None,
@@ -58,13 +79,20 @@ impl ScheduleCall {
     }
 
     /// `new` in place of `old` (`None`: no row yet).
-    pub(super) fn swap(schema: &str, name: &str, old: Option<&[u8]>, new: &[u8]) -> ScheduleCall {
+    pub(super) fn swap(
+        schema: &str,
+        table: Table,
+        name: &str,
+        old: Option<&[u8]>,
+        new: &[u8],
+    ) -> ScheduleCall {
+        let (t, v) = table.parts();
         let sql = match old {
             None => format!(
-                "INSERT INTO {schema}.schedules (name, state) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING"
+                "INSERT INTO {schema}.{t} (name, {v}) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING"
             ),
             Some(_) => format!(
-                "UPDATE {schema}.schedules SET state = $2, updated_at = now() WHERE name = $1 AND state = $3"
+                "UPDATE {schema}.{t} SET {v} = $2, updated_at = now() WHERE name = $1 AND {v} = $3"
             ),
         };
         ScheduleCall {

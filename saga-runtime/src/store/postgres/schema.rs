@@ -172,6 +172,14 @@ const MIGRATIONS: &[&str] = &[
          taken_at timestamptz NOT NULL
      );
      CREATE INDEX queue_starts_by_time ON {s}.queue_starts (queue, taken_at);",
+    // 10: each queue's limits, as the first worker to declare it stored
+    // them (`queue::stored`), so every worker runs it by the same ones;
+    // a take reads them under the queue's lock.
+    "CREATE TABLE {s}.queues (
+         name text PRIMARY KEY,
+         limits bytea NOT NULL,
+         updated_at timestamptz NOT NULL DEFAULT now()
+     );",
 ];
 
 /// The newest schema version this release knows.
