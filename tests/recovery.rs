@@ -1,6 +1,7 @@
 //! Recovery after a real process is killed: a completed step never runs
 //! again, unfinished instances resume on `Engine::open`, and a store in use
-//! by another process is refused with `StoreLocked`.
+//! by another process is refused with `StoreLocked`, and a second open in
+//! this process with `StoreOpenInThisProcess`.
 
 #[path = "support/child.rs"]
 mod child;
@@ -125,7 +126,7 @@ async fn a_step_completed_before_sigkill_never_runs_again() {
 }
 
 #[tokio::test]
-async fn a_second_open_of_a_directory_in_use_is_store_locked() {
+async fn a_second_open_of_a_directory_in_use_says_who_holds_it() {
     if let Some(dir) = child_dir() {
         match Engine::open(dir.join("store")) {
             Err(Error::StoreLocked { .. }) => report("open: locked"),
@@ -138,15 +139,18 @@ async fn a_second_open_of_a_directory_in_use_is_store_locked() {
     let dir = dir.path();
     let engine = Engine::open(dir.join("store")).unwrap();
     // Another process…
-    let mut child = child::spawn("a_second_open_of_a_directory_in_use_is_store_locked", dir);
+    let mut child = child::spawn("a_second_open_of_a_directory_in_use_says_who_holds_it", dir);
     assert_eq!(child.wait_for("open: "), "locked");
     drop(child);
-    // …and this one, a second time.
+    // …and this one, a second time: it says this process has it open.
     match Engine::open(dir.join("store")) {
-        Err(e @ Error::StoreLocked { .. }) => {
-            assert!(e.to_string().contains("locked by another process"), "{e}")
+        Err(e @ Error::StoreOpenInThisProcess { .. }) => {
+            assert!(
+                e.to_string().contains("already open in this process"),
+                "{e}"
+            )
         }
-        other => panic!("expected StoreLocked, got {other:?}"),
+        other => panic!("expected StoreOpenInThisProcess, got {other:?}"),
     }
     engine.close().await;
     // Released on close.

@@ -232,6 +232,17 @@ pub enum Error {
         path: PathBuf,
     },
 
+    /// This process holds the store open already (another `Engine` on the
+    /// same directory, not yet closed). Share that engine (it is `Clone`)
+    /// instead of opening the store again, or `close()` it first.
+    #[error(
+        "the store at {path:?} is already open in this process: share the Engine that opened it (it is Clone), or close() that one before opening it again"
+    )]
+    StoreOpenInThisProcess {
+        /// The data directory.
+        path: PathBuf,
+    },
+
     /// The store failed (I/O error, disk full, ...). Nothing acknowledged
     /// before was lost; fix the cause and reopen.
     #[error("store error: {0}")]

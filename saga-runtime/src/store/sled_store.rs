@@ -44,6 +44,34 @@ pub struct SledStore {
     schedules: sled::Tree,
     queues: sled::Tree,
     path: Option<PathBuf>,
+    /// Its place among the stores this process holds open.
+    _open_here: Option<OpenHere>,
+}
+
+/// The directories of the stores this process holds open (canonical
+/// paths): a second open of one is told apart from another process's
+/// lock, which sled reports alike.
+static OPEN_HERE: std::sync::Mutex<std::collections::BTreeSet<PathBuf>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+/// A directory noted in [`OPEN_HERE`] while its store is open.
+struct OpenHere(PathBuf);
+
+impl OpenHere {
+    fn note(dir: PathBuf) -> OpenHere {
+        crate::lock::lock(&OPEN_HERE).insert(dir.clone());
+        OpenHere(dir)
+    }
+
+    fn holds(dir: &Path) -> bool {
+        crate::lock::lock(&OPEN_HERE).contains(dir)
+    }
+}
+
+impl Drop for OpenHere {
+    fn drop(&mut self) {
+        crate::lock::lock(&OPEN_HERE).remove(&self.0);
+    }
 }
 
 /// The trees of the first release's layout, read once to upgrade a store.
@@ -66,11 +94,19 @@ impl SledStore {
     pub fn open(path: &Path) -> Result<Self> {
         create_private_dir(path)
             .map_err(|e| Error::Store(format!("could not create {}: {e}", path.display())))?;
+        let dir = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned());
         let db = sled::Config::new()
             .path(path)
             .open()
-            .map_err(|e| open_error(path, e))?;
-        Self::with_db(db, Some(path.to_owned()))
+            .map_err(|e| match open_error(path, e) {
+                Error::StoreLocked { path } if OpenHere::holds(&dir) => {
+                    Error::StoreOpenInThisProcess { path }
+                }
+                other => other,
+            })?;
+        let mut store = Self::with_db(db, Some(path.to_owned()))?;
+        store._open_here = Some(OpenHere::note(dir));
+        Ok(store)
     }
 
     /// A store in a temporary directory, removed when dropped.
@@ -92,6 +128,7 @@ impl SledStore {
             queues: db.open_tree("queues").map_err(sled_error)?,
             db,
             path,
+            _open_here: None,
         })
     }
 
