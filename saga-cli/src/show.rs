@@ -489,7 +489,10 @@ fn outcome(i: &Inspection, style: &Style) -> String {
             ran
         ),
         (Some(_), None) if i.status.is_terminal() => {
-            format!("completed: {ran} of {with_rollback} compensations ran")
+            format!(
+                "completed: {ran} of {with_rollback} compensations ran{}",
+                nothing_to_undo(i)
+            )
         }
         (Some(_), None) => format!("running: {ran} of {with_rollback} compensations begun"),
     };
@@ -513,6 +516,41 @@ fn outcome(i: &Inspection, style: &Style) -> String {
         style.paint(error_paint, &pad(&error, width)),
         style.paint(rollback_paint, &rollback),
     )
+}
+
+/// The calls a completed rollback had nothing to undo for, and why: a
+/// child that failed undid its own steps as it did. Empty when there are
+/// none.
+fn nothing_to_undo(i: &Inspection) -> String {
+    let failed_children: Vec<String> = i
+        .slots
+        .iter()
+        .filter_map(|slot| match slot {
+            InspectedSlot::Child(child)
+                if child.has_rollback
+                    && child.ended.is_some_and(|s| s != Status::Complete)
+                    && !i
+                        .compensations
+                        .iter()
+                        .any(|c| c.child.as_deref() == Some(child.child.as_str())) =>
+            {
+                Some(format!(
+                    "child {} ({})",
+                    escape(&child.name),
+                    escape(&child.child)
+                ))
+            }
+            _ => None,
+        })
+        .collect();
+    match failed_children.as_slice() {
+        [] => String::new(),
+        [one] => format!("; {one} had nothing to undo: it failed, and undid its own steps"),
+        many => format!(
+            "; {} had nothing to undo: they failed, and undid their own steps",
+            many.join(", ")
+        ),
+    }
 }
 
 /// A payload as one line of JSON with its size.

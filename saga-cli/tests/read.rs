@@ -368,6 +368,13 @@ fn show_nests_a_childs_compensations_inside_its_parents_rollback() {
         "the child's compensation under its row: {shown}"
     );
     assert!(rollback.contains("tour-1.leg:rollback:fly"), "{shown}");
+    // The failed child had nothing left to undo, and the outcome says so.
+    assert!(
+        shown.contains(
+            "completed: 1 of 2 compensations ran; child ship (tour-1.ship) had nothing to undo: it failed, and undid its own steps"
+        ),
+        "{shown}"
+    );
     let child = ok(store.path(), &["show", "tour-1.leg"]);
     assert!(child.contains("compensated"), "{child}");
     assert!(child.contains("parent     tour-1"), "{child}");

@@ -273,13 +273,19 @@ pub fn nested_store() -> TempDir {
             .await?;
             Ok::<_, WorkflowError>(())
         });
+        // A child that fails with nothing done: nothing to undo.
+        let ship = workflow_fn("ship", |_ctx: WorkflowContext, (): ()| async move {
+            Err::<(), _>(WorkflowError::new("the ship is cancelled"))
+        });
         let tour = workflow_fn("tour", move |ctx: WorkflowContext, (): ()| async move {
             ctx.child("leg", leg, ()).await?;
-            Err::<(), _>(WorkflowError::new("the tour is cancelled"))
+            ctx.child("ship", ship, ()).await?;
+            Ok::<(), WorkflowError>(())
         });
         let engine = Engine::builder()
             .clock(TestClock::auto_advancing())
             .register(leg)
+            .register(ship)
             .register(tour)
             .open(dir.path())
             .unwrap();
