@@ -13,15 +13,18 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+#[path = "pg_cluster.rs"]
+mod pg_cluster;
+
+use pg_cluster::{Programs, free_port, output, set_mode};
+
 /// The role that logs in with a client certificate only.
 pub(crate) const CERT_USER: &str = "certuser";
 
 /// A running TLS-only cluster.
 pub(crate) struct TlsServer {
     dir: PathBuf,
-    bin: PathBuf,
-    /// Run PostgreSQL's programs as `postgres` (the test runs as root).
-    as_postgres: bool,
+    programs: Programs,
     pub(crate) port: u16,
 }
 
@@ -32,9 +35,8 @@ impl TlsServer {
             eprintln!("SAGA_SKIP_TLS_TESTS=1: the TLS tests do not run");
             return None;
         }
-        let bin = postgres_bin();
+        let programs = Programs::find("the TLS tests");
         need("openssl", Command::new("openssl").arg("version"));
-        let as_postgres = output(Command::new("id").arg("-u")).trim() == "0";
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.subsec_nanos());
@@ -42,13 +44,15 @@ impl TlsServer {
         std::fs::create_dir_all(&dir).unwrap();
         let server = TlsServer {
             dir,
-            bin,
-            as_postgres,
+            programs,
             port: free_port(),
         };
         server.make_certificates();
         server.make_cluster();
-        server.pg_ctl(&["start", "-w", "-t", "60", "-l", &server.path("log")]);
+        server.programs.pg_ctl(
+            &server.dir.join("data"),
+            &["start", "-w", "-t", "60", "-l", &server.path("log")],
+        );
         server.psql(&format!(
             "CREATE ROLE {CERT_USER} LOGIN; GRANT CREATE ON DATABASE postgres TO {CERT_USER}"
         ));
@@ -67,7 +71,7 @@ impl TlsServer {
             "host=127.0.0.1 port={} user=postgres dbname=postgres sslmode=require",
             self.port
         );
-        output(Command::new(self.bin.join("psql")).args([
+        output(self.programs.command("psql").args([
             "-X",
             "-A",
             "-t",
@@ -163,19 +167,10 @@ impl TlsServer {
     }
 
     fn make_cluster(&self) {
-        if self.as_postgres {
-            run(Command::new("chown")
-                .args(["-R", "postgres:postgres"])
-                .arg(&self.dir));
-        }
+        self.programs.give(&self.dir);
         // PostgreSQL refuses a key others can read.
         set_mode(&self.dir.join("server.key"), 0o600);
         set_mode(&self.dir, 0o755);
-        let data = self.path("data");
-        self.as_owner(
-            self.bin.join("initdb"),
-            &["-D", &data, "-U", "postgres", "--auth=trust", "-E", "UTF8"],
-        );
         let conf = format!(
             "port = {port}\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '{dir}'\n\
              ssl = on\nssl_cert_file = '{dir}/server.pem'\nssl_key_file = '{dir}/server.key'\n\
@@ -183,7 +178,7 @@ impl TlsServer {
             port = self.port,
             dir = self.dir.display()
         );
-        append(&self.dir.join("data/postgresql.conf"), &conf);
+        self.programs.initdb(&self.dir.join("data"), &conf);
         // TLS only, over TCP; the certificate user with its certificate
         // only.
         let hba = format!(
@@ -192,75 +187,12 @@ impl TlsServer {
         );
         std::fs::write(self.dir.join("data/pg_hba.conf"), hba).unwrap();
     }
-
-    fn pg_ctl(&self, args: &[&str]) {
-        let data = self.path("data");
-        let mut all = vec!["-D", &data];
-        all.extend_from_slice(args);
-        self.as_owner(self.bin.join("pg_ctl"), &all);
-    }
-
-    /// Runs one of PostgreSQL's programs as the cluster's owner.
-    fn as_owner(&self, program: PathBuf, args: &[&str]) {
-        let mut command = if self.as_postgres {
-            let mut c = Command::new("runuser");
-            c.args(["-u", "postgres", "--"]).arg(program);
-            c
-        } else {
-            Command::new(program)
-        };
-        run(command.args(args));
-    }
 }
 
 impl Drop for TlsServer {
     fn drop(&mut self) {
-        let data = self.path("data");
-        let mut command = if self.as_postgres {
-            let mut c = Command::new("runuser");
-            c.args(["-u", "postgres", "--"])
-                .arg(self.bin.join("pg_ctl"));
-            c
-        } else {
-            Command::new(self.bin.join("pg_ctl"))
-        };
-        let _ = command
-            .args(["-D", &data, "-m", "immediate", "stop"])
-            .output();
+        self.programs.stop(&self.dir.join("data"));
         let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// PostgreSQL's programs: the newest `/usr/lib/postgresql/N/bin`, else
-/// `initdb` on the `PATH`.
-fn postgres_bin() -> PathBuf {
-    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|entry| {
-            let version = entry.file_name().to_str()?.parse().ok()?;
-            let bin = entry.path().join("bin");
-            bin.join("initdb").exists().then_some((version, bin))
-        })
-        .collect();
-    versions.sort();
-    if let Some((_, bin)) = versions.pop() {
-        return bin;
-    }
-    let on_path = Command::new("sh")
-        .args(["-c", "command -v initdb"])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
-    match on_path {
-        Some(initdb) if !initdb.is_empty() => Path::new(&initdb).parent().unwrap().to_owned(),
-        _ => panic!(
-            "the TLS tests make a PostgreSQL cluster of their own and need initdb, pg_ctl and psql \
-             (in /usr/lib/postgresql/N/bin or on the PATH; Debian: apt-get install postgresql), \
-             and openssl. Install them, or set SAGA_SKIP_TLS_TESTS=1 to skip these tests"
-        ),
     }
 }
 
@@ -279,35 +211,4 @@ fn openssl(dir: &Path, args: &[&str]) {
 
 fn run(command: &mut Command) {
     output(command);
-}
-
-/// Runs `command`; its standard output, or a panic with everything it said.
-fn output(command: &mut Command) -> String {
-    let out = command
-        .output()
-        .unwrap_or_else(|e| panic!("could not run {command:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{command:?} failed ({}): {}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn append(path: &Path, text: &str) {
-    use std::io::Write;
-    let mut file = std::fs::OpenOptions::new().append(true).open(path).unwrap();
-    file.write_all(text.as_bytes()).unwrap();
-}
-
-fn set_mode(path: &Path, mode: u32) {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
-}
-
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
 }
