@@ -13,12 +13,10 @@ use std::time::{Duration, Instant};
 use saga_runtime::prelude::*;
 use saga_runtime::{rollback, step, workflow};
 use support::{
-    Raw, Scratch, charge, confirm, dir_bytes, header, nanos_between, raw_loop, reserve, row,
-    thousands,
+    Laps, Raw, STEPS, Scratch, StepNanos, charge, confirm, cpu_time, dir_bytes, header, raw_loop,
+    reserve, row, thousands,
 };
 
-/// Steps per workflow, throughout.
-const STEPS: usize = 3;
 /// Workflows run one after another by a single caller. The row for 1
 /// concurrent instance runs the same again with its latencies: the two
 /// differ by the run-to-run noise.
@@ -39,43 +37,6 @@ const WARM_UP: usize = 64;
 /// printed. The disk of the VM these figures come from varies by 1.5x from
 /// one round to the next.
 const ROUNDS: usize = 3;
-
-/// Each step's latency in nanoseconds, as the workflow body saw it.
-type StepNanos = [u64; STEPS];
-
-/// Step latencies as the workflow body sees them: a lap ends when a step's
-/// output arrives, and the next step is called right after, so each lap is
-/// one step from its call to its output.
-///
-/// It reads the wall clock, which `#[workflow]` rejects in a body (a replay
-/// would see other times); behind a function it passes, and a bench that
-/// never restarts has no replay to disagree with. Both workflows use it.
-struct Laps {
-    since: Instant,
-    nanos: StepNanos,
-    done: usize,
-}
-
-impl Laps {
-    fn start() -> Laps {
-        Laps {
-            since: Instant::now(),
-            nanos: [0; STEPS],
-            done: 0,
-        }
-    }
-
-    fn lap(&mut self) {
-        let now = Instant::now();
-        self.nanos[self.done] = nanos_between(self.since, now);
-        self.since = now;
-        self.done += 1;
-    }
-
-    fn nanos(self) -> StepNanos {
-        self.nanos
-    }
-}
 
 fn inline_steps() -> impl Workflow<Input = u64, Output = StepNanos> + Copy {
     workflow_fn("bench-inline", |ctx: WorkflowContext, n: u64| async move {
@@ -158,6 +119,8 @@ async fn failing_saga(ctx: WorkflowContext, n: u64) -> Result<u64, WorkflowError
 /// What one run of a workload produced.
 struct Round<O> {
     elapsed: Duration,
+    /// The process's CPU time (user and system) over the round.
+    cpu: Duration,
     flushes: u64,
     results: Vec<saga_runtime::Result<O>>,
 }
@@ -176,6 +139,7 @@ where
 {
     let flushes = engine.flush_count();
     let started = Instant::now();
+    let cpu = cpu_time();
     let mut callers = tokio::task::JoinSet::new();
     let prefix: std::sync::Arc<str> = prefix.into();
     for caller in 0..concurrency {
@@ -197,6 +161,7 @@ where
     }
     Round {
         elapsed: started.elapsed(),
+        cpu: cpu_time().saturating_sub(cpu),
         flushes: engine.flush_count() - flushes,
         results,
     }
@@ -207,6 +172,9 @@ struct Throughput {
     workflows_per_second: f64,
     steps_per_second: f64,
     flushes_per_step: f64,
+    /// The process's CPU time per workflow, in microseconds: the engine's
+    /// own cost, which does not swing with the disk.
+    cpu_micros_per_workflow: f64,
     /// Every step's latency, sorted.
     step_nanos: Vec<u64>,
     disk_bytes_per_instance: f64,
@@ -253,6 +221,7 @@ where
         workflows_per_second: total as f64 / seconds,
         steps_per_second: (total * STEPS) as f64 / seconds,
         flushes_per_step: round.flushes as f64 / (total * STEPS) as f64,
+        cpu_micros_per_workflow: round.cpu.as_secs_f64() * 1e6 / total as f64,
         step_nanos,
         disk_bytes_per_instance: dir_bytes(scratch.path()) as f64 / instances as f64,
         instances,
@@ -303,6 +272,12 @@ fn print_throughput(workload: &str, run: &Throughput, raw: &Raw) {
         &ratio(workflows, rate),
     );
     row(workload, "steps/s", &thousands(steps), &ratio(steps, rate));
+    row(
+        workload,
+        "CPU us/workflow",
+        &format!("{:.0}", run.cpu_micros_per_workflow),
+        "user+system, whole process",
+    );
 }
 
 fn print_latency(workload: &str, run: &Throughput, raw: &Raw) {

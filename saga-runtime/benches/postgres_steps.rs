@@ -15,7 +15,7 @@ use std::time::Instant;
 use saga_runtime::prelude::*;
 use saga_runtime::workflow;
 use support::postgres::{Workers, admin, drop_schema, fresh_schema, next_order, raw_commits, url};
-use support::{charge, confirm, header, reserve, row, thousands};
+use support::{Laps, STEPS, StepNanos, charge, confirm, cpu_time, header, reserve, row, thousands};
 
 /// DBOS 3.4 (Python) on PostgreSQL 15, this machine class, the same
 /// workload: one at a time, and 32 at once.
@@ -30,10 +30,32 @@ const PER_PROCESS: usize = 3_000;
 const WORKER_ENV: &str = "SAGA_BENCH_PG_WORKER";
 
 #[workflow(name = "bench-pg")]
-async fn three_steps(ctx: WorkflowContext, n: u64) -> Result<u64, WorkflowError> {
+async fn three_steps(ctx: WorkflowContext, n: u64) -> Result<StepNanos, WorkflowError> {
+    let mut laps = Laps::start();
     let reserved = reserve(&ctx, n).await?;
+    laps.lap();
     let charged = charge(&ctx, reserved).await?;
-    Ok(confirm(&ctx, charged).await?)
+    laps.lap();
+    confirm(&ctx, charged).await?;
+    laps.lap();
+    Ok(laps.nanos())
+}
+
+/// What one round measured.
+struct Round {
+    workflows_per_second: f64,
+    /// The process's CPU time per workflow (user and system), in
+    /// microseconds: the engine's own cost, not the database's.
+    cpu_micros_per_workflow: f64,
+    /// Every step's latency, sorted.
+    step_nanos: Vec<u64>,
+}
+
+impl Round {
+    fn step_ms(&self, q: f64) -> f64 {
+        let index = ((self.step_nanos.len() - 1) as f64 * q).round() as usize;
+        self.step_nanos[index] as f64 / 1e6
+    }
 }
 
 async fn workflows_per_second(
@@ -41,26 +63,35 @@ async fn workflows_per_second(
     concurrency: usize,
     total: usize,
     round: &str,
-) -> f64 {
+) -> Round {
     let started = Instant::now();
+    let cpu = cpu_time();
     let mut callers = tokio::task::JoinSet::new();
     for caller in 0..concurrency {
         let engine = engine.clone();
         let round = round.to_owned();
         callers.spawn(async move {
+            let mut nanos = Vec::new();
             for n in (caller..total).step_by(concurrency) {
                 let run = engine
                     .start(three_steps, &format!("r{round}-{n}"), n as u64)
                     .await
                     .expect("start");
-                run.result().await.expect("a workflow completes");
+                nanos.extend(run.result().await.expect("a workflow completes"));
             }
+            nanos
         });
     }
+    let mut step_nanos = Vec::with_capacity(total * STEPS);
     while let Some(done) = callers.join_next().await {
-        done.expect("a caller");
+        step_nanos.extend(done.expect("a caller"));
     }
-    total as f64 / started.elapsed().as_secs_f64()
+    step_nanos.sort_unstable();
+    Round {
+        workflows_per_second: total as f64 / started.elapsed().as_secs_f64(),
+        cpu_micros_per_workflow: cpu_time().saturating_sub(cpu).as_secs_f64() * 1e6 / total as f64,
+        step_nanos,
+    }
 }
 
 async fn connect(schema: &str) -> Engine {
@@ -128,8 +159,9 @@ fn main() {
             "1 durable write per round trip",
         );
         for (i, (concurrency, total)) in ROUNDS.into_iter().enumerate() {
-            let figure =
+            let round =
                 workflows_per_second(&engine, concurrency, total, &format!("r{}", i + 1)).await;
+            let figure = round.workflows_per_second;
             let dbos = match concurrency {
                 1 => format!("{:.1}x DBOS ({DBOS_SEQUENTIAL})", figure / DBOS_SEQUENTIAL),
                 32 => format!(
@@ -138,12 +170,17 @@ fn main() {
                 ),
                 _ => format!("{:.2} commits per workflow at raw speed", raw / figure),
             };
+            let workload = format!("saga, 1 worker, {concurrency} at once");
+            row(&workload, "workflows/s", &thousands(figure), &dbos);
             row(
-                &format!("saga, 1 worker, {concurrency} at once"),
-                "workflows/s",
-                &thousands(figure),
-                &dbos,
+                &workload,
+                "CPU us/workflow",
+                &format!("{:.0}", round.cpu_micros_per_workflow),
+                "user+system of this process",
             );
+            for (label, q) in [("p50 step latency", 0.5), ("p99 step latency", 0.99)] {
+                row(&workload, label, &format!("{:.3} ms", round.step_ms(q)), "");
+            }
         }
         engine.close().await;
         let mut one = 0.0;

@@ -8,7 +8,7 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use saga_runtime::prelude::*;
 use saga_runtime::step;
@@ -120,6 +120,64 @@ pub(crate) fn dir_bytes(dir: &Path) -> u64 {
     }
     total
 }
+
+/// The process's CPU time so far, user and system (`/proc/self/stat`,
+/// in the kernel's 1/100 s ticks): a bench's figure of the engine's own
+/// cost, which does not swing with the disk as throughput does.
+pub(crate) fn cpu_time() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // The fields after the command's closing parenthesis: state is the
+    // first, utime the 12th, stime the 13th.
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    Duration::from_millis((ticks(11) + ticks(12)) * 10)
+}
+
+/// Each step's latency in nanoseconds, as the workflow body saw it.
+pub(crate) type StepNanos = [u64; STEPS];
+
+/// Step latencies as the workflow body sees them: a lap ends when a step's
+/// output arrives, and the next step is called right after, so each lap is
+/// one step from its call to its output.
+///
+/// It reads the wall clock, which `#[workflow]` rejects in a body (a replay
+/// would see other times); behind a function it passes, and a bench that
+/// never restarts has no replay to disagree with. Both workflows use it.
+pub(crate) struct Laps {
+    since: Instant,
+    nanos: StepNanos,
+    done: usize,
+}
+
+impl Laps {
+    pub(crate) fn start() -> Laps {
+        Laps {
+            since: Instant::now(),
+            nanos: [0; STEPS],
+            done: 0,
+        }
+    }
+
+    pub(crate) fn lap(&mut self) {
+        let now = Instant::now();
+        self.nanos[self.done] = nanos_between(self.since, now);
+        self.since = now;
+        self.done += 1;
+    }
+
+    pub(crate) fn nanos(self) -> StepNanos {
+        self.nanos
+    }
+}
+
+/// Steps per workflow, throughout.
+pub(crate) const STEPS: usize = 3;
 
 pub(crate) fn nanos_between(earlier: Instant, later: Instant) -> u64 {
     u64::try_from(later.duration_since(earlier).as_nanos()).unwrap_or(u64::MAX)
