@@ -65,7 +65,9 @@ impl SharedLimits {
     }
 
     /// `limits` (a worker's own) with these in their place: the worker's
-    /// capacity and slot-keeping are its declaration's.
+    /// capacity and slot-keeping are its declaration's. A PostgreSQL take
+    /// takes by them.
+    #[cfg(any(feature = "postgres", test))]
     pub(crate) fn over(&self, limits: super::Limits) -> super::Limits {
         super::Limits {
             concurrency: self.concurrency.unwrap_or(u32::MAX),
