@@ -155,6 +155,9 @@
 //! cannot be used from here (`schedules trigger` on an engine that does
 //! not declare the schedule).
 
+// On docs.rs, each feature-gated item says which feature it needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod args;
 mod check;
 mod control;

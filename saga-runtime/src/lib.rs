@@ -56,6 +56,8 @@
 //! `RUST_LOG=saga_runtime=info` with a default `fmt` subscriber prints the
 //! story of each instance.
 
+// On docs.rs, each feature-gated item says which feature it needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![cfg_attr(
     not(test),
     warn(clippy::unwrap_used, clippy::expect_used, clippy::panic)
