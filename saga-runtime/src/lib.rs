@@ -146,8 +146,8 @@ pub mod prelude {
     pub use crate::{
         Backoff, ChildFailed, Engine, Error, Failure, FailureKind, IdempotencyKey, Instance,
         ListFilter, Page, Permanent, Queue, RollbackContext, RollbackInput, RollbackRegistration,
-        Sent, Service, Status, StepConfig, StepContext, StepError, StepFailed, WaitError, Workflow,
-        WorkflowContext, WorkflowError, WorkflowFuture, workflow_fn,
+        Schedule, Sent, Service, Status, StepConfig, StepContext, StepError, StepFailed, WaitError,
+        Workflow, WorkflowContext, WorkflowError, WorkflowFuture, workflow_fn,
     };
     #[cfg(feature = "macros")]
     pub use saga_macros::{rollback, step, workflow};
