@@ -75,6 +75,7 @@ mod model;
 mod names;
 mod panic;
 mod queue;
+mod random;
 mod run;
 mod schedule;
 mod seal;
