@@ -7,6 +7,7 @@ use std::hash::{BuildHasher, Hasher};
 use std::sync::Mutex;
 
 use crate::lock::lock;
+use crate::testing::sim::SimRng;
 
 /// The engine's source of random numbers.
 #[derive(Debug, Default)]
@@ -14,14 +15,14 @@ pub(crate) enum Random {
     /// A fresh draw from the process's hash seeds each time.
     #[default]
     Os,
-    /// SplitMix64 from a seed: small, and good enough for workflow code
-    /// that asked for "a random number" (not for cryptography).
-    Seeded(Mutex<u64>),
+    /// A seeded generator: good enough for workflow code that asked for
+    /// "a random number" (not for cryptography).
+    Seeded(Mutex<SimRng>),
 }
 
 impl Random {
     pub(crate) fn seeded(seed: u64) -> Random {
-        Random::Seeded(Mutex::new(seed))
+        Random::Seeded(Mutex::new(SimRng::new(seed)))
     }
 
     pub(crate) fn next_u64(&self) -> u64 {
@@ -31,14 +32,7 @@ impl Random {
                 hasher.write_u128(std::time::Instant::now().elapsed().as_nanos());
                 hasher.finish()
             }
-            Random::Seeded(state) => {
-                let mut state = lock(state);
-                *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-                let mut z = *state;
-                z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-                z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-                z ^ (z >> 31)
-            }
+            Random::Seeded(generator) => lock(generator).next_u64(),
         }
     }
 }
