@@ -232,6 +232,10 @@ impl Flusher {
     /// timeout.
     pub(crate) async fn durable(&self, ticket: u64) -> Result<()> {
         if let Some(store) = &self.inline {
+            // Other tasks run (and write) before the flush, as they do
+            // while a real one takes its time: a crash can land between a
+            // write and the flush that makes it durable.
+            tokio::task::yield_now().await;
             return self.flush_inline(store.as_ref(), ticket);
         }
         let waiting = {

@@ -9,7 +9,10 @@ use std::time::Duration;
 use super::rng::{SimRng, TraceHash};
 use crate::error::{Error, Result};
 use crate::lock::lock;
-use crate::store::{IndexRow, Store, StoreFuture, answered};
+use crate::store::{
+    Accept, IndexEntry, IndexPage, IndexQuery, IndexRow, PageOrder, PagePosition, Store,
+    StoreFuture, answered,
+};
 
 /// The faults a [`SimDisk`] injects, each a chance in 1,000 per call.
 #[derive(Clone, Copy, Debug, Default)]
@@ -42,8 +45,16 @@ pub struct SimDisk {
 #[derive(Clone, Default, PartialEq, Eq)]
 struct Data {
     journals: BTreeMap<String, BTreeMap<u64, Vec<u8>>>,
-    index: BTreeMap<String, Vec<u8>>,
+    index: BTreeMap<String, Entry>,
     schedules: BTreeMap<String, Vec<u8>>,
+}
+
+/// An index entry: its summary, and the facts `list()` filters on with
+/// the start time it orders by (kept from the last write that had them).
+#[derive(Clone, Default, PartialEq, Eq)]
+struct Entry {
+    summary: Vec<u8>,
+    facts: Option<(u64, Vec<u8>)>,
 }
 
 /// One write, as it reaches the disk.
@@ -56,6 +67,7 @@ enum Write {
     Index {
         id: String,
         summary: Vec<u8>,
+        facts: Option<(u64, Vec<u8>)>,
     },
     Remove {
         id: String,
@@ -92,8 +104,12 @@ impl Data {
                     .or_default()
                     .insert(*seq, bytes.clone());
             }
-            Write::Index { id, summary } => {
-                self.index.insert(id.clone(), summary.clone());
+            Write::Index { id, summary, facts } => {
+                let entry = self.index.entry(id.clone()).or_default();
+                entry.summary.clone_from(summary);
+                if facts.is_some() {
+                    entry.facts.clone_from(facts);
+                }
             }
             Write::Remove { id } => {
                 self.journals.remove(id);
@@ -125,7 +141,7 @@ impl Write {
     fn trace(&self, trace: &mut TraceHash) {
         let (tag, key, seq, bytes): (u8, &str, u64, &[u8]) = match self {
             Write::Record { id, seq, bytes } => (0, id, *seq, bytes),
-            Write::Index { id, summary } => (1, id, 0, summary),
+            Write::Index { id, summary, .. } => (1, id, 0, summary),
             Write::Remove { id } => (2, id, 0, &[]),
             Write::RemoveBefore { id, seq } => (3, id, *seq, &[]),
             Write::Schedule { name, state } => (4, name, 0, state.as_deref().unwrap_or(&[])),
@@ -276,10 +292,7 @@ impl SimStore {
         // An index entry without a journal is a create cut short: this
         // one takes its place.
         self.write(vec![
-            Write::Index {
-                id: id.to_owned(),
-                summary: index.summary.to_vec(),
-            },
+            index_write(id, index),
             Write::Record {
                 id: id.to_owned(),
                 seq: 0,
@@ -310,6 +323,71 @@ impl SimStore {
         }])?;
         Ok(true)
     }
+}
+
+fn index_write(id: &str, index: &IndexRow<'_>) -> Write {
+    Write::Index {
+        id: id.to_owned(),
+        summary: index.summary.to_vec(),
+        facts: index
+            .facts
+            .map(|facts| (facts.created_at, facts.encoded.to_vec())),
+    }
+}
+
+/// One page of `list()`, as sled walks it: in start order (or id order,
+/// under a prefix) after the query's position, each entry `accept`ed.
+fn page(data: &Data, query: &IndexQuery<'_>, accept: Accept<'_>) -> IndexPage {
+    let to_millis = crate::time::clock::to_millis;
+    let started_ms = |entry: &Entry| entry.facts.as_ref().map_or(0, |(at, _)| *at);
+    let mut walk: Vec<(u64, &String, &Entry)> = match query.order {
+        PageOrder::Started => {
+            let from = query.started_from.map_or(0, to_millis);
+            let until = query.started_until.map_or(u64::MAX, to_millis);
+            let mut walk: Vec<_> = data
+                .index
+                .iter()
+                .filter(|(_, e)| e.facts.is_some())
+                .map(|(id, e)| (started_ms(e), id, e))
+                .filter(|(at, _, _)| (from..until).contains(at))
+                .collect();
+            walk.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+            walk
+        }
+        PageOrder::Id => {
+            let prefix = query.id_prefix.unwrap_or("");
+            data.index
+                .range(prefix.to_owned()..)
+                .take_while(|(id, _)| id.starts_with(prefix))
+                .map(|(id, e)| (0, id, e))
+                .collect()
+        }
+    };
+    if let Some(after) = query.after {
+        let after_ms = u64::try_from(after.started_micros / 1000).unwrap_or(0);
+        walk.retain(|(at, id, _)| (*at, id.as_str()) > (after_ms, after.id.as_str()));
+    }
+    let mut page = IndexPage::default();
+    for (at, id, entry) in walk {
+        let entry = IndexEntry {
+            id: id.clone(),
+            summary: entry.summary.clone(),
+            facts: entry.facts.as_ref().map(|(_, facts)| facts.clone()),
+            position: PagePosition {
+                started_micros: i64::try_from(at.saturating_mul(1000)).unwrap_or(i64::MAX),
+                id: id.clone(),
+            },
+            owner: None,
+        };
+        if accept(&entry) {
+            page.entries.push(entry);
+            if page.entries.len() >= query.limit {
+                page.next = page.entries.last().map(|e| e.position.clone());
+                break;
+            }
+        }
+    }
+    page
 }
 
 impl Store for SimStore {
@@ -354,14 +432,19 @@ impl Store for SimStore {
     }
 
     fn put_index(&self, id: &str, index: &IndexRow<'_>) -> Result<()> {
-        self.write(vec![Write::Index {
-            id: id.to_owned(),
-            summary: index.summary.to_vec(),
-        }])
+        self.write(vec![index_write(id, index)])
     }
 
     fn index<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<Vec<u8>>> {
-        self.answer(move |store| Ok(store.disk()?.live.index.get(id).cloned()))
+        self.answer(move |store| Ok(store.disk()?.live.index.get(id).map(|e| e.summary.clone())))
+    }
+
+    fn index_page<'a>(
+        &'a self,
+        query: &'a IndexQuery<'a>,
+        accept: Accept<'a>,
+    ) -> StoreFuture<'a, IndexPage> {
+        self.answer(move |store| Ok(page(&store.disk()?.live, query, accept)))
     }
 
     fn index_entries(&self) -> StoreFuture<'_, Vec<(String, Vec<u8>)>> {
@@ -371,7 +454,7 @@ impl Store for SimStore {
                 .live
                 .index
                 .iter()
-                .map(|(id, summary)| (id.clone(), summary.clone()))
+                .map(|(id, entry)| (id.clone(), entry.summary.clone()))
                 .collect())
         })
     }
