@@ -312,18 +312,22 @@ impl World {
         self.note("quiet end".into());
         for round in 0..12 {
             self.settle(Duration::from_secs(1)).await;
-            for (id, _) in self.plans.clone() {
-                let engine = self.engine();
-                let Ok(instance) = engine.instance(&id).await else {
-                    continue;
-                };
-                match instance.status().await {
-                    Ok(Status::Paused) => {
+            // Children too: a restarted parent's children of the generation
+            // before stay as they were, paused ones included (as documented).
+            let engine = self.engine();
+            let listed = engine
+                .list(&saga_runtime::ListFilter::default())
+                .await
+                .unwrap_or_default();
+            for info in listed {
+                let id = info.id;
+                match info.status {
+                    Status::Paused => {
                         self.call(format!("resume {id}"), move |e| async move {
                             e.instance(&id).await?.resume().await
                         });
                     }
-                    Ok(Status::Waiting) if round % 3 == 0 => {
+                    Status::Waiting if round % 3 == 0 => {
                         let event_id = format!("end-{id}-{round}");
                         self.call(format!("event {id} {event_id} true"), move |e| async move {
                             e.event(&id, "approval")
