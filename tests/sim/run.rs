@@ -63,6 +63,9 @@ struct World {
     /// Engine calls under way, aborted by a crash.
     calls: Vec<JoinHandle<()>>,
     before_crashes: Vec<BTreeMap<String, Vec<(u64, Vec<u8>)>>>,
+    /// Violations seen while the run went on (the others are checked at
+    /// its end).
+    seen_violations: Vec<String>,
     trace: Vec<String>,
     hash: TraceHash,
 }
@@ -111,6 +114,7 @@ impl World {
             event_ids: Vec::new(),
             calls: Vec::new(),
             before_crashes: Vec::new(),
+            seen_violations: Vec::new(),
             trace: Vec::new(),
             hash: TraceHash::default(),
         }
@@ -275,6 +279,7 @@ impl World {
             }
             let wait = Duration::from_millis(self.rng.below(2000));
             self.settle(wait).await;
+            self.no_alarm_left_behind().await;
             // A store that failed leaves the engine stalled until an
             // operator restarts it, as a real one would.
             if self.disk.faults_injected() > faults_seen {
@@ -284,13 +289,35 @@ impl World {
         }
         self.quiet_end().await;
         let finished = self.finish().await;
-        let violations = check::all(&finished);
+        let mut violations = check::all(&finished);
+        violations.extend(self.seen_violations.drain(..));
         self.hash.add(&self.disk.trace_hash().to_le_bytes());
         Outcome {
             trace_hash: self.hash.value(),
             violations,
             trace: self.trace,
         }
+    }
+
+    /// Once every instance ended, nothing sleeps on the clock: an alarm
+    /// left behind would wake an instance that has ended.
+    async fn no_alarm_left_behind(&mut self) -> bool {
+        let Some(engine) = self.engine.clone() else {
+            return false;
+        };
+        let Ok(listed) = engine.list(&saga_runtime::ListFilter::default()).await else {
+            return false;
+        };
+        if listed.is_empty() || listed.iter().any(|info| !info.status.is_terminal()) {
+            return false;
+        }
+        let (sleepers, waits) = (self.clock.sleepers(), self.clock.event_waits());
+        if sleepers + waits > 0 {
+            self.seen_violations.push(format!(
+                "{sleepers} sleeps and {waits} event waits left on the clock once every instance ended"
+            ));
+        }
+        true
     }
 
     /// No more faults or control calls: what is paused resumes, what
@@ -341,6 +368,9 @@ impl World {
                 }
             }
             self.settle(Duration::from_secs(1)).await;
+            if round > 0 && self.no_alarm_left_behind().await {
+                break;
+            }
             self.clock.advance(Duration::from_secs(86_400 * 2));
         }
         self.settle(Duration::from_secs(5)).await;
