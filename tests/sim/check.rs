@@ -35,6 +35,33 @@ fn completed_steps_never_run_again(run: &Finished, violations: &mut Vec<String>)
     }
 }
 
+/// Whether an instance waits for an event of a type that came and was
+/// not delivered: what a lost wake-up leaves until the wait's deadline.
+pub fn missed_event(history: &[saga_runtime::Event]) -> Option<String> {
+    let (mut received, mut delivered) = (0i64, 0i64);
+    let mut waiting = None;
+    for event in history {
+        match &event.kind {
+            EventKind::InstanceRestarted { .. } => (received, delivered, waiting) = (0, 0, None),
+            EventKind::EventReceived { .. } => received += 1,
+            EventKind::EventDelivered { .. } => {
+                delivered += 1;
+                waiting = None;
+            }
+            EventKind::EventWaitStarted { name, .. } => waiting = Some(name.clone()),
+            EventKind::EventWaitTimedOut { .. } => waiting = None,
+            _ => {}
+        }
+    }
+    let wait = waiting?;
+    (received > delivered).then(|| {
+        format!(
+            "waits in {wait:?} while {} received event(s) were not delivered",
+            received - delivered
+        )
+    })
+}
+
 /// What the history of one run of an instance (after its last restart)
 /// says of its steps and rollback.
 #[derive(Default)]

@@ -277,9 +277,21 @@ impl World {
                 }
                 self.crash().await;
             }
+            if self.rng.chance(400) {
+                // The next action comes while this one is under way: a
+                // few polls of the engine's tasks, not all of them.
+                for _ in 0..self.rng.below(30) {
+                    tokio::task::yield_now().await;
+                }
+                continue;
+            }
             let wait = Duration::from_millis(self.rng.below(2000));
             self.settle(wait).await;
-            self.no_alarm_left_behind().await;
+            // Checked once no slow store call can still be on its way.
+            if wait > self.faults.max_delay {
+                self.no_alarm_left_behind().await;
+                self.no_wait_misses_its_event().await;
+            }
             // A store that failed leaves the engine stalled until an
             // operator restarts it, as a real one would.
             if self.disk.faults_injected() > faults_seen {
@@ -318,6 +330,30 @@ impl World {
             ));
         }
         true
+    }
+
+    /// Once every task ran, no instance waits for an event that came: a
+    /// received event of the type a waiting instance awaits was delivered.
+    async fn no_wait_misses_its_event(&mut self) {
+        let Some(engine) = self.engine.clone() else {
+            return;
+        };
+        let Ok(listed) = engine.list(&saga_runtime::ListFilter::default()).await else {
+            return;
+        };
+        for info in listed.iter().filter(|i| i.status == Status::Waiting) {
+            let Ok(instance) = engine.instance(&info.id).await else {
+                continue;
+            };
+            let Ok(history) = instance.history().await else {
+                continue;
+            };
+            if let Some(missed) = check::missed_event(&history) {
+                let at = saga_runtime::Clock::now(&self.clock);
+                self.seen_violations
+                    .push(format!("{}: {missed} (clock at {at:?})", info.id));
+            }
+        }
     }
 
     /// No more faults or control calls: what is paused resumes, what
