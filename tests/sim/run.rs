@@ -68,6 +68,8 @@ struct World {
     seen_violations: Vec<String>,
     trace: Vec<String>,
     hash: TraceHash,
+    /// The clock's time when the run began.
+    started_at: std::time::SystemTime,
 }
 
 impl World {
@@ -102,11 +104,13 @@ impl World {
                 (format!("o-{n}"), plan)
             })
             .collect();
+        let clock = TestClock::new();
         World {
             rng,
             disk,
             faults,
-            clock: TestClock::new(),
+            started_at: saga_runtime::Clock::now(&clock),
+            clock,
             effects,
             engine: None,
             plans,
@@ -121,6 +125,10 @@ impl World {
     }
 
     fn note(&mut self, line: String) {
+        let at = saga_runtime::Clock::now(&self.clock)
+            .duration_since(self.started_at)
+            .unwrap_or_default();
+        let line = format!("[{:>7}s] {line}", at.as_secs());
         self.hash.add(line.as_bytes());
         self.trace.push(line);
     }
@@ -287,16 +295,22 @@ impl World {
             }
             let wait = Duration::from_millis(self.rng.below(2000));
             self.settle(wait).await;
-            // Checked once no slow store call can still be on its way.
-            if wait > self.faults.max_delay {
-                self.no_alarm_left_behind().await;
-                self.no_wait_misses_its_event().await;
-            }
             // A store that failed leaves the engine stalled until an
             // operator restarts it, as a real one would.
             if self.disk.faults_injected() > faults_seen {
                 faults_seen = self.disk.faults_injected();
                 self.crash().await;
+                continue;
+            }
+            // Checked once no slow store call can still be on its way.
+            if wait > self.faults.max_delay {
+                let found = self.seen_violations.len();
+                self.no_alarm_left_behind().await;
+                self.no_wait_misses_its_event().await;
+                // A fault meanwhile may have stalled what was checked.
+                if self.disk.faults_injected() > faults_seen {
+                    self.seen_violations.truncate(found);
+                }
             }
         }
         self.quiet_end().await;
