@@ -8,7 +8,7 @@ use super::run::Finished;
 use super::workload::{COMPENSATED, Effect};
 
 /// Every violation of every invariant.
-pub fn all(run: &Finished) -> Vec<String> {
+pub(crate) fn all(run: &Finished) -> Vec<String> {
     let mut violations = Vec::new();
     completed_steps_never_run_again(run, &mut violations);
     compensations_match_started_steps(run, &mut violations);
@@ -37,7 +37,7 @@ fn completed_steps_never_run_again(run: &Finished, violations: &mut Vec<String>)
 
 /// Whether an instance waits for an event of a type that came and was
 /// not delivered: what a lost wake-up leaves until the wait's deadline.
-pub fn missed_event(history: &[saga_runtime::Event]) -> Option<String> {
+pub(crate) fn missed_event(history: &[saga_runtime::Event]) -> Option<String> {
     let (mut received, mut delivered) = (0i64, 0i64);
     let mut waiting = None;
     for event in history {

@@ -15,29 +15,29 @@ use super::check;
 use super::workload::{self, Effects, Plan, order, shipment};
 
 /// What a run left for the checks and the report.
-pub struct Outcome {
+pub(crate) struct Outcome {
     /// A hash of every write the engine made, in order, and of the trace.
-    pub trace_hash: u64,
-    pub violations: Vec<String>,
+    pub(crate) trace_hash: u64,
+    pub(crate) violations: Vec<String>,
     /// What the run did, one line per action.
-    pub trace: Vec<String>,
+    pub(crate) trace: Vec<String>,
 }
 
 /// What the checks read once the run is over.
-pub struct Finished {
-    pub ids: Vec<String>,
-    pub statuses: BTreeMap<String, Status>,
-    pub histories: BTreeMap<String, Vec<Event>>,
+pub(crate) struct Finished {
+    pub(crate) ids: Vec<String>,
+    pub(crate) statuses: BTreeMap<String, Status>,
+    pub(crate) histories: BTreeMap<String, Vec<Event>>,
     /// Instances whose index entry disagrees with their journal.
-    pub index_disagrees: Vec<String>,
-    pub effects: Vec<workload::Effect>,
+    pub(crate) index_disagrees: Vec<String>,
+    pub(crate) effects: Vec<workload::Effect>,
     /// The durable journals before each crash, and after the run.
-    pub before_crashes: Vec<BTreeMap<String, Vec<(u64, Vec<u8>)>>>,
-    pub durable: BTreeMap<String, Vec<(u64, Vec<u8>)>>,
+    pub(crate) before_crashes: Vec<BTreeMap<String, Vec<(u64, Vec<u8>)>>>,
+    pub(crate) durable: BTreeMap<String, Vec<(u64, Vec<u8>)>>,
 }
 
 /// Runs `seed` to its end, on a runtime of its own.
-pub fn run(seed: u64) -> Outcome {
+pub(crate) fn run(seed: u64) -> Outcome {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
@@ -68,6 +68,8 @@ struct World {
     seen_violations: Vec<String>,
     trace: Vec<String>,
     hash: TraceHash,
+    /// Armed crashes that went off and were followed by a reopen.
+    armed_handled: u64,
     /// The clock's time when the run began.
     started_at: std::time::SystemTime,
 }
@@ -110,6 +112,7 @@ impl World {
             disk,
             faults,
             started_at: saga_runtime::Clock::now(&clock),
+            armed_handled: 0,
             clock,
             effects,
             engine: None,
@@ -141,6 +144,7 @@ impl World {
     /// opens (an engine opens on a store that answers at once).
     fn open(&mut self) {
         self.disk.set_faults(SimFaults::default());
+        self.disk.disarm();
         let engine = Engine::builder()
             .clock(self.clock.clone())
             .random_seed(self.rng.next_u64())
@@ -258,6 +262,19 @@ impl World {
         }
     }
 
+    /// An armed crash went off: the process is gone, a new one opens the
+    /// disk.
+    async fn reopen_after_armed_crash(&mut self) {
+        self.note("crash (armed, at a write)".into());
+        self.before_crashes.push(self.disk.durable_journals());
+        for call in self.calls.drain(..) {
+            call.abort();
+        }
+        self.engine = None;
+        self.settle(Duration::from_millis(10)).await;
+        self.open();
+    }
+
     /// The process dies where it stands, and a new one opens the disk.
     async fn crash(&mut self) {
         self.before_crashes.push(self.disk.durable_journals());
@@ -284,6 +301,11 @@ impl World {
                     tokio::task::yield_now().await;
                 }
                 self.crash().await;
+            } else if self.rng.chance(150) {
+                // A crash at an arbitrary write: between any two records.
+                let n = self.rng.below(12);
+                self.note(format!("crash armed at write {n}"));
+                self.disk.crash_at_write(n);
             }
             if self.rng.chance(400) {
                 // The next action comes while this one is under way: a
@@ -295,6 +317,11 @@ impl World {
             }
             let wait = Duration::from_millis(self.rng.below(2000));
             self.settle(wait).await;
+            if self.disk.armed_crashes() > self.armed_handled {
+                self.armed_handled = self.disk.armed_crashes();
+                self.reopen_after_armed_crash().await;
+                continue;
+            }
             // A store that failed leaves the engine stalled until an
             // operator restarts it, as a real one would.
             if self.disk.faults_injected() > faults_seen {
@@ -376,7 +403,10 @@ impl World {
     async fn quiet_end(&mut self) {
         self.faults = SimFaults::default();
         self.disk.set_faults(self.faults);
-        if self.disk.faults_injected() > 0 {
+        // A stalled store is restarted; an armed crash is taken back (a
+        // crash here would heal what a bug left stranded).
+        self.disk.disarm();
+        if self.disk.faults_injected() > 0 || self.disk.armed_crashes() > self.armed_handled {
             self.crash().await;
         }
         for n in self.started..self.plans.len() {

@@ -9,7 +9,7 @@ use saga_runtime::testing::sim::SimRng;
 
 /// What a body or a compensation did, or what workflow code saw.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Effect {
+pub(crate) enum Effect {
     /// A step body began an attempt with this key.
     Ran { key: String, attempt: u32 },
     /// Workflow code got the output of the step with this key (so it is
@@ -17,22 +17,20 @@ pub enum Effect {
     Seen { key: String },
     /// A compensation's attempt with this key, and whether it succeeded.
     Compensated { key: String, ok: bool },
-    /// A body of a queue's step began or ended, for the queue's limit.
-    Queue { instance: String, held: bool },
 }
 
 /// The side-effect log and the draws of the bodies' failures.
-pub struct Effects {
+pub(crate) struct Effects {
     log: Mutex<Vec<Effect>>,
     rng: Mutex<SimRng>,
     /// A step's attempt fails (retryably) with this chance in 1,000.
-    pub step_failures: u32,
+    pub(crate) step_failures: u32,
     /// A compensation's attempt fails with this chance in 1,000.
-    pub compensation_failures: u32,
+    pub(crate) compensation_failures: u32,
 }
 
 impl Effects {
-    pub fn new(rng: SimRng, step_failures: u32, compensation_failures: u32) -> Effects {
+    pub(crate) fn new(rng: SimRng, step_failures: u32, compensation_failures: u32) -> Effects {
         Effects {
             log: Mutex::default(),
             rng: Mutex::new(rng),
@@ -41,7 +39,7 @@ impl Effects {
         }
     }
 
-    pub fn log(&self) -> Vec<Effect> {
+    pub(crate) fn log(&self) -> Vec<Effect> {
         self.log.lock().unwrap().clone()
     }
 
@@ -85,7 +83,7 @@ impl Effects {
 /// run is one thread's at a time.
 static CURRENT: Mutex<Option<Arc<Effects>>> = Mutex::new(None);
 
-pub fn set_current(effects: Option<Arc<Effects>>) {
+pub(crate) fn set_current(effects: Option<Arc<Effects>>) {
     *CURRENT.lock().unwrap() = effects;
 }
 
@@ -100,7 +98,7 @@ fn seen(key: &str) {
 
 /// The steps whose compensations a check expects, by name, in the order
 /// the workflows call them (a child comes between "hold" and "pack").
-pub const COMPENSATED: [&str; 4] = ["reserve", "charge", "hold", "pack"];
+pub(crate) const COMPENSATED: [&str; 4] = ["reserve", "charge", "hold", "pack"];
 
 #[step(name = "reserve", rollback = unreserve, retries = 3, delay = "1 second")]
 async fn reserve(step: StepContext, fx: Service<Effects>) -> Result<String, StepError> {
@@ -152,7 +150,7 @@ async fn unpack(ctx: RollbackContext<'_, String>, fx: Service<Effects>) -> Resul
 
 /// A child saga: packs the goods, fails when asked to.
 #[workflow(name = "shipment")]
-pub async fn shipment(ctx: WorkflowContext, fail: bool) -> Result<String, WorkflowError> {
+pub(crate) async fn shipment(ctx: WorkflowContext, fail: bool) -> Result<String, WorkflowError> {
     let packed = pack(&ctx).await?;
     seen(&packed);
     if fail {
@@ -163,20 +161,20 @@ pub async fn shipment(ctx: WorkflowContext, fail: bool) -> Result<String, Workfl
 
 /// What an order does, drawn from the seed.
 #[derive(Clone, Copy, Debug, Serialize, Deserialize)]
-pub struct Plan {
+pub(crate) struct Plan {
     /// Ships through a child saga.
-    pub ship: bool,
+    pub(crate) ship: bool,
     /// The child fails.
-    pub ship_fails: bool,
+    pub(crate) ship_fails: bool,
     /// Ends in an error after its approval (so it rolls back).
-    pub fails_at_end: bool,
+    pub(crate) fails_at_end: bool,
 }
 
 /// A saga of every kind of wait: a step, two concurrent steps, a sleep,
 /// an event wait (whose timeout rolls it back), a child, a step without
 /// rollback.
 #[workflow(name = "order")]
-pub async fn order(ctx: WorkflowContext, plan: Plan) -> Result<u32, WorkflowError> {
+pub(crate) async fn order(ctx: WorkflowContext, plan: Plan) -> Result<u32, WorkflowError> {
     let reserved = reserve(&ctx).await?;
     seen(&reserved);
     let (charged, held) = tokio::join!(charge(&ctx), hold(&ctx));

@@ -92,6 +92,10 @@ struct Disk {
     rng: SimRng,
     faults: SimFaults,
     injected: u64,
+    /// Writes left before an armed crash ([`SimDisk::crash_at_write`]).
+    crash_in: Option<u64>,
+    /// Crashes that an armed write set off.
+    armed_crashes: u64,
     trace: TraceHash,
 }
 
@@ -153,6 +157,22 @@ impl Write {
     }
 }
 
+impl Disk {
+    /// Keeps the durable part and a seeded prefix of the pending writes;
+    /// the stores opened before fail from now on.
+    fn crash(&mut self) -> (usize, usize) {
+        let pending = std::mem::take(&mut self.pending);
+        let kept = usize::try_from(self.rng.below(pending.len() as u64 + 1)).unwrap_or(0);
+        for write in &pending[..kept] {
+            self.durable.apply(write);
+        }
+        self.live = self.durable.clone();
+        self.generation += 1;
+        self.crash_in = None;
+        (kept, pending.len() - kept)
+    }
+}
+
 impl SimDisk {
     /// An empty disk whose faults and crashes draw from `seed`.
     pub fn new(seed: u64) -> SimDisk {
@@ -165,6 +185,8 @@ impl SimDisk {
                 rng: SimRng::new(seed),
                 faults: SimFaults::default(),
                 injected: 0,
+                crash_in: None,
+                armed_crashes: 0,
                 trace: TraceHash::default(),
             })),
         }
@@ -192,15 +214,25 @@ impl SimDisk {
     /// opened before fails from now on. Returns how many pending writes
     /// were kept and how many lost.
     pub fn crash(&self) -> (usize, usize) {
-        let mut disk = self.lock();
-        let pending = std::mem::take(&mut disk.pending);
-        let kept = usize::try_from(disk.rng.below(pending.len() as u64 + 1)).unwrap_or(0);
-        for write in &pending[..kept] {
-            disk.durable.apply(write);
-        }
-        disk.live = disk.durable.clone();
-        disk.generation += 1;
-        (kept, pending.len() - kept)
+        self.lock().crash()
+    }
+
+    /// Arms a crash at the `n`th write from now (0: the next): the write
+    /// is not made, the process crashes there ([`crash`](SimDisk::crash)),
+    /// and [`armed_crashes`](SimDisk::armed_crashes) counts it. A crash
+    /// between any two records, as a kill lands.
+    pub fn crash_at_write(&self, n: u64) {
+        self.lock().crash_in = Some(n);
+    }
+
+    /// Takes back a crash armed and not gone off.
+    pub fn disarm(&self) {
+        self.lock().crash_in = None;
+    }
+
+    /// How many armed crashes went off so far.
+    pub fn armed_crashes(&self) -> u64 {
+        self.lock().armed_crashes
     }
 
     /// How many faults were injected so far.
@@ -247,6 +279,15 @@ impl SimStore {
     /// Makes `writes`, unless a fault drawn now fails them.
     fn write(&self, writes: Vec<Write>) -> Result<()> {
         let mut disk = self.disk()?;
+        match disk.crash_in {
+            Some(0) => {
+                disk.crash();
+                disk.armed_crashes += 1;
+                return Err(Error::Store("the simulated process crashed".into()));
+            }
+            Some(n) => disk.crash_in = Some(n - 1),
+            None => {}
+        }
         let chance = disk.faults.failed_write;
         if disk.rng.chance(chance) {
             disk.injected += 1;
