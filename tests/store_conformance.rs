@@ -1,7 +1,9 @@
-//! The store conformance suite, against the embedded sled store and (with
-//! the `postgres` feature) the PostgreSQL store.
+//! The store conformance suite, against the embedded sled store, the
+//! simulated store of `testing::sim` and (with the `postgres` feature) the
+//! PostgreSQL store.
 
 use saga_runtime::store::{SledStore, run_conformance_suite};
+use saga_runtime::testing::sim::SimDisk;
 
 #[tokio::test]
 async fn sled_passes_the_store_conformance_suite() {
@@ -11,6 +13,17 @@ async fn sled_passes_the_store_conformance_suite() {
     if let Err(violations) = result {
         panic!(
             "the sled store violates the Store contract:\n{}",
+            violations.join("\n")
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_simulated_store_passes_the_store_conformance_suite() {
+    let result = run_conformance_suite(|| async { SimDisk::new(7).open() }).await;
+    if let Err(violations) = result {
+        panic!(
+            "the simulated store violates the Store contract:\n{}",
             violations.join("\n")
         );
     }

@@ -77,6 +77,7 @@ mod model;
 mod names;
 mod panic;
 mod queue;
+mod random;
 mod run;
 mod schedule;
 mod seal;

@@ -126,6 +126,7 @@ pub struct EngineBuilder {
     /// The queue of `start` and `start_with`, one of `queues`.
     default_queue: Option<String>,
     schedules: Vec<crate::schedule::Schedule>,
+    random: crate::random::Random,
 }
 
 impl EngineBuilder {
@@ -194,6 +195,15 @@ impl EngineBuilder {
             .downcast_ref::<crate::TestClock>()
             .cloned();
         self.clock = Arc::new(clock);
+        self
+    }
+
+    /// Draws `ctx.random()` from a generator seeded with `seed` instead of
+    /// the operating system's randomness: a test or a simulated run draws
+    /// the same numbers on every run of the seed. Leave it unset in
+    /// production.
+    pub fn random_seed(mut self, seed: u64) -> Self {
+        self.random = crate::random::Random::seeded(seed);
         self
     }
 
@@ -507,14 +517,16 @@ impl EngineBuilder {
                 );
             }
         }
-        let core = Arc::new(Core::new(
+        let mut core = Core::new(
             journal,
             self.clock,
             runtime,
             self.max_payload,
             self.services,
             self.poll,
-        ));
+        );
+        core.random = self.random;
+        let core = Arc::new(core);
         let runner = Arc::new(Runner::new(
             core,
             self.retention,
@@ -588,6 +600,7 @@ impl Engine {
             queues: Vec::new(),
             default_queue: None,
             schedules: Vec::new(),
+            random: crate::random::Random::default(),
         }
     }
 

@@ -142,6 +142,9 @@ impl Subscription {
                 // Twice per poll interval: records are not told of.
                 let every = core.upgrade().map_or(Duration::ZERO, |c| c.poll / 2);
                 tokio::select! {
+                    // Either wakes the same read.
+                    // Biased: a simulated run picks the same on every replay of its seed.
+                    biased;
                     () = tokio::time::sleep(every) => {}
                     Some(()) = crate::journal::told_of_change(told) => {}
                 }

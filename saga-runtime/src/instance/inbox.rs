@@ -34,6 +34,9 @@ pub(crate) fn spawn_inbox_reader(runner: &Arc<Runner>) {
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
+                // Either leads to the same look at the inbox.
+                // Biased: a simulated run picks the same on every replay of its seed.
+                biased;
                 _ = every.tick() => {}
                 Some(()) = crate::journal::told_of_change(&mut told) => every.reset(),
             }

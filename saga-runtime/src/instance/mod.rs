@@ -256,6 +256,9 @@ impl Instance {
                 // Another worker drives it (or none yet, on a store shared
                 // by workers): its end is not told here, so look again.
                 tokio::select! {
+                    // The end first: an engine that closed answers Closed before it looks again.
+                    // Biased: a simulated run picks the same on every replay of its seed.
+                    biased;
                     changed = ended.changed() => if changed.is_err() {
                         return Err(Error::Closed);
                     },
@@ -751,6 +754,9 @@ impl Instance {
     async fn wait_stopped(&self, live: &crate::workflow::live::Live) -> Result<()> {
         let mut ended = self.journal().subscribe_ends();
         tokio::select! {
+            // Stopped first: a driver that let go wins over a close seen in the same poll.
+            // Biased: a simulated run picks the same on every replay of its seed.
+            biased;
             () = live.wait_stopped() => Ok(()),
             () = async {
                 while !self.runner.core.is_closed() {

@@ -170,6 +170,9 @@ pub(crate) async fn post_and_wait(
             break;
         }
         tokio::select! {
+            // Each only makes it look again.
+            // Biased: a simulated run picks the same on every replay of its seed.
+            biased;
             () = tokio::time::sleep(every) => {}
             Some(()) = crate::journal::told_of_change(&mut told) => {}
             () = tokio::time::sleep_until(deadline) => {}

@@ -16,7 +16,7 @@ pub(crate) mod order;
 pub(crate) mod rate;
 pub(crate) mod stored;
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
@@ -253,7 +253,7 @@ pub(crate) struct Limits {
 /// The queues an engine declared, by name.
 #[derive(Debug, Default)]
 pub(crate) struct Queues {
-    declared: HashMap<String, Queue>,
+    declared: BTreeMap<String, Queue>,
     /// The queue of `start` and `start_with`, if one was declared so.
     default: Option<String>,
 }
@@ -262,7 +262,7 @@ impl Queues {
     /// Checks `queues` (each valid, no name twice); `default` is one of
     /// them.
     pub(crate) fn new(queues: Vec<Queue>, default: Option<String>) -> Result<Queues> {
-        let mut declared = HashMap::new();
+        let mut declared = BTreeMap::new();
         for queue in queues {
             queue.check()?;
             if declared.contains_key(&queue.name) {

@@ -9,7 +9,7 @@
 //! waiting instances in memory ([`Local`]); a store shared by workers
 //! reads them, and what holds slots, in the transaction that takes them.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use super::Limits;
 use super::rate::{Rate, Window};
@@ -104,9 +104,9 @@ fn best(
 #[derive(Debug, Default)]
 pub(crate) struct Local {
     /// By id.
-    waiting: HashMap<String, Waiting>,
+    waiting: BTreeMap<String, Waiting>,
     /// The instances holding a slot, and their keys.
-    holders: HashMap<String, Option<String>>,
+    holders: BTreeMap<String, Option<String>>,
     turns: Turns,
     /// The latest starts, for the queue's rate.
     window: Window,

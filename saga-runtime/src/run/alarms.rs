@@ -253,6 +253,9 @@ async fn run(shared: Arc<Shared>, mut ring: impl FnMut(AlarmKey, InstanceId) -> 
                 let next = next_sleep.into_iter().chain(next_deadline).min();
                 let wait = next.map(|at| test.sleep_unseen(from_millis(at)));
                 tokio::select! {
+                    // A rearm first: the alarms are read again and a due one fires on that pass.
+                    // Biased: a simulated run picks the same on every replay of its seed.
+                    biased;
                     () = shared.rearm.notified() => {}
                     () = maybe(wait) => {}
                 }
@@ -262,6 +265,10 @@ async fn run(shared: Arc<Shared>, mut ring: impl FnMut(AlarmKey, InstanceId) -> 
                 let sleep = next_sleep.map(|at| clock.sleep_until(from_millis(at)));
                 let deadline = next_deadline.map(|at| clock.event_deadline(from_millis(at)));
                 tokio::select! {
+                    // A rearm first: the alarms are read again and a due one fires
+                    // on that pass (its sleep is made again, ready at once).
+                    // Biased: a simulated run picks the same on every replay of its seed.
+                    biased;
                     () = shared.rearm.notified() => {}
                     () = maybe(sleep) => sleeps_through = sleeps_through.max(next_sleep.unwrap_or(0)),
                     () = maybe(deadline) => {

@@ -16,7 +16,7 @@
 //! the dispatcher then sleeps until then on the engine's clock, as well
 //! as waiting to be poked.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use crate::error::Result;
@@ -35,7 +35,7 @@ pub(crate) struct Dispatch {
     /// On a store shared by workers the store keeps who waits.
     shared: bool,
     /// By queue, on a store of one process.
-    local: Mutex<HashMap<String, Local>>,
+    local: Mutex<BTreeMap<String, Local>>,
     /// Wakes the dispatcher: an instance waits, or one let go of a slot.
     poke: Arc<tokio::sync::Notify>,
 }
@@ -216,6 +216,9 @@ pub(crate) fn spawn_dispatcher(runner: &Arc<Runner>) {
                 None => Box::pin(std::future::pending()),
             };
             tokio::select! {
+                // Each leads to the same look at the queues.
+                // Biased: a simulated run picks the same on every replay of its seed.
+                biased;
                 () = poke.notified() => {}
                 changed = ends.changed() => if changed.is_err() { return },
                 Some(()) = crate::journal::told_of_change(&mut told) => {}

@@ -8,7 +8,7 @@
 //! entry pins it while a driver runs (`keep`), and lets it go with the
 //! driver.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use crate::lock::lock;
@@ -78,7 +78,7 @@ impl Resident {
 
 /// Every instance's entry, and the alarms that wake those that hibernate.
 pub(crate) struct Residents {
-    entries: Mutex<HashMap<InstanceId, Resident>>,
+    entries: Mutex<BTreeMap<InstanceId, Resident>>,
     /// Locked after `entries` when both are (a timer stopped in `with`).
     pub(crate) alarms: Alarms,
 }
@@ -86,7 +86,7 @@ pub(crate) struct Residents {
 impl Residents {
     pub(crate) fn new(alarms: Alarms) -> Residents {
         Residents {
-            entries: Mutex::new(HashMap::new()),
+            entries: Mutex::new(BTreeMap::new()),
             alarms,
         }
     }

@@ -2,7 +2,7 @@
 //! instance that runs here. Starts drivers (on start, resume, recovery)
 //! and lets go of them.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -23,7 +23,7 @@ use crate::workflow::live::Live;
 
 pub(crate) struct Runner {
     pub(crate) core: Arc<Core>,
-    registry: RwLock<HashMap<&'static str, Arc<dyn ErasedWorkflow>>>,
+    registry: RwLock<BTreeMap<&'static str, Arc<dyn ErasedWorkflow>>>,
     /// What this process holds for each instance it runs: driver, timer,
     /// control lock, store failure; and the alarms of those that hibernate.
     residents: Residents,
@@ -47,7 +47,7 @@ impl Runner {
         test_clock: Option<TestClock>,
     ) -> Runner {
         Runner {
-            registry: RwLock::new(HashMap::new()),
+            registry: RwLock::new(BTreeMap::new()),
             residents: Residents::new(Alarms::new(core.clock.clone(), test_clock)),
             retention,
             sweeping: tokio::sync::Mutex::new(()),

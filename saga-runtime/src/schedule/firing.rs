@@ -69,7 +69,7 @@ fn spawn_one(runner: &Arc<Runner>, declared: &Arc<Declared>, declaration: Arc<De
 async fn find_run_time_for_ever(runner: Weak<Runner>, declared: Arc<Declared>) {
     // The task of each run-time schedule fired here, by the declaration
     // it holds: gone once the task ended.
-    let mut firing: std::collections::HashMap<String, Weak<Declaration>> = Default::default();
+    let mut firing: std::collections::BTreeMap<String, Weak<Declaration>> = Default::default();
     loop {
         let Some(strong) = runner.upgrade() else {
             return;
@@ -78,7 +78,7 @@ async fn find_run_time_for_ever(runner: Weak<Runner>, declared: Arc<Declared>) {
         let mut failed = false;
         match strong.core.journal.schedule_states().await {
             Ok(stored) => {
-                let mut seen = std::collections::HashSet::new();
+                let mut seen = std::collections::BTreeSet::new();
                 for (name, bytes) in stored {
                     // One this release cannot read is reported by `list`.
                     let Ok(state) = state::ScheduleState::decode(&name, &bytes) else {
@@ -113,6 +113,9 @@ async fn find_run_time_for_ever(runner: Weak<Runner>, declared: Arc<Declared>) {
             _ if failed => tokio::time::sleep(AFTER_FAILURE).await,
             Some(poll) => {
                 tokio::select! {
+                    // Either leads to the same look.
+                    // Biased: a simulated run picks the same on every replay of its seed.
+                    biased;
                     () = changed => {}
                     () = tokio::time::sleep(poll) => {}
                 }
@@ -188,6 +191,9 @@ async fn fire_for_ever(runner: Weak<Runner>, declared: Arc<Declared>, schedule: 
             Wait::Now => {}
             Wait::Until(at) => {
                 tokio::select! {
+                    // Each only makes the task look again.
+                    // Biased: a simulated run picks the same on every replay of its seed.
+                    biased;
                     () = reached(at) => {}
                     () = changed => {}
                     () = polled => {}
@@ -201,6 +207,9 @@ async fn fire_for_ever(runner: Weak<Runner>, declared: Arc<Declared>, schedule: 
                     reached(at).await;
                 };
                 tokio::select! {
+                    // Each only makes the task look again.
+                    // Biased: a simulated run picks the same on every replay of its seed.
+                    biased;
                     () = ticks => {}
                     // Err: the journal is gone, and the engine with it.
                     _ = ends.changed() => {}
@@ -211,6 +220,9 @@ async fn fire_for_ever(runner: Weak<Runner>, declared: Arc<Declared>, schedule: 
             }
             Wait::Change => {
                 tokio::select! {
+                    // Either makes the task look again.
+                    // Biased: a simulated run picks the same on every replay of its seed.
+                    biased;
                     () = changed => {}
                     () = polled => {}
                 }

@@ -19,6 +19,12 @@
 //! Lifecycle events wait for the flush that makes them durable; when no
 //! writer needs one, the thread flushes for them after a short delay, so
 //! one flush serves them and the writer that usually comes right after.
+//!
+//! A store that flushes in memory ([`Store::flushes_inline`], the
+//! simulated one of `testing::sim`) gets no thread: a writer flushes it
+//! on its own task, and events no writer waits for are flushed by a task
+//! of the runtime once the writer yields. A thread would let the OS
+//! decide when a flush ends, and a simulated run would not replay.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -40,6 +46,8 @@ pub(crate) struct Flusher {
     /// does not answer.
     timeout: Duration,
     thread: Mutex<Option<JoinHandle<()>>>,
+    /// A store flushed on the caller's task, without a thread.
+    inline: Option<Arc<dyn Store>>,
 }
 
 struct FlushQueue {
@@ -109,6 +117,8 @@ struct Tickets {
     flushing_since: Option<std::time::Instant>,
     /// The flusher thread waits on the condvar (so a request must wake it).
     idle: bool,
+    /// An inline flusher's task that flushes for events is on its way.
+    publishing: bool,
 }
 
 impl Tickets {
@@ -132,6 +142,14 @@ impl Flusher {
             wake: Condvar::new(),
             events,
         });
+        if store.flushes_inline() {
+            return Ok(Flusher {
+                shared,
+                timeout,
+                thread: Mutex::new(None),
+                inline: Some(store),
+            });
+        }
         let worker = shared.clone();
         let thread = std::thread::Builder::new()
             .name("saga-flusher".into())
@@ -141,6 +159,7 @@ impl Flusher {
             shared,
             timeout,
             thread: Mutex::new(Some(thread)),
+            inline: None,
         })
     }
 
@@ -157,6 +176,8 @@ impl Flusher {
         // for the first publication since it went idle (not per event: each
         // wake is a syscall on the hot path).
         let wake = state.idle && !events.is_empty() && ticket == state.completed + 1;
+        let publish = self.inline.is_some() && !events.is_empty() && !state.publishing;
+        state.publishing |= publish;
         state
             .unpublished
             .extend(events.into_iter().map(|event| (ticket, event)));
@@ -164,12 +185,59 @@ impl Flusher {
         if wake {
             self.shared.wake.notify_one();
         }
+        if publish {
+            self.publish_soon();
+        }
         Some(ticket)
+    }
+
+    /// An inline flusher: flushes for the events written so far once the
+    /// writer yields (so one flush serves the writes that follow at once).
+    fn publish_soon(&self) {
+        let (Some(store), Ok(runtime)) = (&self.inline, tokio::runtime::Handle::try_current())
+        else {
+            return;
+        };
+        let (store, shared) = (store.clone(), self.shared.clone());
+        runtime.spawn(async move {
+            tokio::task::yield_now().await;
+            let target = {
+                let mut state = shared.lock();
+                state.publishing = false;
+                state.requested
+            };
+            if shared.lock().completed < target {
+                shared.finish(target, store.flush());
+            }
+        });
+    }
+
+    /// An inline flusher: flushes on the caller's task.
+    fn flush_inline(&self, store: &dyn Store, ticket: u64) -> Result<()> {
+        let target = {
+            let state = self.shared.lock();
+            if state.completed >= ticket {
+                return state.outcome().map_err(Failed::error);
+            }
+            if state.stopping {
+                return Err(Error::Closed);
+            }
+            state.requested
+        };
+        self.shared.finish(target, store.flush());
+        self.shared.lock().outcome().map_err(Failed::error)
     }
 
     /// Waits until the write of `ticket` is durable, at most the store
     /// timeout.
     pub(crate) async fn durable(&self, ticket: u64) -> Result<()> {
+        if let Some(store) = &self.inline {
+            // Other tasks run (and write) before the flush, as they do
+            // while a real one takes its time: a crash can land between a
+            // write and the flush that makes it durable.
+            tokio::task::yield_now().await;
+            return self.flush_inline(store.as_ref(), ticket);
+        }
         let waiting = {
             let mut state = self.shared.lock();
             if state.completed >= ticket {
@@ -231,6 +299,12 @@ impl Flusher {
 
     /// Flushes what is pending and stops the thread.
     pub(crate) fn stop(&self) {
+        if let Some(store) = &self.inline {
+            let target = self.shared.lock().requested;
+            self.flush_inline(store.as_ref(), target).ok();
+            self.shared.lock().stopping = true;
+            return;
+        }
         let thread = self
             .thread
             .lock()

@@ -330,6 +330,12 @@ pub trait Store: Send + Sync + 'static {
     }
     /// Blocks until every write made before the call is durable.
     fn flush(&self) -> Result<()>;
+    /// Whether [`Store::flush`] is quick and must run on the caller's
+    /// task, not on a thread of its own: a simulated store, whose runs
+    /// replay only while no thread decides when a flush ends.
+    fn flushes_inline(&self) -> bool {
+        false
+    }
     /// Blocks until every write this engine has read so far is durable,
     /// when other processes write the store too (their writes may be
     /// visible before they are durable); a no-op otherwise.

@@ -40,10 +40,12 @@
 //! the same for every in-flight instance of a store, with the workflows
 //! its engine registers ([`Replayer::of`]).
 //!
-//! [`TestClock`] is here too, for tests that drive time.
+//! [`TestClock`] is here too, for tests that drive time, and [`sim`], the
+//! pieces of a deterministic simulation.
 
 mod history;
 mod replayer;
+pub mod sim;
 
 pub use self::history::{FORMAT, History};
 pub use self::replayer::{ReplayError, Replayed, Replayer, replay};

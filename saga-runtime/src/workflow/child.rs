@@ -418,6 +418,9 @@ impl Call {
             }
             let asleep = shared.asleep_until(self.slot.index, NEVER);
             tokio::select! {
+                // Told first: either looks again.
+                // Biased: a simulated run picks the same on every replay of its seed.
+                biased;
                 () = told => {}
                 () = tokio::time::sleep(RECHECK_SHARED), if shared.core.journal.shared() => {}
             }
@@ -616,6 +619,9 @@ async fn undo_child(
         }
         let poll = core.poll;
         tokio::select! {
+            // Told first: either looks again.
+            // Biased: a simulated run picks the same on every replay of its seed.
+            biased;
             () = told => {}
             // Real time: on a store shared by workers the child's end may
             // come from another process.

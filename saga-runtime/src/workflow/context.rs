@@ -399,6 +399,9 @@ impl Ctx {
         let idle = self.scope.in_flight.idle_notified();
         async move {
             tokio::select! {
+                // Both mean the run may have parked.
+                // Biased: a simulated run picks the same on every replay of its seed.
+                biased;
                 () = slept => {}
                 () = idle => {}
             }

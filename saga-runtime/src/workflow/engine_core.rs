@@ -41,6 +41,8 @@ pub(crate) struct Core {
     tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     /// What the engine does for child workflows (the runner, above).
     pub(crate) kin: KinCell,
+    /// Where `ctx.random()` draws from.
+    pub(crate) random: crate::random::Random,
 }
 
 /// A value that encodes, but whose JSON does not decode back.
@@ -75,6 +77,7 @@ impl Core {
             steps_in_flight: Arc::default(),
             tasks: Mutex::new(Vec::new()),
             kin: KinCell::default(),
+            random: crate::random::Random::default(),
         }
     }
 

@@ -3,7 +3,6 @@
 //! whose values replay sees again.
 
 use std::future::{Future, pending};
-use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -94,11 +93,7 @@ impl WorkflowContext {
     /// A random number, recorded: replay gets the same value. Use it
     /// instead of `rand` in workflow code. Not for cryptography.
     pub fn random(&self) -> impl Future<Output = u64> + Send + 'static {
-        self.recorded_value(SlotKind::Random, |_| {
-            let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-            hasher.write_u128(std::time::Instant::now().elapsed().as_nanos());
-            hasher.finish()
-        })
+        self.recorded_value(SlotKind::Random, |shared| shared.core.random.next_u64())
     }
 
     /// Takes a slot for a value computed once and replayed after.
@@ -449,6 +444,10 @@ impl EventWait {
             }
             let asleep = shared.waiting_until(self.slot.index, deadline);
             tokio::select! {
+                // The event first: one sent as the deadline comes is delivered
+                // (the loop looks for it before it times out).
+                // Biased: a simulated run picks the same on every replay of its seed.
+                biased;
                 () = sent => {}
                 () = shared.core.clock.event_deadline(from_millis(deadline)) => {}
             }

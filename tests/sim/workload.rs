@@ -1,0 +1,196 @@
+//! The workflows a simulated run drives, written with the macros as users
+//! write them, and the side-effect log their bodies write to: a service
+//! outside the store, as a callee's database is, so it outlives crashes.
+
+use std::sync::{Arc, Mutex};
+
+use saga_runtime::prelude::*;
+use saga_runtime::testing::sim::SimRng;
+
+/// What a body or a compensation did, or what workflow code saw.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Effect {
+    /// A step body began an attempt with this key.
+    Ran { key: String, attempt: u32 },
+    /// Workflow code got the output of the step with this key (so it is
+    /// durable: the design stores it before the workflow sees it).
+    Seen { key: String },
+    /// A compensation's attempt with this key, and whether it succeeded.
+    Compensated { key: String, ok: bool },
+}
+
+/// The side-effect log and the draws of the bodies' failures.
+pub(crate) struct Effects {
+    log: Mutex<Vec<Effect>>,
+    rng: Mutex<SimRng>,
+    /// A step's attempt fails (retryably) with this chance in 1,000.
+    pub(crate) step_failures: u32,
+    /// A compensation's attempt fails with this chance in 1,000.
+    pub(crate) compensation_failures: u32,
+}
+
+impl Effects {
+    pub(crate) fn new(rng: SimRng, step_failures: u32, compensation_failures: u32) -> Effects {
+        Effects {
+            log: Mutex::default(),
+            rng: Mutex::new(rng),
+            step_failures,
+            compensation_failures,
+        }
+    }
+
+    pub(crate) fn log(&self) -> Vec<Effect> {
+        self.log.lock().unwrap().clone()
+    }
+
+    fn push(&self, effect: Effect) {
+        self.log.lock().unwrap().push(effect);
+    }
+
+    fn fails(&self, per_mille: u32) -> bool {
+        self.rng.lock().unwrap().chance(per_mille)
+    }
+
+    /// A step body: logs its attempt, fails as drawn, answers its key.
+    fn body(&self, step: &StepContext) -> Result<String, StepError> {
+        let key = step.key().to_string();
+        self.push(Effect::Ran {
+            key: key.clone(),
+            attempt: step.attempt(),
+        });
+        if self.fails(self.step_failures) {
+            return Err(StepError::retryable("the callee is down"));
+        }
+        Ok(key)
+    }
+
+    /// A compensation: logs its attempt and whether it failed as drawn.
+    fn compensate(&self, key: &IdempotencyKey) -> Result<(), StepError> {
+        let ok = !self.fails(self.compensation_failures);
+        self.push(Effect::Compensated {
+            key: key.to_string(),
+            ok,
+        });
+        if ok {
+            Ok(())
+        } else {
+            Err(StepError::retryable("the refund API is down"))
+        }
+    }
+}
+
+/// The log of the run under way: workflow code has no services, and a
+/// run is one thread's at a time.
+static CURRENT: Mutex<Option<Arc<Effects>>> = Mutex::new(None);
+
+pub(crate) fn set_current(effects: Option<Arc<Effects>>) {
+    *CURRENT.lock().unwrap() = effects;
+}
+
+/// Workflow code saw the output `key` of a step.
+fn seen(key: &str) {
+    if let Some(effects) = CURRENT.lock().unwrap().as_ref() {
+        effects.push(Effect::Seen {
+            key: key.to_owned(),
+        });
+    }
+}
+
+/// The steps whose compensations a check expects, by name, in the order
+/// the workflows call them (a child comes between "hold" and "pack").
+pub(crate) const COMPENSATED: [&str; 4] = ["reserve", "charge", "hold", "pack"];
+
+#[step(name = "reserve", rollback = unreserve, retries = 3, delay = "1 second")]
+async fn reserve(step: StepContext, fx: Service<Effects>) -> Result<String, StepError> {
+    fx.body(&step)
+}
+
+#[rollback(retries = 2, delay = "1 second")]
+async fn unreserve(
+    ctx: RollbackContext<'_, String>,
+    fx: Service<Effects>,
+) -> Result<(), StepError> {
+    fx.compensate(ctx.key())
+}
+
+#[step(name = "charge", rollback = refund, retries = 2, delay = "1 second")]
+async fn charge(step: StepContext, fx: Service<Effects>) -> Result<String, StepError> {
+    fx.body(&step)
+}
+
+#[rollback(retries = 2, delay = "1 second")]
+async fn refund(ctx: RollbackContext<'_, String>, fx: Service<Effects>) -> Result<(), StepError> {
+    fx.compensate(ctx.key())
+}
+
+#[step(name = "hold", rollback = release, retries = 2, delay = "1 second")]
+async fn hold(step: StepContext, fx: Service<Effects>) -> Result<String, StepError> {
+    fx.body(&step)
+}
+
+#[rollback(retries = 2, delay = "1 second")]
+async fn release(ctx: RollbackContext<'_, String>, fx: Service<Effects>) -> Result<(), StepError> {
+    fx.compensate(ctx.key())
+}
+
+#[step(name = "notify", retries = 2, delay = "1 second")]
+async fn notify(step: StepContext, fx: Service<Effects>) -> Result<String, StepError> {
+    fx.body(&step)
+}
+
+#[step(name = "pack", rollback = unpack, retries = 2, delay = "1 second")]
+async fn pack(step: StepContext, fx: Service<Effects>) -> Result<String, StepError> {
+    fx.body(&step)
+}
+
+#[rollback(retries = 2, delay = "1 second")]
+async fn unpack(ctx: RollbackContext<'_, String>, fx: Service<Effects>) -> Result<(), StepError> {
+    fx.compensate(ctx.key())
+}
+
+/// A child saga: packs the goods, fails when asked to.
+#[workflow(name = "shipment")]
+pub(crate) async fn shipment(ctx: WorkflowContext, fail: bool) -> Result<String, WorkflowError> {
+    let packed = pack(&ctx).await?;
+    seen(&packed);
+    if fail {
+        return Err(WorkflowError::new("no carrier"));
+    }
+    Ok(packed)
+}
+
+/// What an order does, drawn from the seed.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub(crate) struct Plan {
+    /// Ships through a child saga.
+    pub(crate) ship: bool,
+    /// The child fails.
+    pub(crate) ship_fails: bool,
+    /// Ends in an error after its approval (so it rolls back).
+    pub(crate) fails_at_end: bool,
+}
+
+/// A saga of every kind of wait: a step, two concurrent steps, a sleep,
+/// an event wait (whose timeout rolls it back), a child, a step without
+/// rollback.
+#[workflow(name = "order")]
+pub(crate) async fn order(ctx: WorkflowContext, plan: Plan) -> Result<u32, WorkflowError> {
+    let reserved = reserve(&ctx).await?;
+    seen(&reserved);
+    let (charged, held) = tokio::join!(charge(&ctx), hold(&ctx));
+    let (charged, held) = (charged?, held?);
+    seen(&charged);
+    seen(&held);
+    ctx.sleep("cool-off", "1 hour").await?;
+    let approved: bool = ctx.wait_for_event("approval", "approval", "1 day").await?;
+    if plan.ship {
+        let packed: String = ctx.child("ship", shipment, plan.ship_fails).await?;
+        seen(&packed);
+    }
+    let notified = notify(&ctx).await?;
+    seen(&notified);
+    if !approved || plan.fails_at_end {
+        return Err(WorkflowError::new("not approved"));
+    }
+    Ok(1)
+}
