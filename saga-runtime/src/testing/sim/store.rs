@@ -41,12 +41,37 @@ pub struct SimDisk {
     disk: Arc<Mutex<Disk>>,
 }
 
-/// The data of a store: journals, index summaries, schedule states.
+/// The data of a store: journals, index summaries, schedule states and
+/// queue limits.
 #[derive(Clone, Default, PartialEq, Eq)]
 struct Data {
     journals: BTreeMap<String, BTreeMap<u64, Vec<u8>>>,
     index: BTreeMap<String, Entry>,
     schedules: BTreeMap<String, Vec<u8>>,
+    queues: BTreeMap<String, Vec<u8>>,
+}
+
+/// Which values of one per name a write changes.
+#[derive(Clone, Copy)]
+enum Named {
+    Schedules,
+    Queues,
+}
+
+impl Data {
+    fn named(&self, table: Named) -> &BTreeMap<String, Vec<u8>> {
+        match table {
+            Named::Schedules => &self.schedules,
+            Named::Queues => &self.queues,
+        }
+    }
+
+    fn named_mut(&mut self, table: Named) -> &mut BTreeMap<String, Vec<u8>> {
+        match table {
+            Named::Schedules => &mut self.schedules,
+            Named::Queues => &mut self.queues,
+        }
+    }
 }
 
 /// An index entry: its summary, and the facts `list()` filters on with
@@ -76,9 +101,10 @@ enum Write {
         id: String,
         seq: u64,
     },
-    Schedule {
+    Named {
+        table: Named,
         name: String,
-        state: Option<Vec<u8>>,
+        value: Option<Vec<u8>>,
     },
 }
 
@@ -124,12 +150,12 @@ impl Data {
                     journal.retain(|at, _| at >= seq);
                 }
             }
-            Write::Schedule { name, state } => match state {
-                Some(state) => {
-                    self.schedules.insert(name.clone(), state.clone());
+            Write::Named { table, name, value } => match value {
+                Some(value) => {
+                    self.named_mut(*table).insert(name.clone(), value.clone());
                 }
                 None => {
-                    self.schedules.remove(name);
+                    self.named_mut(*table).remove(name);
                 }
             },
         }
@@ -148,7 +174,16 @@ impl Write {
             Write::Index { id, summary, .. } => (1, id, 0, summary),
             Write::Remove { id } => (2, id, 0, &[]),
             Write::RemoveBefore { id, seq } => (3, id, *seq, &[]),
-            Write::Schedule { name, state } => (4, name, 0, state.as_deref().unwrap_or(&[])),
+            Write::Named {
+                table: Named::Schedules,
+                name,
+                value,
+            } => (4, name, 0, value.as_deref().unwrap_or(&[])),
+            Write::Named {
+                table: Named::Queues,
+                name,
+                value,
+            } => (5, name, 0, value.as_deref().unwrap_or(&[])),
         };
         trace.add(&[tag]);
         trace.add(key.as_bytes());
@@ -354,15 +389,32 @@ impl SimStore {
         })
     }
 
-    fn swap_now(&self, name: &str, old: Option<&[u8]>, new: Option<&[u8]>) -> Result<bool> {
-        if self.disk()?.live.schedules.get(name).map(Vec::as_slice) != old {
+    fn swap_now(
+        &self,
+        table: Named,
+        name: &str,
+        old: Option<&[u8]>,
+        new: Option<&[u8]>,
+    ) -> Result<bool> {
+        if self.disk()?.live.named(table).get(name).map(Vec::as_slice) != old {
             return Ok(false);
         }
-        self.write(vec![Write::Schedule {
+        self.write(vec![Write::Named {
+            table,
             name: name.to_owned(),
-            state: new.map(<[u8]>::to_vec),
+            value: new.map(<[u8]>::to_vec),
         }])?;
         Ok(true)
+    }
+
+    fn all_named(&self, table: Named) -> Result<Vec<(String, Vec<u8>)>> {
+        Ok(self
+            .disk()?
+            .live
+            .named(table)
+            .iter()
+            .map(|(name, value)| (name.clone(), value.clone()))
+            .collect())
     }
 }
 
@@ -529,16 +581,25 @@ impl Store for SimStore {
         true
     }
 
+    fn queue_limits<'a>(&'a self, name: &'a str) -> StoreFuture<'a, Option<Vec<u8>>> {
+        self.answer(move |store| Ok(store.disk()?.live.queues.get(name).cloned()))
+    }
+
+    fn all_queue_limits(&self) -> StoreFuture<'_, Vec<(String, Vec<u8>)>> {
+        self.answer(|store| store.all_named(Named::Queues))
+    }
+
+    fn swap_queue_limits<'a>(
+        &'a self,
+        name: &'a str,
+        old: Option<&'a [u8]>,
+        new: &'a [u8],
+    ) -> StoreFuture<'a, bool> {
+        self.answer(move |store| store.swap_now(Named::Queues, name, old, Some(new)))
+    }
+
     fn schedules(&self) -> StoreFuture<'_, Vec<(String, Vec<u8>)>> {
-        self.answer(|store| {
-            let disk = store.disk()?;
-            Ok(disk
-                .live
-                .schedules
-                .iter()
-                .map(|(name, state)| (name.clone(), state.clone()))
-                .collect())
-        })
+        self.answer(|store| store.all_named(Named::Schedules))
     }
 
     fn schedule<'a>(&'a self, name: &'a str) -> StoreFuture<'a, Option<Vec<u8>>> {
@@ -551,11 +612,11 @@ impl Store for SimStore {
         old: Option<&'a [u8]>,
         new: &'a [u8],
     ) -> StoreFuture<'a, bool> {
-        self.answer(move |store| store.swap_now(name, old, Some(new)))
+        self.answer(move |store| store.swap_now(Named::Schedules, name, old, Some(new)))
     }
 
     fn remove_schedule<'a>(&'a self, name: &'a str, old: &'a [u8]) -> StoreFuture<'a, bool> {
-        self.answer(move |store| store.swap_now(name, Some(old), None))
+        self.answer(move |store| store.swap_now(Named::Schedules, name, Some(old), None))
     }
 }
 
