@@ -664,3 +664,46 @@ async fn every_error_is_the_endpoints_json() {
     admin.shutdown().await;
     engine.close().await;
 }
+
+/// The ids of a `saga list` table, in the order printed.
+fn listed_ids(table: &str) -> Vec<String> {
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| line.split_whitespace().next())
+        .filter(|id| !id.starts_with("next"))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn saga_url_list_and_saga_list_on_the_store_give_one_order() {
+    let dir = TempDir::new("serve-order");
+    let clock = TestClock::new();
+    let engine = Engine::builder()
+        .clock(clock.clone())
+        .register(held)
+        .open(dir.path())
+        .unwrap();
+    // Started in this order; the last started is the last updated.
+    let started = ["c-first", "a-second", "b-third"];
+    for (n, id) in started.iter().enumerate() {
+        let order = Order { item: (*id).into() };
+        engine.start(held, id, order).await.unwrap();
+        clock.wait_for_sleepers(n + 1).await;
+        clock.advance(Duration::from_secs(1));
+    }
+    let admin = serve_with_token(&engine, TOKEN).await;
+    let url = format!("http://{}", admin.local_addr());
+    let (code, remote, error) = saga(&url, Some(TOKEN), &["list"]).await;
+    assert_eq!(code, 0, "{error}");
+    let (code, remote_page, error) = saga(&url, Some(TOKEN), &["list", "--limit", "10"]).await;
+    assert_eq!(code, 0, "{error}");
+    admin.shutdown().await;
+    engine.close().await;
+    let local = support::ok(dir.path(), &["list"]);
+    let local_page = support::ok(dir.path(), &["list", "--limit", "10"]);
+    for table in [&remote, &remote_page, &local, &local_page] {
+        assert_eq!(listed_ids(table), started, "{table}");
+    }
+}
