@@ -103,7 +103,7 @@ pub(crate) struct ListArgs {
     pub(crate) id_prefix: Option<String>,
     /// One page of at most this many instances, in --order, and the
     /// cursor of the next page. Without --limit, --after or --order: every
-    /// instance, the most recently updated first.
+    /// instance, by start time then id (the order of pages).
     #[arg(long)]
     pub(crate) limit: Option<usize>,
     /// The page after this cursor (printed by the page before).

@@ -79,12 +79,15 @@ pub(crate) async fn terminate(
         } else {
             instance.terminate().await?;
         }
-        let asked = if args.rollback {
-            "terminate it after its compensations"
+        let (done, asked) = if args.rollback {
+            (
+                format!("terminating {} with rollback", args.id),
+                "terminate it after its compensations",
+            )
         } else {
-            "terminate it"
+            (format!("terminated {}", args.id), "terminate it")
         };
-        said(engine, out, &args.id, "", asked)?;
+        said(engine, out, &args.id, &done, asked)?;
     } else if args.rollback {
         instance.terminate_with_rollback().await?;
         if instance.status().await?.is_terminal() {

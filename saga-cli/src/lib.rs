@@ -29,7 +29,7 @@
 //!
 //! | command | what it does |
 //! |---|---|
-//! | `list [--status S] [--workflow W] [--limit N] [--json]` | a table of instances |
+//! | `list [--status S] [--workflow W] [--limit N] [--json]` | a table of instances, by start time then id (`--order id`: by id) |
 //! | `show ID [--json] [--key-file F]` | one instance as a timeline, with its rollback (a child's inside its parent's) |
 //! | `history ID [--run N] [--json]` | one instance's history: every event, in order (`--run`: an earlier run of one that continued as new) |
 //! | `send-event ID TYPE --json PAYLOAD` | sends an event |

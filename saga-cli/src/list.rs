@@ -1,6 +1,7 @@
-//! `saga list`: a table of instances, the most recently updated first, or
-//! one page of them (`--limit`, `--after`, `--order`) and the next page's
-//! cursor.
+//! `saga list`: a table of instances, or one page of them (`--limit`,
+//! `--after`, `--order`) and the next page's cursor. One order everywhere,
+//! on any store and through `saga --url`: by start time, then id (the
+//! order of pages, which the index keeps), unless `--order id`.
 
 use std::io::Write;
 
@@ -33,10 +34,11 @@ pub(crate) async fn run(
         let found = engine.list_page(&filter, &page).await?;
         (found.instances, found.unreadable, found.next)
     } else {
-        // One damaged entry hides no other, and is named.
+        // One damaged entry hides no other, and is named. In the order of
+        // the first page, so `list` and `list --limit N` agree.
         let mut all = engine.list_all(&filter).await?;
         all.instances
-            .sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then(a.id.cmp(&b.id)));
+            .sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.id.cmp(&b.id)));
         (all.instances, all.unreadable, None)
     };
     let mut rows = Vec::with_capacity(instances.len());

@@ -20,14 +20,14 @@
 //!
 //! With `--url http://127.0.0.1:7070` (`$SAGA_ADMIN_URL`) the command runs
 //! on a running service's admin endpoint instead (`saga_cli::serve`), which
-//! reaches a sled store the service holds; control commands send
-//! `$SAGA_ADMIN_TOKEN`.
+//! reaches a sled store the service holds; every command sends
+//! `$SAGA_ADMIN_TOKEN`, which the endpoint needs.
 //!
 //! Otherwise it opens the store with no workflow registered: control commands write
 //! their intent into the instance's journal, and the application's engine
 //! acts on it when it opens the store. A sled store is held by one process
-//! at a time; while the application runs, use the same commands embedded
-//! in it (`saga_cli::run`).
+//! at a time; while the application runs, use its admin endpoint
+//! (`--url`), or the same commands embedded in it (`saga_cli::run`).
 
 mod remote;
 mod store;

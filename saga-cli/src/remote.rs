@@ -18,8 +18,10 @@ const PATIENCE: Duration = Duration::from_secs(120);
 /// Runs the command of `args` (the command line without the program name
 /// and the store options) on the endpoint at `url`; writes its output.
 pub(crate) fn run(url: &str, args: &[String], out: &mut impl Write) -> Result<(), CliError> {
-    let (host, path) = split(url)?;
+    let Endpoint { addr, host, path } = split(url)?;
     let body = serde_json::json!({ "args": args }).to_string();
+    // Host as the URL gives it: the endpoint checks it against its own
+    // address, `localhost` and the names it allows.
     let mut request = format!(
         "POST {path}v1/command HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n",
         body.len()
@@ -32,7 +34,7 @@ pub(crate) fn run(url: &str, args: &[String], out: &mut impl Write) -> Result<()
     let unreachable = |e: std::io::Error| {
         CliError::usage(format!("cannot reach the admin endpoint at {url}: {e}"))
     };
-    let mut stream = TcpStream::connect(&host).map_err(unreachable)?;
+    let mut stream = TcpStream::connect(&addr).map_err(unreachable)?;
     stream
         .set_read_timeout(Some(PATIENCE))
         .map_err(unreachable)?;
@@ -59,8 +61,18 @@ pub(crate) fn run(url: &str, args: &[String], out: &mut impl Write) -> Result<()
     Err(CliError::with_code(error, u8::try_from(code).unwrap_or(2)))
 }
 
-/// `host:port` and the path prefix (ending in `/`) of an `http://` URL.
-fn split(url: &str) -> Result<(String, String), CliError> {
+/// Where an `http://` URL points.
+#[derive(Debug, PartialEq)]
+struct Endpoint {
+    /// `host:port`, to connect to (port 80 when the URL gives none).
+    addr: String,
+    /// The host as the URL gives it, for the `Host` header.
+    host: String,
+    /// The path prefix, ending in `/`.
+    path: String,
+}
+
+fn split(url: &str) -> Result<Endpoint, CliError> {
     let Some(rest) = url.strip_prefix("http://") else {
         return Err(CliError::usage(format!(
             "--url {url:?}: give an http:// address of the admin endpoint, e.g. http://127.0.0.1:7070 (for https, put a proxy on this machine's loopback)"
@@ -73,7 +85,7 @@ fn split(url: &str) -> Result<(String, String), CliError> {
     if host.is_empty() {
         return Err(CliError::usage(format!("--url {url:?} names no host")));
     }
-    let host = if host.contains(':') && !host.ends_with(']') {
+    let addr = if host.contains(':') && !host.ends_with(']') {
         host.to_owned()
     } else {
         format!("{host}:80")
@@ -83,7 +95,11 @@ fn split(url: &str) -> Result<(String, String), CliError> {
     } else {
         format!("{path}/")
     };
-    Ok((host, path))
+    Ok(Endpoint {
+        addr,
+        host: host.to_owned(),
+        path,
+    })
 }
 
 /// The body of an HTTP/1.1 response: sized by `Content-Length`, chunked,
@@ -130,10 +146,19 @@ mod tests {
 
     #[test]
     fn urls_split_into_host_and_prefix() {
-        let (host, path) = split("http://127.0.0.1:7070").unwrap();
-        assert_eq!((host.as_str(), path.as_str()), ("127.0.0.1:7070", "/"));
-        let (host, path) = split("http://admin.local/saga").unwrap();
-        assert_eq!((host.as_str(), path.as_str()), ("admin.local:80", "/saga/"));
+        let at = |addr: &str, host: &str, path: &str| Endpoint {
+            addr: addr.into(),
+            host: host.into(),
+            path: path.into(),
+        };
+        assert_eq!(
+            split("http://127.0.0.1:7070").unwrap(),
+            at("127.0.0.1:7070", "127.0.0.1:7070", "/")
+        );
+        assert_eq!(
+            split("http://admin.local/saga").unwrap(),
+            at("admin.local:80", "admin.local", "/saga/")
+        );
         assert_eq!(split("https://x").unwrap_err().exit_code(), 2);
     }
 

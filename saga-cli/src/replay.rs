@@ -76,6 +76,11 @@ pub(crate) async fn check(
             "check --replay replays with the workflows the engine registers, and this one registers none of the instances' workflows: run it inside the application (saga_cli::run) after registering them",
         ));
     }
+    let what = if from.is_some() {
+        "histories"
+    } else {
+        "in-flight instances"
+    };
     if as_json {
         report.insert("replayed".into(), json!(replayed));
         report.insert("blocked".into(), json!(blocked_json(&found)));
@@ -94,23 +99,16 @@ pub(crate) async fn check(
         report.insert("not_registered".into(), json!(not_registered));
         report.insert("not_replayed".into(), json!(not_replayed));
     } else {
-        let what = if from.is_some() {
-            "histories"
-        } else {
-            "in-flight instances"
-        };
-        print_text(&found, what, replayed, blocking, out, style)?;
+        print_text(&found, what, replayed, (blocking, unchecked), out, style)?;
     }
     let mut failures = Vec::new();
     if blocking > 0 {
         failures.push(format!(
-            "{blocking} in-flight instances would be blocked by this code: deploying it would park them"
+            "{blocking} {what} would be blocked by this code: deploying it would park them"
         ));
     }
     if unchecked > 0 {
-        failures.push(format!(
-            "{unchecked} in-flight instances could not be replayed"
-        ));
+        failures.push(format!("{unchecked} {what} could not be replayed"));
     }
     Ok((!failures.is_empty()).then(|| failures.join("; ")))
 }
@@ -214,15 +212,23 @@ fn print_text(
     found: &[(Subject, Found)],
     what: &str,
     replayed: usize,
-    blocking: usize,
+    (blocking, unchecked): (usize, usize),
     out: &mut impl Write,
     style: &Style,
 ) -> Result<(), CliError> {
-    if blocking == 0 {
+    // "ok" only when everything was replayed and fits: a history that
+    // could not be read was not checked at all.
+    if blocking == 0 && unchecked == 0 {
         writeln!(
             out,
             "{} all {replayed} {what} replay against the registered code",
             style.paint(Paint::Green, "ok:")
+        )?;
+    } else if blocking == 0 {
+        writeln!(
+            out,
+            "{unchecked} of {} {what} could not be replayed (listed below, with why); the {replayed} replayed fit the registered code",
+            replayed + unchecked
         )?;
     } else {
         writeln!(

@@ -18,32 +18,59 @@
 //!
 //! # Security
 //!
+//! A web page in a browser on the same machine can send requests to
+//! loopback, and a local user can too; the endpoint trusts neither.
+//!
 //! - [`Admin::bind`] refuses an address that is not loopback unless
 //!   [`Admin::allow_remote`] says so.
-//! - Control commands (`send-event`, `pause`, `resume`, `terminate`,
-//!   `restart`, `retry-rollback`, `schedules pause|resume|trigger`) need
-//!   `Authorization: Bearer <token>`,
-//!   the token given to [`Admin::token`] or, by default, `$SAGA_ADMIN_TOKEN`.
-//!   Without a token configured they are refused. Reads need it too with
-//!   [`Admin::reads_need_token`], and always when the engine has a payload
-//!   codec (its values are sealed at rest; the endpoint shows them opened).
-//! - A request without a valid token gets 401 and changes nothing. Tokens
-//!   are compared in constant time. Bodies are limited to 64 KiB.
+//! - Every request names this endpoint in its `Host` header: the bound
+//!   address (`127.0.0.1:7070`, `[::1]:7070`, with or without the port),
+//!   `localhost` (with or without the port), or a name given to
+//!   [`Admin::allow_host`]. Any other Host gets 403, and an HTTP/1.1
+//!   request without one gets 400: a page whose name an attacker rebound to
+//!   127.0.0.1 (DNS rebinding) reads nothing, not even the dashboard.
+//! - Every command needs `Authorization: Bearer <token>` (the scheme in any
+//!   case), the token given to [`Admin::token`] or, by default,
+//!   `$SAGA_ADMIN_TOKEN`; so does `GET /metrics`. Without a token
+//!   configured, the endpoint starts, says so on stderr, and answers 401
+//!   to every command with how to set one. [`Admin::reads_without_token`]
+//!   opens the reads (`list`, `show`, `history`, `check`, `export`,
+//!   `schedules`, `queues`, `/metrics`) to any caller that reaches the
+//!   endpoint, on purpose; never when the engine has a payload codec (its
+//!   values are sealed at rest; the endpoint shows them opened).
+//! - A request without a valid token gets 401 and changes nothing; the
+//!   error tells a missing token from a wrong one, and names no token.
+//!   Tokens are compared in constant time.
+//! - Commands are `Content-Type: application/json` only (415 otherwise),
+//!   so an HTML form or a `fetch` without a CORS preflight cannot send one.
+//!   Bodies are limited to 64 KiB.
+//! - The endpoint runs an allow-list of commands and flags (`admitted`,
+//!   which names every flag): no argument that names a path on the server is
+//!   served (`show --key-file`, `check --lock`, `check --replay --from`,
+//!   `export --all`), whether or not the file exists; nor `watch`.
+//! - Every error, whatever refused the request (the Host, the token, the
+//!   content type, the body's size, a route that does not exist), is the
+//!   JSON `{"schema": 1, "code", "error"}`.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{HeaderMap, StatusCode, Version, header};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use clap::Parser;
 use saga_runtime::Engine;
 use serde_json::json;
 
-use crate::args::Command;
+use crate::args::{
+    CheckArgs, Command, ExportArgs, HistoryArgs, IdArg, ListArgs, QueueAction, QueueSet,
+    QueuesArgs, RestartArgs, SchedulesArgs, SendEventArgs, ShowArgs, TerminateArgs,
+};
 use crate::{CliError, Colors, Embedded, dispatch};
 
 /// The variable that holds the token by default.
@@ -67,8 +94,9 @@ const BODY_LIMIT: usize = 64 * 1024;
 pub struct Admin {
     engine: Engine,
     token: Option<String>,
-    reads_need_token: bool,
+    reads_open: bool,
     remote: bool,
+    hosts: Vec<String>,
     metrics: Option<Metrics>,
     store_counts: bool,
 }
@@ -136,8 +164,9 @@ impl Admin {
         Admin {
             engine: engine.clone(),
             token: std::env::var(TOKEN_VAR).ok().filter(|t| !t.is_empty()),
-            reads_need_token: false,
+            reads_open: false,
             remote: false,
+            hosts: Vec::new(),
             metrics: None,
             store_counts: false,
         }
@@ -145,7 +174,7 @@ impl Admin {
 
     /// Serves `GET /metrics` with what `render` answers (Prometheus text
     /// from the application's own recorder, for one). It is a read: it
-    /// needs the token when reads do.
+    /// needs the token unless [`Admin::reads_without_token`].
     pub fn metrics(mut self, render: impl Fn() -> String + Send + Sync + 'static) -> Admin {
         self.metrics = Some(Arc::new(render));
         self
@@ -181,18 +210,36 @@ impl Admin {
         self
     }
 
-    /// The bearer token control commands (and reads, when they need it)
-    /// must present, instead of `$SAGA_ADMIN_TOKEN`.
+    /// The bearer token every request must present, instead of
+    /// `$SAGA_ADMIN_TOKEN`.
     pub fn token(mut self, token: impl Into<String>) -> Admin {
         self.token = Some(token.into());
         self
     }
 
-    /// Reads (`list`, `show`, `history`, `check`, `schedules`, `queues`)
-    /// need the token too. They always do when the engine has a payload
-    /// codec.
-    pub fn reads_need_token(mut self) -> Admin {
-        self.reads_need_token = true;
+    /// Serves reads (`list`, `show`, `history`, `check`, `export`,
+    /// `schedules`, `queues`, `GET /metrics`) without the token; control
+    /// commands still need it.
+    ///
+    /// The risk: anything that reaches the endpoint reads every instance's
+    /// inputs, outputs and errors: every local user and process, and, for
+    /// an endpoint [`allow_remote`](Admin::allow_remote), the network. The
+    /// Host check keeps web pages out, not programs. Ignored when the
+    /// engine has a payload codec: the endpoint shows values opened, so
+    /// they always need the token.
+    pub fn reads_without_token(mut self) -> Admin {
+        self.reads_open = true;
+        self
+    }
+
+    /// Takes requests whose `Host` header is `host` (besides the bound
+    /// address and `localhost`): the name a proxy or a client reaches the
+    /// endpoint by, such as `"admin.internal"` (any port) or
+    /// `"admin.internal:8443"` (that port only). Compared without case.
+    /// An endpoint bound to `0.0.0.0` ([`allow_remote`](Admin::allow_remote))
+    /// needs here every name and address its clients use.
+    pub fn allow_host(mut self, host: impl Into<String>) -> Admin {
+        self.hosts.push(host.into().to_ascii_lowercase());
         self
     }
 
@@ -204,6 +251,8 @@ impl Admin {
     }
 
     /// Starts serving on `addr`, in a task of the current Tokio runtime.
+    /// Without a token it still starts, answers 401 to every command
+    /// (unless [`Admin::reads_without_token`]), and says so on stderr.
     ///
     /// # Errors
     ///
@@ -226,7 +275,16 @@ impl Admin {
         let addr = listener
             .local_addr()
             .map_err(|e| ServeError(format!("cannot read the address bound: {e}")))?;
-        let reads_need_token = self.reads_need_token || self.engine.has_codec();
+        if self.token.is_none() {
+            eprintln!(
+                "saga admin endpoint on {addr}: no token is configured, so it answers 401 to every command; set {TOKEN_VAR} (or Admin::token) where it runs"
+            );
+        }
+        let reads_need_token = !self.reads_open || self.engine.has_codec();
+        let hosts = Arc::new(Hosts {
+            addr,
+            names: self.hosts,
+        });
         let state = Arc::new(Served {
             engine: self.engine,
             token: self.token,
@@ -240,7 +298,11 @@ impl Admin {
             .route("/", get(crate::dashboard::index))
             .route("/dashboard/app.js", get(crate::dashboard::script))
             .route("/dashboard/app.css", get(crate::dashboard::style))
+            .fallback(not_found)
+            .method_not_allowed_fallback(method_not_allowed)
             .layer(DefaultBodyLimit::max(BODY_LIMIT))
+            // Outermost: a request for another host reaches nothing.
+            .layer(middleware::from_fn_with_state(hosts, check_host))
             .with_state(state);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(async move {
@@ -302,7 +364,29 @@ async fn metrics(State(served): State<Arc<Served>>, headers: HeaderMap) -> Respo
     }
 }
 
-async fn command(State(served): State<Arc<Served>>, headers: HeaderMap, body: Bytes) -> Response {
+async fn command(
+    State(served): State<Arc<Served>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    if !is_json(&headers) {
+        return refused(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            2,
+            "commands are JSON: send them with `Content-Type: application/json`",
+        );
+    }
+    let body = match body {
+        Ok(body) => body,
+        Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            return refused(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                2,
+                "the body is over the 64 KiB limit: a command's arguments are short",
+            );
+        }
+        Err(rejection) => return refused(rejection.status(), 2, &rejection.body_text()),
+    };
     let args: Vec<String> = match serde_json::from_slice::<serde_json::Value>(&body) {
         Ok(serde_json::Value::Object(map)) => match map.get("args") {
             Some(serde_json::Value::Array(args)) => {
@@ -349,31 +433,9 @@ async fn command(State(served): State<Arc<Served>>, headers: HeaderMap, body: By
             };
         }
     };
-    let control = match &parsed.args.command {
-        Command::Watch(_) => {
-            return refused(
-                StatusCode::BAD_REQUEST,
-                2,
-                "watch runs until interrupted: it is not served over this endpoint",
-            );
-        }
-        Command::Export(a) if a.all => {
-            return refused(
-                StatusCode::BAD_REQUEST,
-                2,
-                "export --all writes files where it runs: it is not served over this endpoint (export one ID at a time)",
-            );
-        }
-        Command::List(_)
-        | Command::Export(_)
-        | Command::Show(_)
-        | Command::History(_)
-        | Command::Check(_) => false,
-        // `queues` lists; `queues set` changes limits.
-        Command::Queues(a) => a.action.is_some(),
-        // `schedules` lists; `schedules pause|resume|trigger` controls.
-        Command::Schedules(a) => a.action.is_some(),
-        _ => true,
+    let control = match admitted(&parsed.args.command) {
+        Ok(access) => access == Access::Control,
+        Err(why) => return refused(StatusCode::BAD_REQUEST, 2, &why),
     };
     if (control || served.reads_need_token)
         && let Err(why) = authorized(served.token.as_deref(), &headers)
@@ -389,24 +451,244 @@ async fn command(State(served): State<Arc<Served>>, headers: HeaderMap, body: By
     }
 }
 
-/// Whether `headers` carry the token.
+/// Whether a command reads or controls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Access {
+    Read,
+    Control,
+}
+
+/// The allow-list of what the endpoint runs: every command, and every
+/// flag by name (no `..`), so a flag added to `args.rs` does not build
+/// until it is judged here. Refused: an argument that names a path on
+/// the server (the endpoint opens no file a request names, and tells
+/// nothing of one), and `watch`, which never ends.
+fn admitted(command: &Command) -> Result<Access, String> {
+    use Access::{Control, Read};
+    let path = |what: &str| -> Result<Access, String> {
+        Err(format!(
+            "{what} names a path on the server: it is not served over this endpoint, which opens no file a request names (run it with saga --db or embedded, where the file is)"
+        ))
+    };
+    match command {
+        Command::List(ListArgs {
+            status: _,
+            workflow: _,
+            tags: _,
+            started_after: _,
+            started_before: _,
+            ended_after: _,
+            ended_before: _,
+            parent: _,
+            rollback_failed: _,
+            failed_compensation: _,
+            id_prefix: _,
+            limit: _,
+            after: _,
+            order: _,
+            json: _,
+        }) => Ok(Read),
+        Command::Show(ShowArgs {
+            id: _,
+            key_file,
+            json: _,
+        }) => match key_file {
+            Some(_) => path("show --key-file"),
+            None => Ok(Read),
+        },
+        Command::History(HistoryArgs {
+            id: _,
+            run: _,
+            json: _,
+        }) => Ok(Read),
+        Command::Check(CheckArgs {
+            lock,
+            replay: _,
+            from,
+            json: _,
+        }) => match (lock, from) {
+            (Some(_), _) => path("check --lock"),
+            (None, Some(_)) => path("check --replay --from"),
+            (None, None) => Ok(Read),
+        },
+        Command::Export(ExportArgs {
+            all,
+            status: _,
+            workflow: _,
+            target: _,
+        }) => match all {
+            true => path("export --all (its directory)"),
+            false => Ok(Read),
+        },
+        // `schedules` lists; `schedules pause|resume|trigger NAME` controls.
+        Command::Schedules(SchedulesArgs { action, json: _ }) => match action {
+            Some(_) => Ok(Control),
+            None => Ok(Read),
+        },
+        // `queues` lists; `queues set` changes limits (no path: a name
+        // and numbers).
+        Command::Queues(QueuesArgs { action, json: _ }) => match action {
+            Some(QueueAction::Set(QueueSet {
+                name: _,
+                concurrency: _,
+                per_key: _,
+                rate: _,
+                per: _,
+            })) => Ok(Control),
+            None => Ok(Read),
+        },
+        Command::SendEvent(SendEventArgs {
+            id: _,
+            event_type: _,
+            payload: _,
+        })
+        | Command::Terminate(TerminateArgs { rollback: _, id: _ })
+        | Command::Restart(RestartArgs { from: _, id: _ }) => Ok(Control),
+        Command::Pause(IdArg { id: _ })
+        | Command::Resume(IdArg { id: _ })
+        | Command::RetryRollback(IdArg { id: _ }) => Ok(Control),
+        Command::Watch(_) => {
+            Err("watch runs until interrupted: it is not served over this endpoint".to_owned())
+        }
+    }
+}
+
+/// Whether the body is declared JSON: `application/json`, with any
+/// parameters, in any case. A page can send `text/plain` or a form to
+/// another origin without asking it first; JSON it cannot.
+fn is_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|essence| essence.trim().eq_ignore_ascii_case("application/json"))
+}
+
+/// The names a request may give in its `Host` header.
+struct Hosts {
+    /// The address bound: its IP, with its port or none.
+    addr: SocketAddr,
+    /// Those of [`Admin::allow_host`], lower case: a name alone takes any
+    /// port, `name:port` that port.
+    names: Vec<String>,
+}
+
+impl Hosts {
+    fn allow(&self, host: &str) -> bool {
+        let host = host.trim().to_ascii_lowercase();
+        let Some((name, port)) = split_host(&host) else {
+            return false;
+        };
+        let own_port = port.is_none_or(|p| p == self.addr.port());
+        let bound = match name.strip_prefix('[').and_then(|n| n.strip_suffix(']')) {
+            Some(v6) => v6.parse::<IpAddr>().ok() == Some(self.addr.ip()),
+            None => name.parse::<IpAddr>().ok() == Some(self.addr.ip()),
+        };
+        if (bound || name == "localhost") && own_port {
+            return true;
+        }
+        self.names.iter().any(|allowed| match split_host(allowed) {
+            Some((allowed_name, None)) => allowed_name == name,
+            Some((allowed_name, allowed_port)) => allowed_name == name && allowed_port == port,
+            None => false,
+        })
+    }
+}
+
+/// `name` and its port, if any, of a Host header: `127.0.0.1:7070`,
+/// `[::1]:7070`, `localhost`. `None` for a port that does not parse.
+fn split_host(host: &str) -> Option<(&str, Option<u16>)> {
+    let (name, port) = match host.rfind(':') {
+        // The colon of an IPv6 address in brackets is not a port's.
+        Some(at) if !host[at..].contains(']') => (&host[..at], Some(&host[at + 1..])),
+        _ => (host, None),
+    };
+    let port = match port {
+        Some(port) => Some(port.parse::<u16>().ok()?),
+        None => None,
+    };
+    (!name.is_empty()).then_some((name, port))
+}
+
+/// Refuses a request whose Host (and absolute URI, if any) is not this
+/// endpoint's, before any route sees it: DNS rebinding makes a page on
+/// the attacker's name talk to loopback, but with the attacker's name as
+/// its Host.
+async fn check_host(State(hosts): State<Arc<Hosts>>, request: Request, next: Next) -> Response {
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .map(|v| v.to_str().unwrap_or(""));
+    let Some(host) = host else {
+        // HTTP/1.0 has no Host; a browser always sends one.
+        if request.version() == Version::HTTP_10 {
+            return next.run(request).await;
+        }
+        return refused(
+            StatusCode::BAD_REQUEST,
+            2,
+            "the request has no Host header: HTTP/1.1 needs one",
+        );
+    };
+    let authority = request.uri().authority().map(|a| a.as_str());
+    if !hosts.allow(host) || authority.is_some_and(|a| !hosts.allow(a)) {
+        return refused(
+            StatusCode::FORBIDDEN,
+            1,
+            &format!(
+                "the Host {host:?} is not this endpoint's: it answers to {} and localhost, and to the names Admin::allow_host gives",
+                hosts.addr
+            ),
+        );
+    }
+    next.run(request).await
+}
+
+/// Whether `headers` carry the token. The refusals tell a token missing
+/// from one that is wrong, and name none.
 fn authorized(token: Option<&str>, headers: &HeaderMap) -> Result<(), &'static str> {
     let Some(token) = token else {
         return Err(
             "this endpoint has no token: set SAGA_ADMIN_TOKEN (or Admin::token) where it runs, and send it as `Authorization: Bearer <token>`",
         );
     };
-    let given = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
+    let Some(given) = headers.get(header::AUTHORIZATION) else {
+        return Err(
+            "this command needs the admin token: send `Authorization: Bearer <token>` (saga --url reads SAGA_ADMIN_TOKEN)",
+        );
+    };
+    // The scheme is case-insensitive (RFC 9110 §11.1).
+    let given = given
+        .to_str()
+        .ok()
+        .and_then(|v| v.trim().split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim());
     match given {
         Some(given) if same(given.as_bytes(), token.as_bytes()) => Ok(()),
         Some(_) => Err("the token is not this endpoint's"),
         None => Err(
-            "this command needs the admin token: send `Authorization: Bearer <token>` (saga --url reads SAGA_ADMIN_TOKEN)",
+            "the Authorization header is not a bearer token: send `Authorization: Bearer <token>`",
         ),
     }
+}
+
+/// Any route that is not there.
+async fn not_found() -> Response {
+    refused(
+        StatusCode::NOT_FOUND,
+        2,
+        "no such route: POST /v1/command runs a command; GET / is the dashboard, GET /metrics the metrics",
+    )
+}
+
+/// A route that is there, with a method it does not take.
+async fn method_not_allowed() -> Response {
+    refused(
+        StatusCode::METHOD_NOT_ALLOWED,
+        2,
+        "this route does not take that method: POST /v1/command runs a command; GET / is the dashboard, GET /metrics the metrics",
+    )
 }
 
 /// Whether `a` and `b` are equal, in time that depends on their lengths
@@ -461,6 +743,20 @@ fn failed(error: &CliError, output: String) -> Response {
 #[cfg(test)]
 mod tests {
     use super::same;
+
+    #[test]
+    fn hosts_split_into_name_and_port() {
+        use super::split_host;
+        assert_eq!(
+            split_host("127.0.0.1:7070"),
+            Some(("127.0.0.1", Some(7070)))
+        );
+        assert_eq!(split_host("[::1]:7070"), Some(("[::1]", Some(7070))));
+        assert_eq!(split_host("[::1]"), Some(("[::1]", None)));
+        assert_eq!(split_host("localhost"), Some(("localhost", None)));
+        assert_eq!(split_host("localhost:x"), None);
+        assert_eq!(split_host(":7070"), None);
+    }
 
     #[test]
     fn tokens_compare_whole() {

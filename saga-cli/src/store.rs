@@ -66,7 +66,7 @@ fn open_sled(dir: &std::path::Path) -> Result<Engine, CliError> {
     let engine = Engine::builder().retention(Duration::MAX).open(dir);
     engine.map_err(|error| match error {
         Error::StoreLocked { path } => CliError::usage(format!(
-            "the store in {} is held by a running application: use the embedded command (saga_cli::run) from that application instead",
+            "the store in {} is held by a running application: run this command on its admin endpoint, saga --url http://ADDRESS (the address it serves with saga_cli::serve); if it serves none, embed the commands in it (saga_cli::run)",
             path.display()
         )),
         error => CliError::usage(format!("cannot open the store in {}: {error}", dir.display())),

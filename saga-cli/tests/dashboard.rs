@@ -2,7 +2,8 @@
 //! chromedriver): it loads the list, opens a failed instance and finds its
 //! steps and its rollback in the page (the DOM, not pixels), and presses
 //! "terminate with rollback" on a waiting instance and sees its status
-//! change. Screenshots of the list and of the failed instance go to
+//! change. Every request sends the token typed in the header; a parent's
+//! children are links. Screenshots of the list and of the failed instance go to
 //! `target/dashboard-*.png` (the README shows them).
 
 mod support;
@@ -82,10 +83,21 @@ async fn approval(ctx: WorkflowContext, (): ()) -> Result<bool, WorkflowError> {
         .await?)
 }
 
-/// Types the admin token into the page's header, as an operator does.
+#[workflow(name = "inventory")]
+async fn inventory(_ctx: WorkflowContext, (): ()) -> Result<u32, WorkflowError> {
+    Ok(3)
+}
+
+#[workflow(name = "order")]
+async fn order(ctx: WorkflowContext, (): ()) -> Result<u32, WorkflowError> {
+    Ok(ctx.child("inventory", inventory, ()).await?)
+}
+
+/// Types the admin token into the page's header, as an operator does
+/// (the page redraws when it changes).
 fn type_token(browser: &Browser) {
     browser.run(&format!(
-        "document.getElementById('token').value = '{TOKEN}'; sessionStorage.setItem('saga-token', '{TOKEN}'); return true;"
+        "const input = document.getElementById('token'); input.value = '{TOKEN}'; input.dispatchEvent(new Event('change')); return true;"
     ));
 }
 
@@ -106,6 +118,8 @@ async fn the_dashboard_shows_instances_and_controls_them_in_a_browser() {
     let engine = Engine::builder()
         .register(booking)
         .register(approval)
+        .register(inventory)
+        .register(order)
         .queue(Queue::new("seats").concurrency(2))
         .schedule(
             Schedule::every("nightly-bookings", "1 day")
@@ -136,13 +150,22 @@ async fn the_dashboard_shows_instances_and_controls_them_in_a_browser() {
         !waiting.inspect().await.unwrap().rejected_events.is_empty()
     })
     .await;
+    let parent = engine.start(order, "order-4", ()).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(30), parent.result())
+        .await
+        .unwrap()
+        .unwrap();
     let admin = serve_with_token(&engine, TOKEN).await;
     let url = format!("http://{}/", admin.local_addr());
 
     tokio::task::spawn_blocking(move || {
         let browser = Browser::start();
-        // The list, with both instances and their statuses.
+        // Without the token the page reads nothing, and says how to.
         browser.go(&url);
+        let failure = browser.text(&browser.find("#failure"));
+        assert!(failure.contains("admin token"), "{failure}");
+        // The list, with both instances and their statuses.
+        type_token(&browser);
         let row = browser.find("tr[data-id='booking-7']");
         assert!(browser.text(&row).contains("errored"), "{}", browser.text(&row));
         let list = browser.text(&browser.find("#instances"));
@@ -155,7 +178,6 @@ async fn the_dashboard_shows_instances_and_controls_them_in_a_browser() {
         let schedule = browser.text(&browser.find("#schedules tr[data-schedule='nightly-bookings']"));
         assert!(schedule.contains("active") && schedule.contains("every 86400 s"), "{schedule}");
         std::fs::write(screenshot_path("list"), browser.screenshot()).unwrap();
-        type_token(&browser);
         browser.click(&browser.find("#schedules tr[data-schedule='nightly-bookings'] button[data-control='pause']"));
         browser.accept_dialog();
         browser.wait_for(
@@ -187,6 +209,10 @@ async fn the_dashboard_shows_instances_and_controls_them_in_a_browser() {
             assert_eq!(browser.enabled(&button), enabled, "{control}");
         }
         std::fs::write(screenshot_path("failed-instance"), browser.screenshot()).unwrap();
+        // A parent's children are links to them.
+        browser.go(&format!("{url}#/instance/order-4"));
+        let child = browser.find("dl.meta a[href='#/instance/order-4.inventory']");
+        assert_eq!(browser.text(&child), "order-4.inventory");
         // Terminate the waiting one with rollback, with the token; the
         // event it set aside (not a bool) is shown.
         browser.go(&format!("{url}#/instance/approval-3"));

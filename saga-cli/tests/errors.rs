@@ -79,15 +79,21 @@ fn a_missing_or_unreadable_store_exits_2() {
 }
 
 #[test]
-fn a_locked_store_points_at_the_embedded_command() {
+fn a_locked_store_points_at_saga_url_then_the_embedded_command() {
     let store = bank_transfer_store();
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let engine = runtime.block_on(async { Engine::open(store.path()).unwrap() });
     let run = fails(store.path(), &["list"]);
     assert_eq!(run.code, 2);
+    let (url, embedded) = (
+        run.stderr.find("saga --url"),
+        run.stderr.find("saga_cli::run"),
+    );
     assert!(
         run.stderr.contains("held by a running application")
-            && run.stderr.contains("saga_cli::run"),
+            && url.is_some()
+            && embedded.is_some()
+            && url < embedded,
         "{}",
         run.stderr
     );

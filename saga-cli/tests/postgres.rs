@@ -131,6 +131,13 @@ async fn the_binary_reads_a_schema_while_its_worker_runs() {
     until(saga_runtime::Status::Paused).await;
     let terminate = control(&["terminate", "order-7"]).await.unwrap();
     assert_eq!(terminate.code, 0, "{}", terminate.stderr);
+    assert!(
+        terminate.stdout.starts_with(
+            "terminated order-7 (the worker that drives order-7 was asked to terminate it, and did)"
+        ),
+        "{}",
+        terminate.stdout
+    );
     until(saga_runtime::Status::Terminated).await;
     let watched: Vec<String> = std::iter::from_fn(|| Some(next_line()))
         .take_while(|line| !line.ends_with("terminated"))

@@ -266,6 +266,28 @@ fn export_prints_a_history_that_replays() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn histories_that_could_not_be_replayed_are_named_without_an_ok() {
+    let dir = TempDir::new("unreadable-histories");
+    std::fs::create_dir_all(dir.path()).unwrap();
+    std::fs::write(dir.path().join("order-9.json"), "{\"format\": 1, \"hist").unwrap();
+    let engine = Engine::builder().register(order).temporary().unwrap();
+    let from = dir.path().to_str().unwrap();
+    let (code, out) = embedded(&engine, &["check", "--replay", "--from", from]).await;
+    assert_eq!(code, 1, "{out}");
+    assert!(!out.contains("ok:"), "{out}");
+    let first = out.lines().next().unwrap_or_default();
+    assert!(
+        first.contains("1 of 1 histories could not be replayed"),
+        "{out}"
+    );
+    assert!(
+        out.contains("not replayed:") && out.contains("order-9.json"),
+        "{out}"
+    );
+    engine.close().await;
+}
+
 /// Attempts of `post`: the first fails, and the second waits an hour.
 static POSTED: AtomicU32 = AtomicU32::new(0);
 

@@ -8,7 +8,8 @@ const PAGE = 50;
 const view = document.getElementById("view");
 const tokenInput = document.getElementById("token");
 tokenInput.value = sessionStorage.getItem("saga-token") || "";
-tokenInput.addEventListener("change", () => sessionStorage.setItem("saga-token", tokenInput.value));
+// Every request sends the token (reads need it too): a new one redraws.
+tokenInput.addEventListener("change", () => { sessionStorage.setItem("saga-token", tokenInput.value); render(); });
 
 
 async function run(args) {
@@ -16,6 +17,7 @@ async function run(args) {
   if (tokenInput.value) headers["Authorization"] = "Bearer " + tokenInput.value;
   const response = await fetch("/v1/command", { method: "POST", headers, body: JSON.stringify({ args }) });
   const answer = await response.json();
+  if (response.status === 401) throw new Error(answer.error + " (type it in the header: admin token)");
   if (answer.code !== 0) throw new Error(answer.error || "the command failed");
   return answer.output;
 }
@@ -37,7 +39,9 @@ function el(tag, attrs, ...children) {
     else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
     else if (value !== undefined && value !== null) node.setAttribute(key, value);
   }
-  for (const child of children.flat()) {
+  // Children may come in nested arrays (a list of [link, " "] pairs):
+  // flatten every level, or an array would be printed as its text.
+  for (const child of children.flat(Infinity)) {
     if (child === null || child === undefined) continue;
     node.append(child instanceof Node ? child : document.createTextNode(String(child)));
   }
