@@ -453,8 +453,16 @@ async fn serve(engine: &Engine, addr: &str, failed: &str) -> Result<(), saga_run
     })?;
     let url = format!("http://{}", admin.local_addr());
     println!("\nadmin endpoint on {url} (Ctrl-C stops it); try:");
-    println!("  cargo run -p saga-cli -- --url {url} show {failed}");
-    println!("  SAGA_ADMIN_TOKEN=... in this process's environment lets control commands in");
+    if std::env::var_os(saga_cli::TOKEN_VAR).is_some() {
+        println!(
+            "  SAGA_ADMIN_TOKEN=<the same token> cargo run -p saga-cli -- --url {url} show {failed}"
+        );
+    } else {
+        println!(
+            "  it has no token, so it answers every request 401: run this example with \
+             SAGA_ADMIN_TOKEN=<a secret> and pass the same to saga --url (or type it in the dashboard)"
+        );
+    }
     let _ = tokio::signal::ctrl_c().await;
     admin.shutdown().await;
     Ok(())
