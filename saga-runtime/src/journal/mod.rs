@@ -907,6 +907,14 @@ impl Journal {
         self.summaries_where(None, None).await
     }
 
+    /// Like [`Journal::summaries`], of the instances that may need a
+    /// driver: the store may leave out the others, and reads no ended
+    /// instance when it keeps an index of the active ones.
+    pub(crate) async fn active_summaries(&self) -> Result<Vec<(String, Result<Summary>)>> {
+        let entries = self.store.active_entries().await?;
+        Ok(self.summaries_of(entries).await)
+    }
+
     /// Like [`Journal::summaries`], of the instances that may be in
     /// `status` and run `workflow` (`None`: any): the store may leave out
     /// the others, and the caller filters what it answers again.
@@ -915,11 +923,21 @@ impl Journal {
         status: Option<Status>,
         workflow: Option<&str>,
     ) -> Result<Vec<(String, Result<Summary>)>> {
-        let mut out = Vec::new();
         let entries = self
             .store
             .index_entries_where(status.map(Status::label), workflow)
             .await?;
+        Ok(self.summaries_of(entries).await)
+    }
+
+    /// The summaries of `entries`; the state of an instance cached here
+    /// wins over its (possibly lagging) summary, and an entry that does not
+    /// read is rebuilt from its journal where it can be.
+    async fn summaries_of(
+        &self,
+        entries: Vec<(String, Vec<u8>)>,
+    ) -> Vec<(String, Result<Summary>)> {
+        let mut out = Vec::with_capacity(entries.len());
         for (id, bytes) in entries {
             let entry = lock(&self.cache).get(id.as_str()).cloned();
             let cached = entry.and_then(|entry| {
@@ -935,9 +953,16 @@ impl Journal {
                     detail,
                 }),
             };
+            let summary = match summary {
+                Err(e) => match self.rebuild_unreadable(&id).await {
+                    Some((summary, _)) => Ok(summary),
+                    None => Err(e),
+                },
+                read => read,
+            };
             out.push((id, summary));
         }
-        Ok(out)
+        out
     }
 
     /// Writes the index entry of `id` from its folded state, for an
@@ -960,35 +985,75 @@ impl Journal {
         }
     }
 
-    /// On open: makes the index agree with the journals. An entry whose
-    /// journal lags or leads it is rebuilt from the journal; one without a
-    /// journal (a create or a removal cut short) is removed.
-    pub(crate) async fn repair_index(&self) -> Result<usize> {
-        let mut repaired = 0;
-        for (id, bytes) in self.store.index_entries().await? {
-            let last = self.store.last_seq(&id).await?;
-            let summary = decode_record::<Summary>(&bytes).ok();
-            match last {
-                None => {
-                    self.store.remove(&id)?;
-                    repaired += 1;
-                }
-                Some(last) if summary.is_none_or(|s| s.last_seq != last) => {
-                    match self.load(&id).await {
-                        Ok(Some(loaded)) => {
-                            self.put_summary(&id, &loaded.state, loaded.next_seq)?
-                        }
-                        Ok(None) => self.store.remove(&id)?,
-                        Err(e) => {
-                            tracing::warn!(instance = %id, error = %e, "could not rebuild the index entry of a corrupt instance");
-                        }
+    /// On open (a store of one process): makes the index agree with the
+    /// journals, and gives entries of a release before facts their facts.
+    /// A store that marks the entries that may lag (those a process wrote
+    /// and did not close) has those repaired alone; one that cannot tell
+    /// is repaired whole, its index of active instances rebuilt, and its
+    /// facts backfilled. Returns how many entries were repaired and
+    /// backfilled.
+    pub(crate) async fn repair_on_open(&self) -> Result<(usize, usize)> {
+        let lagging = self.store.lagging().await?;
+        let whole = lagging.is_none();
+        let entries = match lagging {
+            Some(ids) => {
+                let mut entries = Vec::with_capacity(ids.len());
+                for id in ids {
+                    // None: removed whole since it was marked.
+                    if let Some(bytes) = self.store.index(&id).await? {
+                        entries.push((id, bytes));
                     }
-                    repaired += 1;
                 }
-                Some(_) => {}
+                entries
+            }
+            None => self.store.index_entries().await?,
+        };
+        let mut repaired = 0;
+        for (id, bytes) in entries {
+            repaired += usize::from(self.repair_entry(&id, &bytes).await?);
+        }
+        // Entries written since there are marks have their facts.
+        let backfilled = if whole {
+            self.backfill_index().await?
+        } else {
+            0
+        };
+        self.store.flush()?;
+        self.store.repaired()?;
+        Ok((repaired, backfilled))
+    }
+
+    /// Makes the entry of `id` (`bytes`) agree with its journal: an entry
+    /// whose journal lags or leads it is rebuilt from the journal; one
+    /// without a journal (a create or a removal cut short) is removed.
+    /// Whether it did either.
+    async fn repair_entry(&self, id: &str, bytes: &[u8]) -> Result<bool> {
+        let last = self.store.last_seq(id).await?;
+        let summary = decode_record::<Summary>(bytes).ok();
+        match last {
+            None => {
+                self.store.remove(id)?;
+                Ok(true)
+            }
+            Some(last) if summary.as_ref().is_none_or(|s| s.last_seq != last) => {
+                match self.load(id).await {
+                    Ok(Some(loaded)) => self.put_summary(id, &loaded.state, loaded.next_seq)?,
+                    Ok(None) => self.store.remove(id)?,
+                    Err(e) => {
+                        // Kept among the active: resuming it says why it
+                        // does not run.
+                        self.store.set_active(id, true)?;
+                        tracing::warn!(instance = %id, error = %e, "could not rebuild the index entry of a corrupt instance");
+                    }
+                }
+                Ok(true)
+            }
+            Some(_) => {
+                let active = summary.is_none_or(|s| s.status.resumes_on_open());
+                self.store.set_active(id, active)?;
+                Ok(false)
             }
         }
-        Ok(repaired)
     }
 
     /// Removes an instance, journal and all, when `f` says so, deciding
