@@ -138,6 +138,9 @@ impl Store for CountingStore {
     fn lagging(&self) -> StoreFuture<'_, Option<Vec<String>>> {
         self.inner.lagging()
     }
+    fn clear_lagging(&self, id: &str) -> Result<(), Error> {
+        self.inner.clear_lagging(id)
+    }
     fn repaired(&self) -> Result<(), Error> {
         self.inner.repaired()
     }

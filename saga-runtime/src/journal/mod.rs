@@ -74,6 +74,12 @@ pub(crate) struct Journal {
     sealer: Sealer,
     /// The places of instances started on a queue.
     places: queued::Places,
+    /// Instances whose end was written, with the sequence number of its
+    /// record (`None`: removed whole): once a flush after it returns, their
+    /// index entry agrees with their journal for good (unless a record
+    /// came after), and the store's mark that it may lag goes
+    /// ([`Journal::clear_settled_marks`]).
+    ended_marks: Mutex<Vec<(InstanceId, Option<u64>)>>,
 }
 
 #[derive(Default)]
@@ -201,6 +207,7 @@ impl Journal {
             patience: store_timeout,
             sealer: Sealer::default(),
             places: queued::Places::default(),
+            ended_marks: Mutex::default(),
         })
     }
 
@@ -533,6 +540,9 @@ impl Journal {
         {
             self.outcome_written.store(true, Ordering::SeqCst);
         }
+        if state.status != status_before && state.status.is_terminal() {
+            self.note_settling(id, Some(seq));
+        }
         self.publish(id, state, record.at, events);
         // A hand-over: the next run begins at once, under the same lock.
         self.begin_pending_run(id, cached)?;
@@ -572,11 +582,42 @@ impl Journal {
 
     /// Waits until everything written so far is durable.
     pub(crate) async fn flush(&self) -> Result<()> {
+        let ended = std::mem::take(&mut *lock(&self.ended_marks));
         self.flusher.flush().await?;
+        self.clear_settled_marks(ended);
         if self.outcome_written.swap(false, Ordering::SeqCst) {
             self.notify_ended();
         }
         Ok(())
+    }
+
+    /// Notes an instance that ended (record `seq`) or was removed (`None`),
+    /// for [`Journal::clear_settled_marks`]: on a store of one process (a
+    /// shared store marks nothing, and its reads wait for a server).
+    fn note_settling(&self, id: &str, seq: Option<u64>) {
+        if !self.store.shared() {
+            lock(&self.ended_marks).push((InstanceId::stored(id), seq));
+        }
+    }
+
+    /// Clears the store's marks of the instances whose end (record `seq`)
+    /// or removal (`None`) is durable now, with its index entry (written
+    /// before the flush), unless a record came after it: a crash from here on leaves their
+    /// entries as they are, and open repairs none of them. Decided under
+    /// each instance's lock, so no write of it is under way; a store that
+    /// would wait to say its last record is left its marks.
+    fn clear_settled_marks(&self, ended: Vec<(InstanceId, Option<u64>)>) {
+        for (id, seq) in ended {
+            let held = self.hold(&id);
+            let _writes = held.cached();
+            let last = crate::store::now_or_never(self.store.last_seq(&id));
+            if let Some(Ok(last)) = last
+                && last == seq
+                && let Err(e) = self.store.clear_lagging(&id)
+            {
+                tracing::warn!(instance = %id, error = %e, "could not clear the mark of an ended instance; the next open after a crash repairs its index entry");
+            }
+        }
     }
 
     /// How many flushes the store did so far.
@@ -1070,6 +1111,7 @@ impl Journal {
             self.store.remove(id)?;
             cached.invalidate();
             cached.keep = false;
+            self.note_settling(id, None);
         }
         Ok(remove)
     }

@@ -286,6 +286,12 @@ pub trait Store: Send + Sync + 'static {
     fn lagging(&self) -> StoreFuture<'_, Option<Vec<String>>> {
         answered(Ok(None))
     }
+    /// The index entry of `id` agrees with its journal, durably, and no
+    /// write of it is under way (the caller holds the instance's lock):
+    /// a mark that it may lag goes. The default marks nothing.
+    fn clear_lagging(&self, _id: &str) -> Result<()> {
+        Ok(())
+    }
     /// The repair on open is done and durable: every index entry agrees
     /// with its journal, and [`Store::active_entries`] with the entries.
     /// A store that marks lagging entries clears its marks.

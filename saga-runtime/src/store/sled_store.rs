@@ -21,7 +21,9 @@
 //! - `dirty`: key `<id>`, empty: the instances this process wrote (marked
 //!   before its first write), whose index entry may lag their journal
 //!   after a crash; open repairs those alone, then clears the tree, and a
-//!   clean close clears it.
+//!   clean close clears it. An instance's mark goes once its end is
+//!   durable (`Store::clear_lagging`), so a crash repairs the instances
+//!   that were running and those that ended just before.
 //!
 //! The two new trees are kept only by releases that know them: a release
 //! before writes without them. So a marker that they are kept sits in
@@ -582,6 +584,14 @@ impl Store for SledStore {
 
     fn lagging(&self) -> StoreFuture<'_, Option<Vec<String>>> {
         answered(self.lagging_now())
+    }
+
+    fn clear_lagging(&self, id: &str) -> Result<()> {
+        let mut marked = crate::lock::lock(&self.marked);
+        if marked.remove(id) {
+            self.dirty.remove(id.as_bytes()).map_err(sled_error)?;
+        }
+        Ok(())
     }
 
     fn repaired(&self) -> Result<()> {
