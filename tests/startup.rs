@@ -22,7 +22,7 @@ use saga_runtime::store::SledStore;
 use saga_runtime::{EngineBuilder, TestClock};
 
 use child::DataDir;
-use counting_store::CountingStore;
+use counting_store::{CountingStore, Reads};
 use helpers::within;
 
 #[workflow(name = "one-step")]
@@ -94,16 +94,23 @@ async fn ready(engine: &Engine, id: &str) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn opening_reads_no_ended_instance() {
-    let dir = DataDir::new("startup-ended");
+/// A store with [`history`], opened again through a counting store (the
+/// three workflows registered with the builder), its sleepers resumed and
+/// a new instance run: what that read.
+async fn reopened_and_ready(name: &str) -> (DataDir, TestClock, Engine, Reads) {
+    let dir = DataDir::new(name);
     let clock = TestClock::new();
     history(dir.path(), &clock).await;
-
     let (engine, store) = open_counting(dir.path(), &clock).await;
     within("the sleepers resume", clock.wait_for_sleepers(ASLEEP)).await;
     ready(&engine, "probe").await;
     let reads = store.take_reads();
+    (dir, clock, engine, reads)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opening_reads_no_ended_instance() {
+    let (_dir, clock, engine, reads) = reopened_and_ready("startup-ended").await;
     assert_eq!(reads.of_prefix("done-"), Vec::<&str>::new(), "{reads:?}");
     assert_eq!(reads.whole_index, 0, "{reads:?}");
     assert_eq!(reads.of_prefix("asleep-").len(), ASLEEP, "{reads:?}");
@@ -122,15 +129,7 @@ async fn opening_reads_no_ended_instance() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn registering_workflows_reads_the_active_set_once() {
-    let dir = DataDir::new("startup-register");
-    let clock = TestClock::new();
-    history(dir.path(), &clock).await;
-
-    // Three workflows registered with the builder.
-    let (engine, store) = open_counting(dir.path(), &clock).await;
-    within("the sleepers resume", clock.wait_for_sleepers(ASLEEP)).await;
-    ready(&engine, "probe").await;
-    let reads = store.take_reads();
+    let (_dir, _clock, engine, reads) = reopened_and_ready("startup-register").await;
     assert_eq!(reads.active_set, 1, "{reads:?}");
     assert_eq!(reads.whole_index, 0, "{reads:?}");
     engine.close().await;

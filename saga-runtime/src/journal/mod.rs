@@ -602,10 +602,10 @@ impl Journal {
 
     /// Clears the store's marks of the instances whose end (record `seq`)
     /// or removal (`None`) is durable now, with its index entry (written
-    /// before the flush), unless a record came after it: a crash from here on leaves their
-    /// entries as they are, and open repairs none of them. Decided under
-    /// each instance's lock, so no write of it is under way; a store that
-    /// would wait to say its last record is left its marks.
+    /// before the flush), unless a record came after it: a crash from here
+    /// on leaves their entries as they are, and open repairs none of them.
+    /// Decided under each instance's lock, so no write of it is under way;
+    /// a store that would wait to say its last record keeps its marks.
     fn clear_settled_marks(&self, ended: Vec<(InstanceId, Option<u64>)>) {
         for (id, seq) in ended {
             let held = self.hold(&id);
