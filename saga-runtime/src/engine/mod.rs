@@ -495,21 +495,15 @@ impl EngineBuilder {
         let queues = self.checked_queues()?;
         let journal = journal.with_caps(self.caps).with_sealer(self.sealer);
         // On a store shared by workers, an index entry is repaired by the
-        // worker that claims its instance (and a reader repairs nothing).
-        let repaired = if journal.read_only() || journal.shared() {
-            0
-        } else {
-            answered_now(journal.repair_index())?
-        };
-        if repaired > 0 {
-            tracing::info!(instances = repaired, "rebuilt index entries from journals");
-        }
-        // Entries of a release before facts get them (a PostgreSQL worker
-        // backfills on connect, and a reader cannot). Likewise the queues'
+        // worker that claims its instance, and its facts backfilled on
+        // connect (and a reader repairs nothing). Likewise the queues'
         // stored limits (a PostgreSQL worker reconciles them on connect).
         if !journal.read_only() && !journal.shared() {
             answered_now(crate::queue::stored::reconcile(&journal, &self.queues))?;
-            let backfilled = answered_now(journal.backfill_index())?;
+            let (repaired, backfilled) = answered_now(journal.repair_on_open())?;
+            if repaired > 0 {
+                tracing::info!(instances = repaired, "rebuilt index entries from journals");
+            }
             if backfilled > 0 {
                 tracing::info!(
                     instances = backfilled,

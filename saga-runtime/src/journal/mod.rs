@@ -74,6 +74,12 @@ pub(crate) struct Journal {
     sealer: Sealer,
     /// The places of instances started on a queue.
     places: queued::Places,
+    /// Instances whose end was written, with the sequence number of its
+    /// record (`None`: removed whole): once a flush after it returns, their
+    /// index entry agrees with their journal for good (unless a record
+    /// came after), and the store's mark that it may lag goes
+    /// ([`Journal::clear_settled_marks`]).
+    ended_marks: Mutex<Vec<(InstanceId, Option<u64>)>>,
 }
 
 #[derive(Default)]
@@ -201,6 +207,7 @@ impl Journal {
             patience: store_timeout,
             sealer: Sealer::default(),
             places: queued::Places::default(),
+            ended_marks: Mutex::default(),
         })
     }
 
@@ -533,6 +540,9 @@ impl Journal {
         {
             self.outcome_written.store(true, Ordering::SeqCst);
         }
+        if state.status != status_before && state.status.is_terminal() {
+            self.note_settling(id, Some(seq));
+        }
         self.publish(id, state, record.at, events);
         // A hand-over: the next run begins at once, under the same lock.
         self.begin_pending_run(id, cached)?;
@@ -572,11 +582,42 @@ impl Journal {
 
     /// Waits until everything written so far is durable.
     pub(crate) async fn flush(&self) -> Result<()> {
+        let ended = std::mem::take(&mut *lock(&self.ended_marks));
         self.flusher.flush().await?;
+        self.clear_settled_marks(ended);
         if self.outcome_written.swap(false, Ordering::SeqCst) {
             self.notify_ended();
         }
         Ok(())
+    }
+
+    /// Notes an instance that ended (record `seq`) or was removed (`None`),
+    /// for [`Journal::clear_settled_marks`]: on a store of one process (a
+    /// shared store marks nothing, and its reads wait for a server).
+    fn note_settling(&self, id: &str, seq: Option<u64>) {
+        if !self.store.shared() {
+            lock(&self.ended_marks).push((InstanceId::stored(id), seq));
+        }
+    }
+
+    /// Clears the store's marks of the instances whose end (record `seq`)
+    /// or removal (`None`) is durable now, with its index entry (written
+    /// before the flush), unless a record came after it: a crash from here
+    /// on leaves their entries as they are, and open repairs none of them.
+    /// Decided under each instance's lock, so no write of it is under way;
+    /// a store that would wait to say its last record keeps its marks.
+    fn clear_settled_marks(&self, ended: Vec<(InstanceId, Option<u64>)>) {
+        for (id, seq) in ended {
+            let held = self.hold(&id);
+            let _writes = held.cached();
+            let last = crate::store::now_or_never(self.store.last_seq(&id));
+            if let Some(Ok(last)) = last
+                && last == seq
+                && let Err(e) = self.store.clear_lagging(&id)
+            {
+                tracing::warn!(instance = %id, error = %e, "could not clear the mark of an ended instance; the next open after a crash repairs its index entry");
+            }
+        }
     }
 
     /// How many flushes the store did so far.
@@ -907,6 +948,14 @@ impl Journal {
         self.summaries_where(None, None).await
     }
 
+    /// Like [`Journal::summaries`], of the instances that may need a
+    /// driver: the store may leave out the others, and reads no ended
+    /// instance when it keeps an index of the active ones.
+    pub(crate) async fn active_summaries(&self) -> Result<Vec<(String, Result<Summary>)>> {
+        let entries = self.store.active_entries().await?;
+        Ok(self.summaries_of(entries).await)
+    }
+
     /// Like [`Journal::summaries`], of the instances that may be in
     /// `status` and run `workflow` (`None`: any): the store may leave out
     /// the others, and the caller filters what it answers again.
@@ -915,11 +964,21 @@ impl Journal {
         status: Option<Status>,
         workflow: Option<&str>,
     ) -> Result<Vec<(String, Result<Summary>)>> {
-        let mut out = Vec::new();
         let entries = self
             .store
             .index_entries_where(status.map(Status::label), workflow)
             .await?;
+        Ok(self.summaries_of(entries).await)
+    }
+
+    /// The summaries of `entries`; the state of an instance cached here
+    /// wins over its (possibly lagging) summary, and an entry that does not
+    /// read is rebuilt from its journal where it can be.
+    async fn summaries_of(
+        &self,
+        entries: Vec<(String, Vec<u8>)>,
+    ) -> Vec<(String, Result<Summary>)> {
+        let mut out = Vec::with_capacity(entries.len());
         for (id, bytes) in entries {
             let entry = lock(&self.cache).get(id.as_str()).cloned();
             let cached = entry.and_then(|entry| {
@@ -935,9 +994,16 @@ impl Journal {
                     detail,
                 }),
             };
+            let summary = match summary {
+                Err(e) => match self.rebuild_unreadable(&id).await {
+                    Some((summary, _)) => Ok(summary),
+                    None => Err(e),
+                },
+                read => read,
+            };
             out.push((id, summary));
         }
-        Ok(out)
+        out
     }
 
     /// Writes the index entry of `id` from its folded state, for an
@@ -960,35 +1026,75 @@ impl Journal {
         }
     }
 
-    /// On open: makes the index agree with the journals. An entry whose
-    /// journal lags or leads it is rebuilt from the journal; one without a
-    /// journal (a create or a removal cut short) is removed.
-    pub(crate) async fn repair_index(&self) -> Result<usize> {
-        let mut repaired = 0;
-        for (id, bytes) in self.store.index_entries().await? {
-            let last = self.store.last_seq(&id).await?;
-            let summary = decode_record::<Summary>(&bytes).ok();
-            match last {
-                None => {
-                    self.store.remove(&id)?;
-                    repaired += 1;
-                }
-                Some(last) if summary.is_none_or(|s| s.last_seq != last) => {
-                    match self.load(&id).await {
-                        Ok(Some(loaded)) => {
-                            self.put_summary(&id, &loaded.state, loaded.next_seq)?
-                        }
-                        Ok(None) => self.store.remove(&id)?,
-                        Err(e) => {
-                            tracing::warn!(instance = %id, error = %e, "could not rebuild the index entry of a corrupt instance");
-                        }
+    /// On open (a store of one process): makes the index agree with the
+    /// journals, and gives entries of a release before facts their facts.
+    /// A store that marks the entries that may lag (those a process wrote
+    /// and did not close) has those repaired alone; one that cannot tell
+    /// is repaired whole, its index of active instances rebuilt, and its
+    /// facts backfilled. Returns how many entries were repaired and
+    /// backfilled.
+    pub(crate) async fn repair_on_open(&self) -> Result<(usize, usize)> {
+        let lagging = self.store.lagging().await?;
+        let whole = lagging.is_none();
+        let entries = match lagging {
+            Some(ids) => {
+                let mut entries = Vec::with_capacity(ids.len());
+                for id in ids {
+                    // None: removed whole since it was marked.
+                    if let Some(bytes) = self.store.index(&id).await? {
+                        entries.push((id, bytes));
                     }
-                    repaired += 1;
                 }
-                Some(_) => {}
+                entries
+            }
+            None => self.store.index_entries().await?,
+        };
+        let mut repaired = 0;
+        for (id, bytes) in entries {
+            repaired += usize::from(self.repair_entry(&id, &bytes).await?);
+        }
+        // Entries written since there are marks have their facts.
+        let backfilled = if whole {
+            self.backfill_index().await?
+        } else {
+            0
+        };
+        self.store.flush()?;
+        self.store.repaired()?;
+        Ok((repaired, backfilled))
+    }
+
+    /// Makes the entry of `id` (`bytes`) agree with its journal: an entry
+    /// whose journal lags or leads it is rebuilt from the journal; one
+    /// without a journal (a create or a removal cut short) is removed.
+    /// Whether it did either.
+    async fn repair_entry(&self, id: &str, bytes: &[u8]) -> Result<bool> {
+        let last = self.store.last_seq(id).await?;
+        let summary = decode_record::<Summary>(bytes).ok();
+        match last {
+            None => {
+                self.store.remove(id)?;
+                Ok(true)
+            }
+            Some(last) if summary.as_ref().is_none_or(|s| s.last_seq != last) => {
+                match self.load(id).await {
+                    Ok(Some(loaded)) => self.put_summary(id, &loaded.state, loaded.next_seq)?,
+                    Ok(None) => self.store.remove(id)?,
+                    Err(e) => {
+                        // Kept among the active: resuming it says why it
+                        // does not run.
+                        self.store.set_active(id, true)?;
+                        tracing::warn!(instance = %id, error = %e, "could not rebuild the index entry of a corrupt instance");
+                    }
+                }
+                Ok(true)
+            }
+            Some(_) => {
+                let active = summary.is_none_or(|s| s.status.resumes_on_open());
+                self.store.set_active(id, active)?;
+                Ok(false)
             }
         }
-        Ok(repaired)
     }
 
     /// Removes an instance, journal and all, when `f` says so, deciding
@@ -1005,6 +1111,7 @@ impl Journal {
             self.store.remove(id)?;
             cached.invalidate();
             cached.keep = false;
+            self.note_settling(id, None);
         }
         Ok(remove)
     }

@@ -40,14 +40,20 @@ impl Journal {
             Err(_) => true,
         };
         let page = self.store.index_page(query, &accept).await?;
-        let entries = page
-            .entries
-            .into_iter()
-            .map(|entry| PageEntry {
-                read: self.read_entry(&entry),
+        let mut entries = Vec::with_capacity(page.entries.len());
+        for entry in page.entries {
+            let read = match self.read_entry(&entry) {
+                Ok(read) => Ok(read),
+                Err(e) => self.rebuild_unreadable(&entry.id).await.ok_or(e),
+            };
+            entries.push(PageEntry {
+                read,
                 id: entry.id,
                 owner: entry.owner,
-            })
+            });
+        }
+        let entries = entries
+            .into_iter()
             .filter(|entry| match &entry.read {
                 // The store may hold a state older than the cache's: the
                 // filter has the last word.
@@ -59,6 +65,26 @@ impl Journal {
             entries,
             next: page.next,
         })
+    }
+
+    /// The summary and facts of `id` folded from its journal, for an
+    /// entry that does not read (damaged): written back, so it is rebuilt
+    /// once, when it is first met. Open repairs only the entries that may
+    /// lag (see `Journal::repair_on_open`), so this is where damage to an
+    /// entry of a store closed cleanly is mended. `None` when this engine
+    /// does not write the instance, or its journal does not fold either.
+    pub(super) async fn rebuild_unreadable(&self, id: &str) -> Option<(Summary, Facts)> {
+        if self.store.read_only() || !self.store.owns(id) {
+            return None;
+        }
+        let held = self.hold_loaded(id).await.ok()?;
+        let cached = held.cached();
+        let loaded = cached.loaded.as_ref()?;
+        if let Err(e) = self.put_summary(id, &loaded.state, loaded.next_seq) {
+            tracing::warn!(instance = %id, error = %e, "could not rebuild an index entry that does not read");
+        }
+        let summary = Summary::of(&loaded.state, loaded.next_seq.saturating_sub(1));
+        Some((summary, Facts::of(&loaded.state)))
     }
 
     /// The summary and facts of an entry.

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::journal::{InstanceState, SlotState};
+use crate::lock::lock;
 use crate::model::status::Status;
 use crate::names::id::InstanceId;
 use crate::panic::CatchUnwind;
@@ -36,7 +37,27 @@ pub(crate) struct Runner {
     /// The queues declared, and (on a store of one process) who waits in
     /// them and who holds their slots: see `run::dequeue`.
     pub(crate) queues: crate::run::dequeue::Dispatch,
+    /// The workflows registered whose instances are not resumed yet, and
+    /// whether a task resumes them (see [`Runner::resume_registered`]).
+    to_resume: std::sync::Mutex<ToResume>,
 }
+
+/// See [`Runner::to_resume`].
+#[derive(Default)]
+struct ToResume {
+    workflows: Vec<&'static str>,
+    resuming: bool,
+}
+
+/// How many instances the resume on register starts at once: it waits for
+/// them to let go (hibernate, end) before the next, so a store of any size
+/// leaves the runtime free for new work (a first `start` is answered at
+/// once) while it resumes.
+const RESUME_BATCH: usize = 64;
+
+/// How long (real time) the resume waits for a batch to let go before it
+/// starts the next anyway: instances that run long steps pace nothing.
+const RESUME_BATCH_PATIENCE: Duration = Duration::from_millis(200);
 
 impl Runner {
     pub(crate) fn new(
@@ -53,6 +74,7 @@ impl Runner {
             sweeping: tokio::sync::Mutex::new(()),
             path,
             queues: crate::run::dequeue::Dispatch::new(queues, core.journal.shared()),
+            to_resume: std::sync::Mutex::default(),
             core,
         }
     }
@@ -83,7 +105,7 @@ impl Runner {
     /// a no-op for a workflow registered already.
     pub(crate) fn register(self: &Arc<Self>, workflow: Arc<dyn ErasedWorkflow>) -> Result<()> {
         if let Some(name) = self.add(workflow, &[])? {
-            self.resume_instances_of(name);
+            self.resume_registered([name]);
         }
         Ok(())
     }
@@ -100,9 +122,7 @@ impl Runner {
         for workflow in workflows {
             added.extend(self.add(workflow, &names)?);
         }
-        for name in added {
-            self.resume_instances_of(name);
-        }
+        self.resume_registered(added);
         Ok(())
     }
 
@@ -152,33 +172,75 @@ impl Runner {
         Ok(Some(name))
     }
 
-    /// Recovery: every unfinished instance of `workflow` gets a driver;
-    /// before `register` returns on a store that answers at once, soon
-    /// after on a server.
-    fn resume_instances_of(self: &Arc<Self>, workflow: &'static str) {
+    /// Recovery: every unfinished instance of the `workflows` just
+    /// registered gets a driver, in the background. Workflows registered
+    /// while a resume is under way join it: the instances that can run are
+    /// read once for all the workflows registered together, not once per
+    /// workflow, and never the ended ones (`Store::active_entries`).
+    fn resume_registered(self: &Arc<Self>, workflows: impl IntoIterator<Item = &'static str>) {
+        {
+            let mut to_resume = lock(&self.to_resume);
+            to_resume.workflows.extend(workflows);
+            if to_resume.resuming || to_resume.workflows.is_empty() {
+                return;
+            }
+            to_resume.resuming = true;
+        }
         let runner = self.clone();
-        let resume = async move {
-            let summaries = match runner.core.journal.summaries().await {
-                Ok(summaries) => summaries,
-                Err(e) => {
-                    tracing::error!(error = %e, "could not list instances to resume");
-                    return;
-                }
-            };
-            for (id, summary) in summaries {
-                match summary {
-                    Ok(s) if s.workflow == workflow && s.status.resumes_on_open() => {
-                        runner.spawn_driver(&id);
+        let task = self.core.runtime.spawn(async move {
+            loop {
+                let workflows = {
+                    let mut to_resume = lock(&runner.to_resume);
+                    if to_resume.workflows.is_empty() || runner.core.is_closed() {
+                        to_resume.resuming = false;
+                        return;
                     }
-                    Ok(_) => {}
-                    Err(e) => {
-                        tracing::error!(instance = %id, error = %e, "not resuming an instance whose index entry is corrupt");
-                    }
-                }
+                    std::mem::take(&mut to_resume.workflows)
+                };
+                runner.resume_instances_of(&workflows).await;
+            }
+        });
+        self.core.track(task);
+    }
+
+    /// Starts a driver for every unfinished instance of `workflows`, a
+    /// batch at a time ([`RESUME_BATCH`]).
+    async fn resume_instances_of(self: &Arc<Self>, workflows: &[&'static str]) {
+        let summaries = match self.core.journal.active_summaries().await {
+            Ok(summaries) => summaries,
+            Err(e) => {
+                tracing::error!(error = %e, "could not list instances to resume");
+                return;
             }
         };
-        if let Some(task) = crate::store::now_or_spawn(&self.core.runtime, resume) {
-            self.core.track(task);
+        let ids = summaries.into_iter().filter_map(|(id, summary)| match summary {
+            Ok(s) if workflows.contains(&s.workflow.as_str()) && s.status.resumes_on_open() => {
+                Some(id)
+            }
+            Ok(_) => None,
+            Err(e) => {
+                tracing::error!(instance = %id, error = %e, "not resuming an instance whose index entry is corrupt");
+                None
+            }
+        });
+        let ids: Vec<String> = ids.collect();
+        for batch in ids.chunks(RESUME_BATCH) {
+            if self.core.is_closed() {
+                return;
+            }
+            let drivers: Vec<Arc<Live>> = batch
+                .iter()
+                .filter_map(|id| {
+                    self.spawn_driver(id);
+                    self.live(id)
+                })
+                .collect();
+            let settled = async {
+                for live in drivers {
+                    live.wait_stopped().await;
+                }
+            };
+            let _ = tokio::time::timeout(RESUME_BATCH_PATIENCE, settled).await;
         }
     }
 

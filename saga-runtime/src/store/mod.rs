@@ -265,6 +265,39 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoreFuture<'a, Vec<(String, Vec<u8>)>> {
         self.index_entries()
     }
+    /// The index entries of the instances that may need a driver (their
+    /// entry says so, `IndexRow::active`), in id order, for start-up: a
+    /// store that keeps an index of them reads no ended instance. It may
+    /// answer more (the engine looks at each entry's status); the default
+    /// reads every entry, as a store without such an index must.
+    fn active_entries(&self) -> StoreFuture<'_, Vec<(String, Vec<u8>)>> {
+        self.index_entries()
+    }
+    /// Notes whether `id` needs a driver, for [`Store::active_entries`]:
+    /// the repair of a store scanned whole. Writes of the index keep it
+    /// otherwise. The default keeps nothing.
+    fn set_active(&self, _id: &str, _active: bool) -> Result<()> {
+        Ok(())
+    }
+    /// The instances whose index entry may lag their journal (written by
+    /// a process that did not close), for the repair on open: `None` when
+    /// the store cannot tell (the default; or a release that keeps no
+    /// marks wrote it), and then every entry is repaired.
+    fn lagging(&self) -> StoreFuture<'_, Option<Vec<String>>> {
+        answered(Ok(None))
+    }
+    /// The index entry of `id` agrees with its journal, durably, and no
+    /// write of it is under way (the caller holds the instance's lock):
+    /// a mark that it may lag goes. The default marks nothing.
+    fn clear_lagging(&self, _id: &str) -> Result<()> {
+        Ok(())
+    }
+    /// The repair on open is done and durable: every index entry agrees
+    /// with its journal, and [`Store::active_entries`] with the entries.
+    /// A store that marks lagging entries clears its marks.
+    fn repaired(&self) -> Result<()> {
+        Ok(())
+    }
     /// One page of the entries that match `query`, each one `accept`ed,
     /// in its order after its position (see `query`). The default reads
     /// the whole index, in id order: for stores of the test suites.

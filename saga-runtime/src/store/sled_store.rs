@@ -15,6 +15,23 @@
 //!   changed by compare-and-swap.
 //! - `queues`: key `<queue name>`, its limits (`queue::stored`), changed
 //!   by compare-and-swap.
+//! - `active`: key `<id>`, empty: the instances whose index entry says a
+//!   driver must run them (`IndexRow::active`), so start-up finds them
+//!   without reading the ended ones. Written before an entry becomes
+//!   active and removed after it stops being so: a crash leaves at most an
+//!   extra key, whose entry the engine reads and skips, never a missing one.
+//! - `dirty`: key `<id>`, empty: the instances this process wrote (marked
+//!   before its first write), whose index entry may lag their journal
+//!   after a crash; open repairs those alone, then clears the tree, and a
+//!   clean close clears it. An instance's mark goes once its end is
+//!   durable (`Store::clear_lagging`), so a crash repairs the instances
+//!   that were running and those that ended just before.
+//!
+//! The two new trees are kept only by releases that know them: a release
+//! before writes without them. So a marker that they are kept sits in
+//! `index` under a key no instance has ([`KEPT_MARKER`]), which the repair
+//! on open of every release before removes (an entry without a journal);
+//! a store without it is scanned whole once, as before, and marked again.
 //!
 //! Nothing here uses a sled `Batch` or a multi-tree transaction: measured
 //! on sled 0.34.7, those cap near 10k durable writes/s at any concurrency,
@@ -43,6 +60,10 @@ pub struct SledStore {
     by_start: sled::Tree,
     schedules: sled::Tree,
     queues: sled::Tree,
+    active: sled::Tree,
+    dirty: sled::Tree,
+    /// The instances marked in `dirty` by this process.
+    marked: std::sync::Mutex<std::collections::HashSet<String>>,
     path: Option<PathBuf>,
     /// Its place among the stores this process holds open.
     _open_here: Option<OpenHere>,
@@ -72,6 +93,16 @@ impl Drop for OpenHere {
     fn drop(&mut self) {
         crate::lock::lock(&OPEN_HERE).remove(&self.0);
     }
+}
+
+/// The key in `index` that says the `active` and `dirty` trees were kept
+/// by every writer since it was set. No instance id has a NUL byte (and
+/// none sorts before it); the index walks of this release skip it.
+const KEPT_MARKER: &[u8] = b"\0saga:active-and-dirty-kept";
+
+/// Whether `key` of the `index` tree is an instance's (not the marker).
+fn is_instance_key(key: &[u8]) -> bool {
+    key != KEPT_MARKER
 }
 
 /// The trees of the first release's layout, read once to upgrade a store.
@@ -126,6 +157,9 @@ impl SledStore {
             by_start: db.open_tree("by_start").map_err(sled_error)?,
             schedules: db.open_tree("schedules").map_err(sled_error)?,
             queues: db.open_tree("queues").map_err(sled_error)?,
+            active: db.open_tree("active").map_err(sled_error)?,
+            dirty: db.open_tree("dirty").map_err(sled_error)?,
+            marked: std::sync::Mutex::default(),
             db,
             path,
             _open_here: None,
@@ -193,8 +227,87 @@ impl SledStore {
         failpoint::after(Call::Write, n)
     }
 
+    /// Marks `id` in `dirty` before this process first writes its journal
+    /// (so a record that survives a crash finds its mark there too).
+    fn mark_dirty(&self, id: &str) -> Result<()> {
+        let mut marked = crate::lock::lock(&self.marked);
+        if marked.contains(id) {
+            return Ok(());
+        }
+        Self::insert(&self.dirty, id.as_bytes(), &[])?;
+        marked.insert(id.to_owned());
+        Ok(())
+    }
+
+    /// Adds `id` to `active` (before its entry says so) unless it is there.
+    fn add_active(&self, id: &str) -> Result<()> {
+        if self
+            .active
+            .contains_key(id.as_bytes())
+            .map_err(sled_error)?
+        {
+            return Ok(());
+        }
+        Self::insert(&self.active, id.as_bytes(), &[])
+    }
+
+    /// Removes `id` from `active` (after its entry no longer says so).
+    fn drop_active(&self, id: &str) -> Result<()> {
+        if self
+            .active
+            .contains_key(id.as_bytes())
+            .map_err(sled_error)?
+        {
+            self.active.remove(id.as_bytes()).map_err(sled_error)?;
+        }
+        Ok(())
+    }
+
+    /// The index entries of the instances in `active`; a key left there
+    /// without an entry (a removal cut short) goes.
+    fn active_entries_now(&self) -> Result<Vec<(String, Vec<u8>)>> {
+        let mut out = Vec::new();
+        for key in self.active.iter().keys() {
+            let key = key.map_err(sled_error)?;
+            match self.index.get(&key).map_err(sled_error)? {
+                Some(summary) => {
+                    out.push((String::from_utf8_lossy(&key).into_owned(), summary.to_vec()))
+                }
+                None => {
+                    self.active.remove(&key).map_err(sled_error)?;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The ids marked in `dirty`, if the marks were kept since the marker
+    /// was set (`None`: a release before wrote the store since, or none
+    /// set it yet).
+    fn lagging_now(&self) -> Result<Option<Vec<String>>> {
+        if !self.index.contains_key(KEPT_MARKER).map_err(sled_error)? {
+            return Ok(None);
+        }
+        self.dirty
+            .iter()
+            .keys()
+            .map(|key| Ok(String::from_utf8_lossy(&key.map_err(sled_error)?).into_owned()))
+            .collect::<Result<_>>()
+            .map(Some)
+    }
+
+    /// Clears the marks (every entry agrees with its journal, durably) and
+    /// sets the marker.
+    fn clear_marks(&self) -> Result<()> {
+        let mut marked = crate::lock::lock(&self.marked);
+        self.dirty.clear().map_err(sled_error)?;
+        marked.clear();
+        Self::insert(&self.index, KEPT_MARKER, &[])
+    }
+
     fn create_now(&self, id: &str, row: &IndexRow<'_>, record: &[u8]) -> Result<bool> {
         let index = row.summary;
+        self.mark_dirty(id)?;
         let n = failpoint::before(Call::Write)?;
         let claimed = self
             .index
@@ -209,6 +322,9 @@ impl SledStore {
             // An index entry without a journal: a create that failed half
             // way. This one takes its place.
             Self::insert(&self.index, id.as_bytes(), index)?;
+        }
+        if row.active {
+            self.add_active(id)?;
         }
         self.put_facts(id, row)?;
         Self::insert(&self.journal, &key(id, 0), record)?;
@@ -317,6 +433,9 @@ impl SledStore {
                 };
                 for key in self.index.range(from..).keys() {
                     let key = key.map_err(sled_error)?;
+                    if !is_instance_key(&key) {
+                        continue;
+                    }
                     let id = String::from_utf8_lossy(&key).into_owned();
                     if !id.starts_with(prefix) {
                         return Ok(page_end(page, false));
@@ -345,7 +464,7 @@ impl SledStore {
         let mut out = Vec::new();
         for key in self.index.iter().keys() {
             let key = key.map_err(sled_error)?;
-            if !self.facts.contains_key(&key).map_err(sled_error)? {
+            if is_instance_key(&key) && !self.facts.contains_key(&key).map_err(sled_error)? {
                 out.push(String::from_utf8_lossy(&key).into_owned());
                 if out.len() == limit {
                     break;
@@ -406,6 +525,7 @@ impl SledStore {
     fn index_entries_now(&self) -> Result<Vec<(String, Vec<u8>)>> {
         self.index
             .iter()
+            .filter(|entry| entry.as_ref().map_or(true, |(key, _)| is_instance_key(key)))
             .map(|entry| {
                 let (key, value) = entry.map_err(sled_error)?;
                 Ok((String::from_utf8_lossy(&key).into_owned(), value.to_vec()))
@@ -454,6 +574,7 @@ impl Store for SledStore {
     }
 
     fn append(&self, id: &str, seq: u64, record: &[u8]) -> Result<()> {
+        self.mark_dirty(id)?;
         Self::insert(&self.journal, &key(id, seq), record)
     }
 
@@ -474,8 +595,56 @@ impl Store for SledStore {
     }
 
     fn put_index(&self, id: &str, index: &IndexRow<'_>) -> Result<()> {
+        if index.active {
+            self.add_active(id)?;
+        }
         Self::insert(&self.index, id.as_bytes(), index.summary)?;
+        if !index.active {
+            self.drop_active(id)?;
+        }
         self.put_facts(id, index)
+    }
+
+    fn active_entries(&self) -> StoreFuture<'_, Vec<(String, Vec<u8>)>> {
+        answered(self.active_entries_now())
+    }
+
+    fn set_active(&self, id: &str, active: bool) -> Result<()> {
+        if active {
+            self.add_active(id)
+        } else {
+            self.drop_active(id)
+        }
+    }
+
+    fn lagging(&self) -> StoreFuture<'_, Option<Vec<String>>> {
+        answered(self.lagging_now())
+    }
+
+    fn clear_lagging(&self, id: &str) -> Result<()> {
+        let mut marked = crate::lock::lock(&self.marked);
+        if marked.remove(id) {
+            self.dirty.remove(id.as_bytes()).map_err(sled_error)?;
+        }
+        Ok(())
+    }
+
+    fn repaired(&self) -> Result<()> {
+        self.clear_marks()
+    }
+
+    fn close(&self) {
+        // Every write is durable after the engine's last flush: no entry
+        // lags its journal, so the next open repairs none.
+        // A store whose marker is not set yet (the repair on open did not
+        // finish) keeps its marks.
+        let cleared = self.flush().and_then(|()| match self.lagging_now()? {
+            Some(_) => self.clear_marks().and_then(|()| self.flush()),
+            None => Ok(()),
+        });
+        if let Err(e) = cleared {
+            tracing::warn!(error = %e, "could not note a clean close; the next open repairs the index entries this process wrote");
+        }
     }
 
     fn index_page<'a>(
@@ -499,6 +668,7 @@ impl Store for SledStore {
     }
 
     fn remove(&self, id: &str) -> Result<()> {
+        self.mark_dirty(id)?;
         let n = failpoint::before(Call::Write)?;
         for key in self.journal.scan_prefix(instance_prefix(id)).keys() {
             self.journal
@@ -513,6 +683,7 @@ impl Store for SledStore {
                 .map_err(sled_error)?;
         }
         self.index.remove(id.as_bytes()).map_err(sled_error)?;
+        self.active.remove(id.as_bytes()).map_err(sled_error)?;
         failpoint::after(Call::Write, n)
     }
 

@@ -378,6 +378,17 @@ impl Store for PgStore {
         })
     }
 
+    /// Only this worker's: it drives no other (the others are claimed,
+    /// and resumed by the claim).
+    fn active_entries(&self) -> StoreFuture<'_, Vec<(String, Vec<u8>)>> {
+        Box::pin(async move {
+            match self.read(Read::ActiveEntries).await? {
+                ReadAnswer::Entries(entries) => Ok(entries),
+                other => Err(other.unexpected()),
+            }
+        })
+    }
+
     fn index_entries_where<'a>(
         &'a self,
         status: Option<&'a str>,

@@ -131,6 +131,8 @@ pub(super) enum Read {
     LastSeq(String),
     Index(String),
     IndexEntries,
+    /// The entries of the active instances this worker owns.
+    ActiveEntries,
     /// Entries with this status and workflow (a row from before migration
     /// 3 has neither, and is answered too).
     EntriesWhere {
@@ -311,6 +313,7 @@ pub(super) struct Conn {
     index: Statement,
     entries: Statement,
     entries_where: Statement,
+    active_entries: Statement,
     tail_start: Statement,
     tail: Statement,
     post: Statement,
@@ -523,6 +526,14 @@ impl Target {
                 "SELECT id, summary FROM {s}.instances ORDER BY id COLLATE \"C\""
             ))
             .await?;
+        // On the partial index of the active instances (`instances_active`):
+        // the ended ones are not read.
+        let active_entries = client
+            .prepare(&format!(
+                "SELECT id, summary FROM {s}.instances WHERE active AND owner = $1
+                 ORDER BY id COLLATE \"C\""
+            ))
+            .await?;
         let entries_where = client
             .prepare(&format!(
                 "SELECT id, summary FROM {s}.instances
@@ -666,6 +677,7 @@ impl Target {
             index,
             entries,
             entries_where,
+            active_entries,
             tail_start,
             tail,
         })
@@ -1527,6 +1539,10 @@ async fn query(
         }
         Read::IndexEntries => {
             let rows = conn.client.query(&conn.entries, &[]).await?;
+            ReadAnswer::Entries(rows.iter().map(|row| (row.get(0), row.get(1))).collect())
+        }
+        Read::ActiveEntries => {
+            let rows = conn.client.query(&conn.active_entries, &[&worker]).await?;
             ReadAnswer::Entries(rows.iter().map(|row| (row.get(0), row.get(1))).collect())
         }
         Read::EntriesWhere { status, workflow } => {

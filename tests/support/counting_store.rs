@@ -1,0 +1,189 @@
+//! A sled store that notes every instance whose journal or index entry the
+//! engine reads through it, and every walk of the whole index: tests of
+//! what start-up reads (`tests/startup.rs`).
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use saga_runtime::Error;
+use saga_runtime::store::{Accept, IndexPage, IndexQuery, IndexRow, SledStore, Store, StoreFuture};
+
+/// What the engine read through a [`CountingStore`].
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Reads {
+    /// Per instance: how many reads of its journal or index entry
+    /// (an entry given by a walk counts too).
+    pub(crate) of: BTreeMap<String, usize>,
+    /// Walks of every index entry.
+    pub(crate) whole_index: usize,
+    /// Reads of the active instances' entries.
+    pub(crate) active_set: usize,
+}
+
+impl Reads {
+    /// The instances read whose id starts with `prefix`.
+    pub(crate) fn of_prefix(&self, prefix: &str) -> Vec<&str> {
+        self.of
+            .keys()
+            .filter(|id| id.starts_with(prefix))
+            .map(String::as_str)
+            .collect()
+    }
+}
+
+pub(crate) struct CountingStore {
+    inner: SledStore,
+    reads: Mutex<Reads>,
+    /// `close` is not passed on: the store is left as by a process that
+    /// died (its marks of what it wrote stay).
+    dies: AtomicBool,
+}
+
+impl CountingStore {
+    pub(crate) fn new(inner: SledStore) -> CountingStore {
+        CountingStore {
+            inner,
+            reads: Mutex::default(),
+            dies: AtomicBool::new(false),
+        }
+    }
+
+    /// A store whose engine does not close it cleanly.
+    pub(crate) fn dying(inner: SledStore) -> CountingStore {
+        let store = CountingStore::new(inner);
+        store.dies.store(true, Ordering::SeqCst);
+        store
+    }
+
+    /// What was read so far, and forgets it.
+    pub(crate) fn take_reads(&self) -> Reads {
+        std::mem::take(&mut *self.reads.lock().unwrap())
+    }
+
+    fn read(&self, id: &str) {
+        *self
+            .reads
+            .lock()
+            .unwrap()
+            .of
+            .entry(id.to_owned())
+            .or_default() += 1;
+    }
+
+    fn read_all(&self, entries: &[(String, Vec<u8>)]) {
+        for (id, _) in entries {
+            self.read(id);
+        }
+    }
+}
+
+impl Store for CountingStore {
+    fn create<'a>(
+        &'a self,
+        id: &'a str,
+        index: &'a IndexRow<'_>,
+        record: &'a [u8],
+    ) -> StoreFuture<'a, bool> {
+        self.inner.create(id, index, record)
+    }
+    fn append(&self, id: &str, seq: u64, record: &[u8]) -> Result<(), Error> {
+        self.inner.append(id, seq, record)
+    }
+    fn journal<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Vec<(u64, Vec<u8>)>> {
+        self.read(id);
+        self.inner.journal(id)
+    }
+    fn journal_range<'a>(
+        &'a self,
+        id: &'a str,
+        seqs: Range<u64>,
+    ) -> StoreFuture<'a, Vec<(u64, Vec<u8>)>> {
+        self.read(id);
+        self.inner.journal_range(id, seqs)
+    }
+    fn last_seq<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<u64>> {
+        self.read(id);
+        self.inner.last_seq(id)
+    }
+    fn put_index(&self, id: &str, index: &IndexRow<'_>) -> Result<(), Error> {
+        self.inner.put_index(id, index)
+    }
+    fn index<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<Vec<u8>>> {
+        self.read(id);
+        self.inner.index(id)
+    }
+    fn index_entries(&self) -> StoreFuture<'_, Vec<(String, Vec<u8>)>> {
+        Box::pin(async move {
+            let entries = self.inner.index_entries().await?;
+            self.reads.lock().unwrap().whole_index += 1;
+            self.read_all(&entries);
+            Ok(entries)
+        })
+    }
+    fn active_entries(&self) -> StoreFuture<'_, Vec<(String, Vec<u8>)>> {
+        Box::pin(async move {
+            let entries = self.inner.active_entries().await?;
+            self.reads.lock().unwrap().active_set += 1;
+            self.read_all(&entries);
+            Ok(entries)
+        })
+    }
+    fn set_active(&self, id: &str, active: bool) -> Result<(), Error> {
+        self.inner.set_active(id, active)
+    }
+    fn lagging(&self) -> StoreFuture<'_, Option<Vec<String>>> {
+        self.inner.lagging()
+    }
+    fn clear_lagging(&self, id: &str) -> Result<(), Error> {
+        self.inner.clear_lagging(id)
+    }
+    fn repaired(&self) -> Result<(), Error> {
+        self.inner.repaired()
+    }
+    fn index_page<'a>(
+        &'a self,
+        query: &'a IndexQuery<'a>,
+        accept: Accept<'a>,
+    ) -> StoreFuture<'a, IndexPage> {
+        self.inner.index_page(query, accept)
+    }
+    fn unindexed(&self, limit: usize) -> StoreFuture<'_, Vec<String>> {
+        self.reads.lock().unwrap().whole_index += 1;
+        self.inner.unindexed(limit)
+    }
+    fn remove(&self, id: &str) -> Result<(), Error> {
+        self.inner.remove(id)
+    }
+    fn remove_before(&self, id: &str, seq: u64) -> Result<(), Error> {
+        self.inner.remove_before(id, seq)
+    }
+    fn flush(&self) -> Result<(), Error> {
+        self.inner.flush()
+    }
+    fn close(&self) {
+        if !self.dies.load(Ordering::SeqCst) {
+            self.inner.close();
+        }
+    }
+    fn schedules(&self) -> StoreFuture<'_, Vec<(String, Vec<u8>)>> {
+        self.inner.schedules()
+    }
+    fn schedule<'a>(&'a self, name: &'a str) -> StoreFuture<'a, Option<Vec<u8>>> {
+        self.inner.schedule(name)
+    }
+    fn swap_schedule<'a>(
+        &'a self,
+        name: &'a str,
+        old: Option<&'a [u8]>,
+        new: &'a [u8],
+    ) -> StoreFuture<'a, bool> {
+        self.inner.swap_schedule(name, old, new)
+    }
+    fn remove_schedule<'a>(&'a self, name: &'a str, old: &'a [u8]) -> StoreFuture<'a, bool> {
+        self.inner.remove_schedule(name, old)
+    }
+}
