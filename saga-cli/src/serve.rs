@@ -117,7 +117,9 @@ impl std::fmt::Display for ServeError {
 impl std::error::Error for ServeError {}
 
 /// A running endpoint; it stops when this is dropped or
-/// [`shutdown`](AdminServer::shutdown) is awaited.
+/// [`shutdown`](AdminServer::shutdown) is awaited: keep it for as long as
+/// the endpoint should serve (`let _ = serve(..)` drops it at once).
+#[must_use = "the endpoint stops when this is dropped: keep it (`let admin = ...`) for as long as it should serve"]
 pub struct AdminServer {
     addr: SocketAddr,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
