@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use saga_runtime::testing::sim::{SimDisk, SimFaults, SimRng, TraceHash};
+use saga_runtime::testing::sim::{Journals, SimDisk, SimFaults, SimRng, TraceHash};
 use saga_runtime::{Engine, Event, Status, TestClock};
 use tokio::task::JoinHandle;
 
@@ -32,8 +32,8 @@ pub(crate) struct Finished {
     pub(crate) index_disagrees: Vec<String>,
     pub(crate) effects: Vec<workload::Effect>,
     /// The durable journals before each crash, and after the run.
-    pub(crate) before_crashes: Vec<BTreeMap<String, Vec<(u64, Vec<u8>)>>>,
-    pub(crate) durable: BTreeMap<String, Vec<(u64, Vec<u8>)>>,
+    pub(crate) before_crashes: Vec<Journals>,
+    pub(crate) durable: Journals,
 }
 
 /// Runs `seed` to its end, on a runtime of its own.
@@ -62,7 +62,7 @@ struct World {
     event_ids: Vec<(String, String, bool)>,
     /// Engine calls under way, aborted by a crash.
     calls: Vec<JoinHandle<()>>,
-    before_crashes: Vec<BTreeMap<String, Vec<(u64, Vec<u8>)>>>,
+    before_crashes: Vec<Journals>,
     /// Violations seen while the run went on (the others are checked at
     /// its end).
     seen_violations: Vec<String>,
@@ -343,7 +343,7 @@ impl World {
         self.quiet_end().await;
         let finished = self.finish().await;
         let mut violations = check::all(&finished);
-        violations.extend(self.seen_violations.drain(..));
+        violations.append(&mut self.seen_violations);
         self.hash.add(&self.disk.trace_hash().to_le_bytes());
         Outcome {
             trace_hash: self.hash.value(),

@@ -51,4 +51,4 @@ mod rng;
 mod store;
 
 pub use self::rng::{SimRng, TraceHash};
-pub use self::store::{SimDisk, SimFaults, SimStore};
+pub use self::store::{Journals, SimDisk, SimFaults, SimStore};

@@ -14,6 +14,10 @@ use crate::store::{
     StoreFuture, answered,
 };
 
+/// Journals by instance, each its records in order: sequence number and
+/// bytes.
+pub type Journals = BTreeMap<String, Vec<(u64, Vec<u8>)>>;
+
 /// The faults a [`SimDisk`] injects, each a chance in 1,000 per call.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SimFaults {
@@ -283,7 +287,7 @@ impl SimDisk {
 
     /// Every durable journal, by instance: what a crash now would keep
     /// at least.
-    pub fn durable_journals(&self) -> BTreeMap<String, Vec<(u64, Vec<u8>)>> {
+    pub fn durable_journals(&self) -> Journals {
         let disk = self.lock();
         disk.durable
             .journals
