@@ -78,6 +78,7 @@ mod names;
 mod panic;
 mod queue;
 mod random;
+mod quiet;
 mod run;
 mod schedule;
 mod seal;

@@ -74,6 +74,7 @@ mod tls;
 mod writers;
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -142,6 +143,24 @@ pub struct PgStore {
     thread: Mutex<Option<JoinHandle<()>>>,
     /// How long a caller waits for the store's thread to answer.
     patience: Duration,
+    /// Calls waiting for the store's thread to answer (see `Store::quiet`).
+    calls: Arc<AtomicUsize>,
+}
+
+/// Counts one call while its caller waits for the answer.
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl<'a> Waiting<'a> {
+    fn on(calls: &'a AtomicUsize) -> Self {
+        calls.fetch_add(1, Ordering::SeqCst);
+        Waiting(calls)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl PgStore {
@@ -180,6 +199,7 @@ impl PgStore {
                 heard,
                 thread: Mutex::new(Some(thread)),
                 patience,
+                calls: Arc::default(),
             }),
             Ok(Err(e)) => Err(e),
             Err(_) => Err(Error::Store(
@@ -197,6 +217,8 @@ impl PgStore {
     }
 
     async fn answer<T>(&self, answer: oneshot::Receiver<Result<T>>) -> Result<T> {
+        // Let go once answered, inside the poll the answer woke.
+        let _waiting = Waiting::on(&self.calls);
         match tokio::time::timeout(self.patience, answer).await {
             Ok(Ok(result)) => result,
             Ok(Err(_)) => Err(Error::Store("the PostgreSQL store's thread stopped".into())),
@@ -487,6 +509,10 @@ impl Store for PgStore {
             return Ok(());
         }
         self.call_blocking(|reply| Job::Flush { reply })
+    }
+
+    fn quiet(&self) -> bool {
+        self.calls.load(Ordering::SeqCst) == 0
     }
 
     fn read_only(&self) -> bool {
