@@ -46,10 +46,12 @@ impl Engine {
     /// thing (a socket, a Tokio timer) does too, so a body's real I/O is
     /// for the test to wait on (with a timeout) before it calls `idle`.
     ///
-    /// On a store shared by workers, `idle` counts this engine's calls to
-    /// the store until they are answered; what other processes do (and
-    /// the notifications the database sends of it) is not this engine's
-    /// work, and a check across processes waits for a later event instead.
+    /// On a store shared by workers (PostgreSQL), `idle` counts this
+    /// engine's calls until the store answers them and its writes until
+    /// they are applied. What reaches the engine through the database's
+    /// notifications is not counted: what other processes do, and on
+    /// that store a child's end told to its parent. A check across
+    /// processes, or on a child there, waits for a later event instead.
     ///
     /// # Cancel safety
     ///

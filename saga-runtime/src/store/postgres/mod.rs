@@ -145,6 +145,8 @@ pub struct PgStore {
     patience: Duration,
     /// Calls waiting for the store's thread to answer (see `Store::quiet`).
     calls: Arc<AtomicUsize>,
+    /// Writes queued with nobody waiting that the thread has not applied.
+    unapplied: Arc<AtomicUsize>,
 }
 
 /// Counts one call while its caller waits for the answer.
@@ -183,9 +185,21 @@ impl PgStore {
         let owned = Arc::new(Mutex::new(HashSet::new()));
         let kept = owned.clone();
         let (told, heard) = listen::channels();
+        let unapplied = Arc::new(AtomicUsize::new(0));
+        let counted = unapplied.clone();
         let thread = std::thread::Builder::new()
             .name("saga-postgres".into())
-            .spawn(move || server::run(options, kept, told, receiver, unordered_receiver, ready))
+            .spawn(move || {
+                server::run(
+                    options,
+                    kept,
+                    counted,
+                    told,
+                    receiver,
+                    unordered_receiver,
+                    ready,
+                )
+            })
             .map_err(|e| Error::Store(format!("could not start the PostgreSQL thread: {e}")))?;
         // Cancel safety: dropped here, the receiver tells the thread, which
         // ends the lease it just took; nothing here waits for the thread.
@@ -200,6 +214,7 @@ impl PgStore {
                 thread: Mutex::new(Some(thread)),
                 patience,
                 calls: Arc::default(),
+                unapplied,
             }),
             Ok(Err(e)) => Err(e),
             Err(_) => Err(Error::Store(
@@ -271,9 +286,12 @@ impl PgStore {
     /// (a write is durable only once a flush returns anyway).
     fn queue(&self, op: Op) -> Result<()> {
         self.refuse_if_read_only()?;
-        self.jobs
-            .send(Job::Write { op, reply: None })
-            .map_err(|_| Error::Closed)
+        // Counted before it is sent: the thread counts it down once applied.
+        self.unapplied.fetch_add(1, Ordering::SeqCst);
+        self.jobs.send(Job::Write { op, reply: None }).map_err(|_| {
+            self.unapplied.fetch_sub(1, Ordering::SeqCst);
+            Error::Closed
+        })
     }
 
     /// A read of this worker's own instance `id` comes after the writes
@@ -512,7 +530,7 @@ impl Store for PgStore {
     }
 
     fn quiet(&self) -> bool {
-        self.calls.load(Ordering::SeqCst) == 0
+        self.calls.load(Ordering::SeqCst) == 0 && self.unapplied.load(Ordering::SeqCst) == 0
     }
 
     fn read_only(&self) -> bool {
