@@ -1260,7 +1260,8 @@ async fn queue_limits_are_stored_and_a_worker_declaring_others_is_refused_or_rep
         bank.running() == 2 && queued_on(&five, "bank-api").await == 3
     })
     .await;
-    helpers::settle().await;
+    helpers::quiet(&five).await;
+    helpers::quiet(&two).await;
     assert_eq!(bank.running(), 2, "a worker took by its own declaration");
     // Changed for every worker while they run: a third slot.
     let limits = two

@@ -113,7 +113,7 @@ async fn has_exactly(engine: &Engine, name: &str, ids: &[String]) {
         instances(engine, name).await.len() >= ids.len()
     })
     .await;
-    helpers::quiet(&engine).await;
+    helpers::quiet(engine).await;
     assert_eq!(instances(engine, name).await, ids);
 }
 
