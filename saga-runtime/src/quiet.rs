@@ -10,8 +10,9 @@
 //! is let go only after its poll returned, so the count never drops to
 //! zero while a task runs.
 //!
-//! The cost is one atomic swap per poll and an `Arc` per task; the
-//! wrapped waker is made again only when Tokio hands a different one.
+//! The cost is an `Arc` per task and two or three atomic operations per
+//! poll and per wake; the wrapped waker is made again only when Tokio
+//! hands a different one.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -23,12 +24,23 @@ use std::task::{Context, Poll, Wake, Waker};
 #[derive(Default)]
 pub(crate) struct Quiet {
     runnable: AtomicUsize,
+    /// Moves on each wake and each poll: two equal readings with no task
+    /// runnable at either mean none ran or woke in between.
+    moves: AtomicUsize,
 }
 
 impl Quiet {
     /// Whether no engine task is woken or running.
     pub(crate) fn is_quiet(&self) -> bool {
         self.runnable.load(Ordering::SeqCst) == 0
+    }
+
+    /// Whether no engine task is woken or running, before and after
+    /// `also` holds, and none woke or ran meanwhile: what `also` looks at
+    /// (the flusher, the store) may wake a task between two looks.
+    pub(crate) fn is_quiet_around(&self, also: impl FnOnce() -> bool) -> bool {
+        let before = self.moves.load(Ordering::SeqCst);
+        self.is_quiet() && also() && self.is_quiet() && self.moves.load(Ordering::SeqCst) == before
     }
 
     /// Spawns `work` on `runtime`, counted as runnable until its first
@@ -61,6 +73,7 @@ impl Standing {
     /// Counted first and taken back when the task was woken already (or
     /// ended): the count may be high for a moment, never low.
     fn woken(&self) {
+        self.quiet.moves.fetch_add(1, Ordering::SeqCst);
         self.quiet.runnable.fetch_add(1, Ordering::SeqCst);
         if self
             .state
@@ -147,6 +160,7 @@ impl<F: Future> Future for Tracked<F> {
             Ok(was) | Err(was) => was,
         };
         let polled = this.work.as_mut().poll(&mut Context::from_waker(&waker));
+        this.standing.quiet.moves.fetch_add(1, Ordering::SeqCst);
         if polled.is_ready() && this.standing.state.swap(ENDED, Ordering::SeqCst) == WOKEN {
             this.standing.quiet.runnable.fetch_sub(1, Ordering::SeqCst);
         }

@@ -15,8 +15,7 @@ impl Engine {
     /// time moving on (a [`TestClock`](crate::TestClock) that is not
     /// advanced), a control call, or whatever a step body awaits that is
     /// not the engine's. It is the barrier a test needs before checking
-    /// that something
-    /// did *not* happen:
+    /// that something did *not* happen:
     ///
     /// ```
     /// use saga_runtime::prelude::*;
@@ -32,7 +31,7 @@ impl Engine {
     /// let engine = Engine::builder().clock(clock.clone()).temporary()?;
     /// let run = engine.start(wait, "order-7", ()).await?;
     /// engine.idle().await;
-    /// assert_eq!(run.status().await?, Status::Running); // still waiting: no time passed
+    /// assert_eq!(run.status().await?, Status::Waiting); // no event, no time passed
     /// # Ok(())
     /// # }
     /// ```
@@ -56,6 +55,7 @@ impl Engine {
     /// # Cancel safety
     ///
     /// It only looks: dropping the future at any point changes nothing.
+    /// On an engine that is closed it returns at once.
     pub async fn idle(&self) {
         let mut looks = 0;
         while !self.is_idle() {
@@ -71,6 +71,7 @@ impl Engine {
     /// Whether the engine is idle now (see [`Engine::idle`]).
     fn is_idle(&self) -> bool {
         let core = &self.runner().core;
-        core.quiet.is_quiet() && core.journal.is_quiet()
+        // Closed, its tasks are stopped and what it queued is not its own.
+        core.is_closed() || core.quiet.is_quiet_around(|| core.journal.is_quiet())
     }
 }

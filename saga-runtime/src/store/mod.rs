@@ -343,9 +343,9 @@ pub trait Store: Send + Sync + 'static {
     fn settle(&self) -> StoreFuture<'_, ()> {
         answered(Ok(()))
     }
-    /// Whether no call of this engine's waits for the store to answer (a
-    /// store that answers at once always is), for `Engine::idle`. Writes
-    /// nobody waits for are the flusher's to count.
+    /// Whether no call of this engine's waits for the store to answer and
+    /// no write it handed over waits to be applied (a store that does both
+    /// at once always is), for `Engine::idle`.
     fn quiet(&self) -> bool {
         true
     }
