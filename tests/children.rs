@@ -20,7 +20,7 @@ use saga_runtime::prelude::*;
 use saga_runtime::{ChildFailed, Engine, Error, EventKind, Instance, TestClock};
 use tokio::sync::Notify;
 
-use helpers::{fresh, kinds, settle, until_status, wait_until, within};
+use helpers::{fresh, kinds, until_status, wait_until, within};
 
 /// What the trip's steps and compensations did, in order, and the
 /// switches that make them fail or wait.
@@ -608,7 +608,7 @@ async fn pause_resume_and_terminate_of_the_parent_reach_its_running_children() {
     flight.pause().await.unwrap();
     run.pause().await.unwrap();
     run.resume().await.unwrap();
-    settle().await;
+    helpers::quiet(&engine).await;
     assert_eq!(flight.status().await.unwrap(), Status::Paused);
     flight.resume().await.unwrap();
     // Terminating the parent terminates the child, whose seat never lands.
@@ -616,7 +616,7 @@ async fn pause_resume_and_terminate_of_the_parent_reach_its_running_children() {
     until_status(&flight, Status::Terminated).await;
     assert_eq!(run.status().await.unwrap(), Status::Terminated);
     ledger.release.notify_waiters();
-    settle().await;
+    helpers::quiet(&engine).await;
     assert_eq!(ledger.count("seat alice"), 0);
 }
 

@@ -18,7 +18,7 @@ use saga_runtime::prelude::*;
 use saga_runtime::{Engine, Error, EventKind, Instance, TestClock};
 use tokio::sync::Semaphore;
 
-use helpers::{engine_on, fresh, kinds, settle, wait_until, within};
+use helpers::{engine_on, fresh, kinds, wait_until, within};
 
 const HOUR: u64 = 60 * 60;
 const DAY: u64 = 24 * HOUR;
@@ -181,7 +181,7 @@ async fn pause_stops_at_the_next_step_boundary_and_resume_goes_on() {
     })
     .await;
     // ...but the next one does not start.
-    settle().await;
+    helpers::quiet(&engine).await;
     assert_eq!(probe.runs(), [1, 0, 0]);
     assert_eq!(run.status().await.unwrap(), Status::Paused);
     assert_eq!(count(&run, started("two")).await, 0);
@@ -215,7 +215,7 @@ async fn a_pause_during_a_sleep_holds_the_instance_after_it() {
             .any(|k| matches!(k, EventKind::SleepCompleted { .. }))
     })
     .await;
-    settle().await;
+    helpers::quiet(&engine).await;
     assert_eq!(probe.two.load(Ordering::SeqCst), 0);
     assert_eq!(run.status().await.unwrap(), Status::Paused);
     run.resume().await.unwrap();
@@ -291,7 +291,7 @@ async fn terminate_ends_a_waiting_instance_and_no_further_step_runs() {
     }
     assert_eq!(clock.sleepers(), 0, "the sleep was let go");
     clock.advance(Duration::from_secs(2 * DAY));
-    settle().await;
+    helpers::quiet(&engine).await;
     assert_eq!(probe.two.load(Ordering::SeqCst), 0);
     assert_eq!(run.status().await.unwrap(), Status::Terminated);
     assert_eq!(
@@ -314,7 +314,7 @@ async fn terminate_stops_a_step_in_flight_and_a_paused_instance() {
     within("terminate", run.terminate()).await.unwrap();
     assert_eq!(run.status().await.unwrap(), Status::Terminated);
     probe.gate.add_permits(1);
-    settle().await;
+    helpers::quiet(&engine).await;
     assert_eq!(probe.runs(), [1, 0, 0]);
     assert_eq!(
         count(&run, completed("one")).await,
@@ -334,7 +334,7 @@ async fn terminate_stops_a_step_in_flight_and_a_paused_instance() {
         count(&run, completed("one")).await == 1
     })
     .await;
-    settle().await;
+    helpers::quiet(&engine).await;
     run.terminate().await.unwrap();
     assert_eq!(run.status().await.unwrap(), Status::Terminated);
     assert!(matches!(run.result().await, Err(Error::Terminated { .. })));
@@ -345,7 +345,7 @@ async fn terminate_stops_a_step_in_flight_and_a_paused_instance() {
             ..
         })
     ));
-    settle().await;
+    helpers::quiet(&engine).await;
     assert_eq!(probe.runs(), [1, 0, 0]);
 }
 
@@ -455,7 +455,7 @@ async fn restart_of_a_waiting_instance_lets_go_of_its_sleep() {
     })
     .await;
     within("the new nap", clock.wait_for_sleepers(1)).await;
-    settle().await;
+    helpers::quiet(&engine).await;
     assert_eq!(clock.sleepers(), 1);
     clock.advance(Duration::from_secs(12 * HOUR));
     // The clock wakes what is due inside `advance`: it still holds the nap.

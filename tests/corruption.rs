@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 use saga_runtime::prelude::*;
 use saga_runtime::{Error, FailureKind, ListFilter};
 
-use helpers::{settle, until_status, within};
+use helpers::{until_status, within};
 use rng::Rng;
 
 /// Set in the child: the test runs its body instead of spawning.
@@ -531,7 +531,7 @@ fn a_damaged_journal_record_parks_its_instance_blocked_and_the_others_go_on() {
                 .expect("kept");
             // Nothing announces a run that does not happen, and no clock
             // is involved: the harness's one real pause stands in.
-            settle().await;
+            helpers::quiet(&engine).await;
             assert_eq!(damaged.status().await.expect("status"), Status::Blocked);
             engine
                 .send_event("wait-2", "go", &1u64)

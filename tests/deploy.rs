@@ -16,6 +16,17 @@ use saga_runtime::{Error, EventKind, FailureKind};
 /// The keys the quality check ran with, across both releases.
 static RAN: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
+/// The keys the quality check ran with for the rename test's articles:
+/// another test of this binary runs `release_1` at the same time.
+fn ran_for_articles() -> Vec<String> {
+    RAN.lock()
+        .unwrap()
+        .iter()
+        .filter(|key| key.starts_with("article-"))
+        .cloned()
+        .collect()
+}
+
 mod release_1 {
     use super::*;
 
@@ -81,7 +92,7 @@ async fn a_declared_rename_replays_the_old_history_without_running_the_step_agai
         "the output recorded under the old name is replayed"
     );
     assert_eq!(
-        *RAN.lock().unwrap(),
+        ran_for_articles(),
         ["article-1:qa-check"],
         "ran once, with its old key"
     );
@@ -97,8 +108,8 @@ async fn a_declared_rename_replays_the_old_history_without_running_the_step_agai
         .unwrap();
     assert_eq!(within("the result", run.result()).await.unwrap(), 501);
     assert_eq!(
-        RAN.lock().unwrap().last().unwrap(),
-        "article-2:quality-check"
+        ran_for_articles(),
+        ["article-1:qa-check", "article-2:quality-check"]
     );
     drop(run);
     engine.close().await;

@@ -19,7 +19,7 @@ use saga_runtime::{Error, EventKind, Instance, Sent, TestClock};
 
 use child::{DataDir, child_dir, report};
 
-use helpers::{engine_on, kinds, settle, wait_until, within};
+use helpers::{engine_on, kinds, wait_until, within};
 
 const HOUR: u64 = 60 * 60;
 
@@ -150,7 +150,7 @@ async fn an_event_sent_during_the_wait_is_delivered_and_the_status_is_waiting() 
     let engine = engine_on(&clock).await;
     let run = engine.start(approval, "late-1", ()).await.unwrap();
     until_history(&run, wait_started).await;
-    settle().await;
+    helpers::quiet(&engine).await;
     assert_eq!(run.status().await.unwrap(), Status::Waiting);
     engine
         .send_event("late-1", "approval", "yes, late")
@@ -272,7 +272,7 @@ async fn a_payload_over_the_limit_is_refused_before_anything_is_stored() {
         }
         other => panic!("expected PayloadTooLarge, got {other:?}"),
     }
-    settle().await;
+    helpers::quiet(&engine).await;
     assert_eq!(run.status().await.unwrap(), Status::Waiting);
     assert!(
         !kinds(&run)
@@ -549,7 +549,7 @@ async fn an_event_that_does_not_decode_is_set_aside_and_the_wait_goes_on() {
         .await
         .unwrap();
     until_history(&run, |k| matches!(k, EventKind::EventRejected { .. })).await;
-    settle().await;
+    helpers::quiet(&engine).await;
     // Still waiting, with nothing pending: the event was set aside, and
     // said why.
     assert_eq!(run.status().await.unwrap(), Status::Waiting);

@@ -502,7 +502,7 @@ async fn a_child_cut_off_from_its_parent_by_a_crash_is_linked_again_and_undone()
             engine.instance("outing-1.seat").await.is_ok()
         })
         .await;
-        helpers::settle().await;
+        helpers::quiet(&engine).await;
         assert!(engine.close_within(Duration::from_secs(30)).await);
     }
     // The next: the parent's replay links the child again, so a rollback

@@ -1127,7 +1127,8 @@ async fn two_workers_sharing_a_queue_never_run_more_than_its_concurrency() {
         bank.running.load(Ordering::SeqCst) == 3
     })
     .await;
-    helpers::settle().await;
+    helpers::quiet(&a).await;
+    helpers::quiet(&b).await;
     assert_eq!(bank.running.load(Ordering::SeqCst), 3);
     let queued = ListFilter::all().queue("bank-api").status(Status::Queued);
     assert_eq!(a.list(&queued).await.unwrap().len(), 13);

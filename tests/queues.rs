@@ -229,7 +229,7 @@ async fn a_queue_never_runs_more_than_its_concurrency() {
         queued_on(&engine, "bank-api").await == 7
     })
     .await;
-    helpers::settle().await;
+    helpers::quiet(&engine).await;
     assert_eq!(bank.running(), 3);
     let info = engine.instance("t-9").await.unwrap().info().await.unwrap();
     assert_eq!(info.queue.as_deref(), Some("bank-api"));
@@ -327,7 +327,7 @@ async fn one_key_holds_at_most_its_per_key_slots() {
         bank.running() == 3
     })
     .await;
-    helpers::settle().await;
+    helpers::quiet(&engine).await;
     assert_eq!(bank.running(), 3);
     bank.open_gate();
     all_complete(&engine, &ids).await;
@@ -347,7 +347,7 @@ async fn a_worker_takes_no_more_than_its_capacity() {
         bank.running() == 2
     })
     .await;
-    helpers::settle().await;
+    helpers::quiet(&engine).await;
     assert_eq!(bank.running(), 2);
     bank.open_gate();
     all_complete(&engine, &ids).await;
@@ -469,7 +469,7 @@ async fn queued_instances_survive_a_reopen_in_order() {
         after.running() == 1
     })
     .await;
-    helpers::settle().await;
+    helpers::quiet(&engine).await;
     assert_eq!(after.running(), 1);
     after.open_gate();
     let mut ids = vec!["hold".to_owned()];
@@ -529,18 +529,18 @@ async fn a_rate_limit_starts_no_more_than_its_rate_in_any_window() {
         queued_on(&engine, "bank-api").await == 3
     })
     .await;
-    helpers::settle().await;
+    helpers::quiet(&engine).await;
     assert_eq!(began_sorted(&bank), ids[..2]);
     // The window has not moved on yet.
     clock.advance(Duration::from_secs(59));
-    helpers::settle().await;
+    helpers::quiet(&engine).await;
     assert_eq!(began_sorted(&bank), ids[..2]);
     assert_eq!(queued_on(&engine, "bank-api").await, 3);
     // A minute after the first two began, the next two do: first come,
     // first served.
     clock.advance(Duration::from_secs(1));
     began_count(&bank, 4).await;
-    helpers::settle().await;
+    helpers::quiet(&engine).await;
     assert_eq!(began_sorted(&bank), ids[..4]);
     assert_eq!(queued_on(&engine, "bank-api").await, 1);
     clock.advance(Duration::from_secs(60));
@@ -575,7 +575,7 @@ async fn a_reopen_does_not_reset_the_rate_window() {
         queued_on(&engine, "bank-api").await == 1
     })
     .await;
-    helpers::settle().await;
+    helpers::quiet(&engine).await;
     assert!(after.began().is_empty(), "the reopen reset the window");
     clock.advance(Duration::from_secs(30));
     all_complete(&engine, &ids[2..]).await;
@@ -602,7 +602,7 @@ async fn a_paused_instance_keeps_its_slot() {
     // The step in flight finishes; the instance then parks, paused.
     bank.gate.add_permits(1);
     helpers::until_status(&hold, Status::Paused).await;
-    helpers::settle().await;
+    helpers::quiet(&engine).await;
     assert_eq!(
         bank.began(),
         ["hold"],
@@ -634,7 +634,7 @@ async fn a_restarted_instance_waits_for_a_slot_again() {
     hold_the_slot(&engine, &bank).await;
     again.restart().await.unwrap();
     helpers::until_status(&again, Status::Queued).await;
-    helpers::settle().await;
+    helpers::quiet(&engine).await;
     assert_eq!(
         bank.began(),
         ["again", "hold"],
@@ -941,7 +941,7 @@ async fn an_event_wait_gives_its_slot_back_and_waits_for_one_when_the_event_came
         queued_on(&engine, "bank-api").await == 1
     })
     .await;
-    helpers::settle().await;
+    helpers::quiet(&engine).await;
     assert_eq!(bank.running(), 1, "a-1 went on without a slot");
     bank.open_gate();
     all_complete(&engine, &["a-0".into(), "a-1".into()]).await;
@@ -975,7 +975,7 @@ async fn a_sleeper_that_gave_its_slot_back_survives_a_reopen_without_one() {
     .await;
     engine.close().await;
     let engine = store.open(|| releasing(&bank, &clock)).await;
-    helpers::settle().await;
+    helpers::quiet(&engine).await;
     assert_eq!(bank.began().len(), 2, "a reopen ran a sleeper on");
     clock.advance(Duration::from_secs(7200));
     all_complete(&engine, &["r-0".into(), "r-1".into()]).await;
@@ -1011,7 +1011,7 @@ async fn a_default_queue_takes_every_plain_start_but_no_child() {
         assert_eq!(info.queue.as_deref(), Some("work"), "{id}");
     }
     assert_eq!(queued_on(&engine, "work").await, 2);
-    helpers::settle().await;
+    helpers::quiet(&engine).await;
     assert_eq!(bank.began(), ["first"]);
     bank.open_gate();
     all_complete(&engine, &["first".into(), "second".into(), "tagged".into()]).await;
@@ -1117,7 +1117,7 @@ async fn a_sleeper_paused_without_its_slot_asks_for_one_only_once_resumed() {
     run.pause().await.unwrap();
     helpers::until_status(&run, Status::Paused).await;
     clock.advance(Duration::from_secs(7200));
-    helpers::settle().await;
+    helpers::quiet(&engine).await;
     assert_eq!(run.status().await.unwrap(), Status::Paused);
     assert_eq!(bank.began().len(), 1, "a paused instance went on");
     assert!(
@@ -1260,7 +1260,8 @@ async fn queue_limits_are_stored_and_a_worker_declaring_others_is_refused_or_rep
         bank.running() == 2 && queued_on(&five, "bank-api").await == 3
     })
     .await;
-    helpers::settle().await;
+    helpers::quiet(&five).await;
+    helpers::quiet(&two).await;
     assert_eq!(bank.running(), 2, "a worker took by its own declaration");
     // Changed for every worker while they run: a third slot.
     let limits = two

@@ -12,7 +12,7 @@ use std::time::Duration;
 use saga_runtime::prelude::*;
 use saga_runtime::{DEFAULT_RETENTION, Error, EventKind, Instance, TestClock};
 
-use helpers::{settle, wait_until, within};
+use helpers::{wait_until, within};
 
 const HOUR: u64 = 60 * 60;
 const DAY: u64 = 24 * HOUR;
@@ -206,7 +206,7 @@ async fn the_engine_sweeps_on_its_own_every_hour_of_its_clock() {
     clock.advance(Duration::from_secs(12 * HOUR));
     // The sweeper waits on a timeout, which the clock does not count: the
     // harness's pause stands in.
-    settle().await;
+    helpers::quiet(&engine).await;
     assert!(!is_gone(&engine, "late").await, "only half a day old");
     clock.advance(Duration::from_secs(13 * HOUR));
     wait_until("the next sweeps", || is_gone(&engine, "late")).await;

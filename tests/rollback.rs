@@ -29,7 +29,7 @@ use saga_runtime::prelude::*;
 use saga_runtime::{BoxFuture, Error, EventKind, FailureKind, Instance, ListFilter, TestClock};
 use tokio::sync::{Notify, mpsc};
 
-use helpers::{kinds, settle, wait_until, within};
+use helpers::{kinds, wait_until, within};
 
 /// What one attempt of a compensation was given.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -1170,7 +1170,7 @@ async fn a_step_in_flight_when_the_workflow_fails_is_compensated_and_never_rerun
     }
     assert!(seen.contains(&"fails"), "{seen:?}");
     // No clock wait can show a run that never comes: the harness's pause.
-    settle().await;
+    helpers::quiet(&engine).await;
     assert!(probe.runs.load(Ordering::SeqCst) <= 1);
     let history = kinds(&run).await;
     assert!(
@@ -1338,7 +1338,7 @@ async fn terminate_with_rollback_of_a_paused_instance_replays_to_compensate() {
             && engine.list(&ListFilter::all()).await.unwrap()[0].status == Status::Paused
     })
     .await;
-    settle().await;
+    helpers::quiet(&engine).await;
     assert_eq!(run.status().await.unwrap(), Status::Paused);
 
     within("terminate", run.terminate_with_rollback())

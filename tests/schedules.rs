@@ -20,7 +20,7 @@ use saga_runtime::{
     CatchUp, Clock, Engine, EngineBuilder, Error, Overlap, Schedule, ScheduleInfo, TestClock, Tick,
 };
 
-use helpers::{Reopenable, fresh, settle, until_status, wait_until};
+use helpers::{Reopenable, fresh, until_status, wait_until};
 
 const MINUTE: u64 = 60;
 const QUARTER: u64 = 15 * MINUTE;
@@ -113,7 +113,7 @@ async fn has_exactly(engine: &Engine, name: &str, ids: &[String]) {
         instances(engine, name).await.len() >= ids.len()
     })
     .await;
-    settle().await;
+    helpers::quiet(engine).await;
     assert_eq!(instances(engine, name).await, ids);
 }
 
@@ -192,7 +192,7 @@ async fn after_downtime(catch_up: CatchUp) -> (Engine, TestClock, Vec<String>) {
     );
     clock.advance(Duration::from_secs(2 * HOUR + 10 * MINUTE));
     caught_up(&engine, &clock, "catching-up").await;
-    settle().await;
+    helpers::quiet(&engine).await;
     let ids = instances(&engine, "catching-up").await;
     (engine, clock, ids)
 }
@@ -290,7 +290,7 @@ async fn overlap_queue_one_keeps_one_tick_until_the_last_one_ends() {
     // The kept tick is durable.
     engine.close().await;
     let engine = store.open(open).await;
-    settle().await;
+    helpers::quiet(&engine).await;
     has_exactly(&engine, "queued", std::slice::from_ref(&first)).await;
     assert_eq!(
         info(&engine, "queued").await.kept_tick,
@@ -365,7 +365,7 @@ async fn jitter_delays_each_tick_alike_everywhere_and_keeps_its_id() {
     // it, it has, named by its time and given its time.
     let before = planned[0].duration_since(clock.now()).unwrap() - Duration::from_millis(1);
     clock.advance(before);
-    settle().await;
+    helpers::quiet(&engine).await;
     assert!(instances(&engine, "spread").await.is_empty());
     clock.advance(Duration::from_millis(1));
     let first = tick_id("spread", EPOCH + 3600);
@@ -397,7 +397,7 @@ async fn new_york_days(name: &str, expression: &str, from: &str) -> Vec<String> 
         .start(remind, input);
     let engine = fresh(builder(&clock, schedule)).await;
     step(&engine, &clock, name, 10 * MINUTE, 6 * 48).await;
-    settle().await;
+    helpers::quiet(&engine).await;
     instances(&engine, name).await
 }
 
@@ -448,7 +448,7 @@ async fn a_paused_schedule_fires_nothing_and_does_not_catch_up() {
     let paused = info(&engine, "pausable").await;
     assert!(paused.paused && paused.next_fires.is_empty(), "{paused:?}");
     clock.advance(Duration::from_secs(HOUR));
-    settle().await;
+    helpers::quiet(&engine).await;
     has_exactly(&engine, "pausable", &[tick_id("pausable", EPOCH + 900)]).await;
 
     // Paused is durable.
@@ -456,7 +456,7 @@ async fn a_paused_schedule_fires_nothing_and_does_not_catch_up() {
     let engine = store.open(open).await;
     assert!(info(&engine, "pausable").await.paused);
     clock.advance(Duration::from_secs(HOUR));
-    settle().await;
+    helpers::quiet(&engine).await;
 
     // 02:15: resumed, the next tick is 02:30; the eight missed stay missed.
     engine.schedules().resume("pausable").await.unwrap();
@@ -716,7 +716,7 @@ async fn a_run_time_schedule_fires_its_ticks_until_deleted() {
     engine.schedules().delete("created").await.unwrap();
     assert!(engine.schedules().list().await.unwrap().is_empty());
     clock.advance(Duration::from_secs(3 * MINUTE));
-    settle().await;
+    helpers::quiet(&engine).await;
     let mut with_manual = ids.clone();
     with_manual.push(manual.id().to_owned());
     with_manual.sort();
@@ -748,7 +748,7 @@ async fn a_run_time_schedule_fires_where_its_workflow_is_registered() {
         .await
         .unwrap();
     clock.advance(Duration::from_secs(MINUTE));
-    settle().await;
+    helpers::quiet(&engine).await;
     assert!(instances(&engine, "unrun").await.is_empty());
     assert_eq!(info(&engine, "unrun").await.last_tick, None);
     // Registered now: it fires the tick it missed (catch-up latest).
@@ -940,6 +940,7 @@ async fn a_run_time_schedule_is_fired_by_any_worker_that_runs_its_workflow() {
     })
     .await;
     clock.advance(Duration::from_secs(3 * MINUTE));
-    settle().await;
+    helpers::quiet(&runner).await;
+    helpers::quiet(&creator).await;
     assert_eq!(instances(&runner, "elsewhere").await, ids);
 }

@@ -328,17 +328,15 @@ async fn an_attempt_that_takes_too_long_times_out_on_the_clock() {
     let clock = TestClock::new();
     let (engine, _) = engine_with(clock.clone()).await;
     let run = engine.start(hangs, "s-1", ()).await.unwrap();
-    // Wait until the attempt is running, then let 30 seconds pass.
-    while !run
-        .history()
-        .await
-        .unwrap()
-        .iter()
-        .any(|e| matches!(e.kind, EventKind::StepStarted { .. }))
-    {
-        tokio::task::yield_now().await;
-    }
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    // Once the attempt runs (its timeout set on the clock), let 30
+    // seconds pass.
+    helpers::quiet(&engine).await;
+    assert!(
+        helpers::kinds(&run)
+            .await
+            .iter()
+            .any(|kind| matches!(kind, EventKind::StepStarted { .. }))
+    );
     clock.advance(Duration::from_secs(31));
     let err = run.result().await.unwrap_err();
     assert!(err.to_string().contains("timed out"), "{err}");

@@ -77,6 +77,7 @@ mod model;
 mod names;
 mod panic;
 mod queue;
+mod quiet;
 mod random;
 mod run;
 mod schedule;

@@ -31,10 +31,11 @@ pub(crate) async fn wait_until<F: Future<Output = bool>>(what: &str, condition: 
     .await;
 }
 
-/// Lets the engine's tasks run for a few real milliseconds, for checks
-/// that something did *not* happen.
-pub(crate) async fn settle() {
-    tokio::time::sleep(Duration::from_millis(50)).await;
+/// Waits until `engine` has nothing left to do by itself
+/// ([`Engine::idle`]), for checks that something did *not* happen; at
+/// most [`PATIENCE`].
+pub(crate) async fn quiet(engine: &Engine) {
+    within("the engine to be idle", engine.idle()).await;
 }
 
 /// An engine on `clock`, on a fresh store (see [`fresh`]).

@@ -5,6 +5,7 @@
 //! (`retention`).
 
 pub(crate) mod counts;
+mod idle;
 pub(crate) mod listing;
 pub(crate) mod queue_limits;
 pub(crate) mod retention;

@@ -16,7 +16,7 @@ const SWEEP_EVERY: Duration = Duration::from_secs(60 * 60);
 pub(crate) fn spawn_sweeper(runner: &Arc<Runner>) {
     let weak = Arc::downgrade(runner);
     let clock = runner.core.clock.clone();
-    let task = runner.core.runtime.spawn(async move {
+    let task = runner.core.spawn(async move {
         loop {
             let at = from_millis(add_millis(
                 crate::time::clock::to_millis(clock.now()),

@@ -65,7 +65,7 @@ impl Subscription {
         let ask = async move {
             let _ = answer.send(asking.journal.tail().await);
         };
-        if let Some(task) = crate::store::now_or_spawn(&core.runtime, ask) {
+        if let Some(task) = crate::store::now_or_spawn(&core.runtime, &core.quiet, ask) {
             core.track(task);
         }
         let mut start = start;

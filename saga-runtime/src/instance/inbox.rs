@@ -27,7 +27,7 @@ pub(crate) fn spawn_inbox_reader(runner: &Arc<Runner>) {
     let weak = Arc::downgrade(runner);
     let mut told = runner.core.journal.changes(crate::store::Told::Posts);
     let poll = runner.core.poll;
-    let task = runner.core.runtime.spawn(async move {
+    let task = runner.core.spawn(async move {
         // Real time: leases and the inbox are the database's, not the
         // engine clock's.
         let mut every = tokio::time::interval(poll);

@@ -741,7 +741,7 @@ impl Instance {
         &self,
         work: impl std::future::Future<Output = Result<()>> + Send + 'static,
     ) -> Result<()> {
-        let task = self.runner.core.runtime.spawn(work);
+        let task = self.runner.core.spawn(work);
         match task.await {
             Ok(result) => result,
             // Aborted by shutdown.

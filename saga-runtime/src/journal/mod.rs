@@ -620,6 +620,11 @@ impl Journal {
         }
     }
 
+    /// Whether no write waits for a flush and no call for the store.
+    pub(crate) fn is_quiet(&self) -> bool {
+        self.flusher.is_quiet() && self.store.quiet()
+    }
+
     /// How many flushes the store did so far.
     pub(crate) fn flushes(&self) -> u64 {
         self.flusher.flushes()

@@ -146,6 +146,7 @@ impl Alarms {
         at: u64,
         deadline: bool,
         runtime: &tokio::runtime::Handle,
+        quiet: &Arc<crate::quiet::Quiet>,
         ring: impl FnOnce() -> R,
     ) -> Option<AlarmKey>
     where
@@ -176,7 +177,7 @@ impl Alarms {
         }
         let mut task = lock(&self.task);
         if task.is_none() {
-            *task = Some(runtime.spawn(run(self.shared.clone(), ring())));
+            *task = Some(quiet.spawn(runtime, run(self.shared.clone(), ring())));
         }
         Some(AlarmKey { at, seq, deadline })
     }
@@ -340,6 +341,7 @@ mod tests {
                     start + secs * 1000,
                     false,
                     &runtime,
+                    &Default::default(),
                     ringer(tx.clone()),
                 );
             }
@@ -349,6 +351,7 @@ mod tests {
                 start + 25_000,
                 true,
                 &runtime,
+                &Default::default(),
                 ringer(tx.clone()),
             );
             quiet(&mut rung).await;
@@ -378,6 +381,7 @@ mod tests {
             start + 1000,
             false,
             &runtime,
+            &Default::default(),
             ringer(tx.clone()),
         );
         alarms.set(
@@ -385,6 +389,7 @@ mod tests {
             start + 2000,
             false,
             &runtime,
+            &Default::default(),
             ringer(tx.clone()),
         );
         assert_eq!(clock.sleepers(), 2);
@@ -410,6 +415,7 @@ mod tests {
             start,
             false,
             &runtime,
+            &Default::default(),
             ringer(tx.clone()),
         );
         assert_eq!(next(&mut rung).await, "past");
@@ -419,6 +425,7 @@ mod tests {
             start + 5000,
             true,
             &runtime,
+            &Default::default(),
             ringer(tx.clone()),
         );
         quiet(&mut rung).await;
@@ -428,6 +435,7 @@ mod tests {
             start + 9000,
             false,
             &runtime,
+            &Default::default(),
             ringer(tx.clone()),
         );
         assert_eq!(next(&mut rung).await, "deadline");
@@ -445,6 +453,7 @@ mod tests {
             start + 1000,
             false,
             &runtime,
+            &Default::default(),
             ringer(tx.clone()),
         );
         alarms.set(
@@ -452,6 +461,7 @@ mod tests {
             start + 1000,
             true,
             &runtime,
+            &Default::default(),
             ringer(tx.clone()),
         );
         let task = alarms.stop().expect("the task ran");
@@ -464,6 +474,7 @@ mod tests {
                     start + 1000,
                     false,
                     &runtime,
+                    &Default::default(),
                     ringer(tx.clone())
                 )
                 .is_none()

@@ -180,7 +180,7 @@ pub(crate) fn spawn_dispatcher(runner: &Arc<Runner>) {
     let poll = runner.core.poll;
     let clock = runner.core.clock.clone();
     let shared = runner.core.journal.shared();
-    let task = runner.core.runtime.spawn(async move {
+    let task = runner.core.spawn(async move {
         if !shared {
             let Some(runner) = weak.upgrade() else { return };
             if let Err(e) = rebuild(&runner).await {

@@ -187,7 +187,7 @@ impl Runner {
             to_resume.resuming = true;
         }
         let runner = self.clone();
-        let task = self.core.runtime.spawn(async move {
+        let task = self.core.spawn(async move {
             loop {
                 let workflows = {
                     let mut to_resume = lock(&runner.to_resume);
@@ -323,7 +323,7 @@ impl Runner {
         let (key, ours) = (release.id.clone(), live.clone());
         let runner = self.clone();
         let id = release.id.clone();
-        let task = self.core.runtime.spawn(async move {
+        let task = self.core.spawn(async move {
             let read = runner
                 .core
                 .journal
@@ -465,7 +465,8 @@ impl Runner {
             }
             runner.spawn_driver_if_runnable(&id).await
         };
-        if let Some(task) = crate::store::now_or_spawn(&self.core.runtime, spawn) {
+        if let Some(task) = crate::store::now_or_spawn(&self.core.runtime, &self.core.quiet, spawn)
+        {
             self.core.track(task);
         }
     }
@@ -476,7 +477,7 @@ impl Runner {
     /// so it is never left without one.
     pub(crate) fn spawn_driver_once_written(self: &Arc<Self>, id: &str) {
         let (runner, id) = (self.clone(), id.to_owned());
-        let task = self.core.runtime.spawn(async move {
+        let task = self.core.spawn(async move {
             if let Err(e) = runner.core.journal.flush().await {
                 tracing::warn!(instance = %id, error = %e, "a start cut short could not wait for its instance's creation");
             }
@@ -545,7 +546,14 @@ impl Runner {
                     None => false,
                 }
             };
-            let alarm = alarms.set(&key, wake_at, wake.deadline, &self.core.runtime, ring);
+            let alarm = alarms.set(
+                &key,
+                wake_at,
+                wake.deadline,
+                &self.core.runtime,
+                &self.core.quiet,
+                ring,
+            );
             resident.timer = alarm.map(Timer::Alarm);
         });
         // An end written meanwhile by a call that found no timer to stop
@@ -572,7 +580,7 @@ impl Runner {
             // go: wait for that, without holding up the other alarms.
             Some(live) => {
                 let runner = self.clone();
-                let task = self.core.runtime.spawn(async move {
+                let task = self.core.spawn(async move {
                     live.wait_stopped().await;
                     runner.start_driver(&id, true);
                 });
@@ -603,7 +611,7 @@ impl Runner {
             .unwrap_or_default();
         let runner = Arc::downgrade(self);
         let owned = id.to_owned();
-        let task = self.core.runtime.spawn(async move {
+        let task = self.core.spawn(async move {
             loop {
                 tokio::time::sleep(crate::workflow::child::RECHECK_SHARED).await;
                 let Some(runner) = runner.upgrade() else {

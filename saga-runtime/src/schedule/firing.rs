@@ -44,7 +44,7 @@ pub(crate) fn spawn(runner: &Arc<Runner>, declared: &Arc<Declared>) {
     for declaration in &declared.schedules {
         spawn_one(runner, declared, declaration.clone());
     }
-    let task = runner.core.runtime.spawn(find_run_time_for_ever(
+    let task = runner.core.spawn(find_run_time_for_ever(
         Arc::downgrade(runner),
         declared.clone(),
     ));
@@ -52,7 +52,7 @@ pub(crate) fn spawn(runner: &Arc<Runner>, declared: &Arc<Declared>) {
 }
 
 fn spawn_one(runner: &Arc<Runner>, declared: &Arc<Declared>, declaration: Arc<Declaration>) {
-    let task = runner.core.runtime.spawn(fire_for_ever(
+    let task = runner.core.spawn(fire_for_ever(
         Arc::downgrade(runner),
         declared.clone(),
         declaration,

@@ -292,6 +292,13 @@ impl Flusher {
         self.durable(ticket).await
     }
 
+    /// Whether every write is flushed and its waiters told: the flusher
+    /// has nothing to do.
+    pub(crate) fn is_quiet(&self) -> bool {
+        let state = self.shared.lock();
+        state.completed >= state.requested && state.flushing_since.is_none()
+    }
+
     /// How many flushes the store did so far.
     pub(crate) fn flushes(&self) -> u64 {
         self.shared.flushes.load(Ordering::Relaxed)
@@ -374,7 +381,8 @@ impl FlushQueue {
         }
         let ready = state.unpublished.partition_point(|(t, _)| *t <= target);
         let events: Vec<_> = state.unpublished.drain(..ready).collect();
-        drop(state);
+        // Sent before the lock goes (a send only queues): once `is_quiet`
+        // sees the flush done, its subscribers are woken already.
         if outcome.is_ok() {
             for (_, event) in events {
                 // No subscriber is fine.

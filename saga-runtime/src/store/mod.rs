@@ -78,6 +78,7 @@ pub(crate) fn now_or_never<F: Future>(future: F) -> Option<F::Output> {
 /// waits for a server.
 pub(crate) fn now_or_spawn(
     runtime: &tokio::runtime::Handle,
+    quiet: &std::sync::Arc<crate::quiet::Quiet>,
     work: impl Future<Output = ()> + Send + 'static,
 ) -> Option<tokio::task::JoinHandle<()>> {
     let _entered = runtime.enter();
@@ -85,7 +86,7 @@ pub(crate) fn now_or_spawn(
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
     match work.as_mut().poll(&mut cx) {
         std::task::Poll::Ready(()) => None,
-        std::task::Poll::Pending => Some(runtime.spawn(work)),
+        std::task::Poll::Pending => Some(quiet.spawn(runtime, work)),
     }
 }
 
@@ -374,6 +375,12 @@ pub trait Store: Send + Sync + 'static {
     /// visible before they are durable); a no-op otherwise.
     fn settle(&self) -> StoreFuture<'_, ()> {
         answered(Ok(()))
+    }
+    /// Whether no call of this engine's waits for the store to answer and
+    /// no write it handed over waits to be applied (a store that does both
+    /// at once always is), for `Engine::idle`.
+    fn quiet(&self) -> bool {
+        true
     }
     /// The engine is done with the store (its last flush ran): a store
     /// shared by workers lets another take over now. Later calls fail.

@@ -378,11 +378,9 @@ impl Call {
         // Created once (a start of the child id that exists is a no-op),
         // in a task of the engine's: a call dropped after its record was
         // appended still creates its child, never leaving half of one.
-        let created =
-            shared
-                .core
-                .runtime
-                .spawn(kin.start_child(&shared.id, &child, self.workflow, input));
+        let created = shared
+            .core
+            .spawn(kin.start_child(&shared.id, &child, self.workflow, input));
         match created.await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => return shared.stall(e).await,

@@ -377,7 +377,7 @@ impl Ctx {
         // The task's spans (`saga.step`) nest under the caller's
         // (`saga.workflow`), as the call does.
         let span = tracing::Span::current();
-        let handle = self.scope.core.runtime.spawn(
+        let handle = self.scope.core.spawn(
             async move {
                 let _guards = (guard, engine_guard);
                 task.await;

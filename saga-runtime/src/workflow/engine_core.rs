@@ -16,6 +16,7 @@ use crate::codec::Payload;
 use crate::error::{Error, Result};
 use crate::journal::Journal;
 use crate::lock::lock;
+use crate::quiet::Quiet;
 use crate::time::clock::Clock;
 use crate::workflow::child::{Kin, KinCell};
 use crate::workflow::in_flight::InFlight;
@@ -43,6 +44,8 @@ pub(crate) struct Core {
     pub(crate) kin: KinCell,
     /// Where `ctx.random()` draws from.
     pub(crate) random: crate::random::Random,
+    /// Counts the engine's tasks that can run, for `Engine::idle`.
+    pub(crate) quiet: Arc<Quiet>,
 }
 
 /// A value that encodes, but whose JSON does not decode back.
@@ -78,6 +81,7 @@ impl Core {
             tasks: Mutex::new(Vec::new()),
             kin: KinCell::default(),
             random: crate::random::Random::default(),
+            quiet: Arc::default(),
         }
     }
 
@@ -159,6 +163,15 @@ impl Core {
             ),
         })?;
         self.encode_limited(value, what)
+    }
+
+    /// Spawns an engine task, counted for `Engine::idle` while it can run.
+    pub(crate) fn spawn<F>(&self, work: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.quiet.spawn(&self.runtime, work)
     }
 
     /// Keeps a task's handle so shutdown can stop it and `close` wait for it.

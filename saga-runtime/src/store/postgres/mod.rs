@@ -74,6 +74,7 @@ mod tls;
 mod writers;
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -142,6 +143,26 @@ pub struct PgStore {
     thread: Mutex<Option<JoinHandle<()>>>,
     /// How long a caller waits for the store's thread to answer.
     patience: Duration,
+    /// Calls waiting for the store's thread to answer (see `Store::quiet`).
+    calls: Arc<AtomicUsize>,
+    /// Writes queued with nobody waiting that the thread has not applied.
+    unapplied: Arc<AtomicUsize>,
+}
+
+/// Counts one call while its caller waits for the answer.
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl<'a> Waiting<'a> {
+    fn on(calls: &'a AtomicUsize) -> Self {
+        calls.fetch_add(1, Ordering::SeqCst);
+        Waiting(calls)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl PgStore {
@@ -164,9 +185,21 @@ impl PgStore {
         let owned = Arc::new(Mutex::new(HashSet::new()));
         let kept = owned.clone();
         let (told, heard) = listen::channels();
+        let unapplied = Arc::new(AtomicUsize::new(0));
+        let counted = unapplied.clone();
         let thread = std::thread::Builder::new()
             .name("saga-postgres".into())
-            .spawn(move || server::run(options, kept, told, receiver, unordered_receiver, ready))
+            .spawn(move || {
+                server::run(
+                    options,
+                    kept,
+                    counted,
+                    told,
+                    receiver,
+                    unordered_receiver,
+                    ready,
+                )
+            })
             .map_err(|e| Error::Store(format!("could not start the PostgreSQL thread: {e}")))?;
         // Cancel safety: dropped here, the receiver tells the thread, which
         // ends the lease it just took; nothing here waits for the thread.
@@ -180,6 +213,8 @@ impl PgStore {
                 heard,
                 thread: Mutex::new(Some(thread)),
                 patience,
+                calls: Arc::default(),
+                unapplied,
             }),
             Ok(Err(e)) => Err(e),
             Err(_) => Err(Error::Store(
@@ -197,6 +232,8 @@ impl PgStore {
     }
 
     async fn answer<T>(&self, answer: oneshot::Receiver<Result<T>>) -> Result<T> {
+        // Let go once answered, inside the poll the answer woke.
+        let _waiting = Waiting::on(&self.calls);
         match tokio::time::timeout(self.patience, answer).await {
             Ok(Ok(result)) => result,
             Ok(Err(_)) => Err(Error::Store("the PostgreSQL store's thread stopped".into())),
@@ -249,9 +286,12 @@ impl PgStore {
     /// (a write is durable only once a flush returns anyway).
     fn queue(&self, op: Op) -> Result<()> {
         self.refuse_if_read_only()?;
-        self.jobs
-            .send(Job::Write { op, reply: None })
-            .map_err(|_| Error::Closed)
+        // Counted before it is sent: the thread counts it down once applied.
+        self.unapplied.fetch_add(1, Ordering::SeqCst);
+        self.jobs.send(Job::Write { op, reply: None }).map_err(|_| {
+            self.unapplied.fetch_sub(1, Ordering::SeqCst);
+            Error::Closed
+        })
     }
 
     /// A read of this worker's own instance `id` comes after the writes
@@ -498,6 +538,10 @@ impl Store for PgStore {
             return Ok(());
         }
         self.call_blocking(|reply| Job::Flush { reply })
+    }
+
+    fn quiet(&self) -> bool {
+        self.calls.load(Ordering::SeqCst) == 0 && self.unapplied.load(Ordering::SeqCst) == 0
     }
 
     fn read_only(&self) -> bool {

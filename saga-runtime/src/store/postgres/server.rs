@@ -9,6 +9,7 @@
 //! does nothing. Such a worker's lease ran out, so it is fenced whole.
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -254,6 +255,7 @@ const READ_POOL: usize = 2;
 pub(super) fn run(
     options: PgOptions,
     owned: Arc<Mutex<HashSet<String>>>,
+    unapplied: Arc<AtomicUsize>,
     heard: super::listen::Heard<tokio::sync::watch::Sender<u64>>,
     jobs: UnboundedReceiver<Job>,
     unordered: UnboundedReceiver<Unordered>,
@@ -274,6 +276,7 @@ pub(super) fn run(
     runtime.block_on(async move {
         match Server::start(options, owned).await {
             Ok(mut server) => {
+                server.unapplied = unapplied;
                 super::listen::spawn(server.target.clone(), server.worker.clone(), heard);
                 tokio::spawn(serve_unordered(
                     server.target.clone(),
@@ -715,6 +718,9 @@ struct Server {
     failed: Option<String>,
     /// Takes no lease and writes nothing (the caller refuses writes).
     read_only: bool,
+    /// Writes queued with nobody waiting and not yet applied (counted up
+    /// by the store, down here), for `Store::quiet`.
+    unapplied: Arc<AtomicUsize>,
 }
 
 impl Server {
@@ -816,6 +822,7 @@ impl Server {
             fenced: false,
             failed: None,
             read_only: options.read_only,
+            unapplied: Arc::default(),
         })
     }
 
@@ -987,12 +994,20 @@ impl Server {
         read_with_retry(&self.target, &self.reader, read, &self.worker, deadline).await
     }
 
-    /// Applies `writes`: each connection its instances' writes, in order,
-    /// all connections at once.
+    /// Applies `writes`, then counts down those nobody waited for: once
+    /// applied, a read or a flush sees them.
     async fn run_writes(&mut self, writes: Vec<writers::Write>) {
         if writes.is_empty() {
             return;
         }
+        let unanswered = writes.iter().filter(|(_, reply)| reply.is_none()).count();
+        self.apply_writes(writes).await;
+        self.unapplied.fetch_sub(unanswered, Ordering::SeqCst);
+    }
+
+    /// Applies `writes`: each connection its instances' writes, in order,
+    /// all connections at once.
+    async fn apply_writes(&mut self, writes: Vec<writers::Write>) {
         let mut parts: Vec<Vec<writers::Write>> =
             (0..self.writers.len()).map(|_| Vec::new()).collect();
         for write in writes {
