@@ -219,8 +219,10 @@ async fn the_dashboard_shows_instances_and_controls_them_in_a_browser() {
         browser.find("[data-status='waiting']");
         let rejected = browser.text(&browser.find("#rejected"));
         assert!(rejected.contains("approved") && rejected.contains("invalid type"), "{rejected}");
+        // Typed again, the token redraws the page: the button is found
+        // anew if it was replaced.
         type_token(&browser);
-        browser.click(&browser.find("button[data-control='terminate with rollback']"));
+        browser.click_on("button[data-control='terminate with rollback']");
         browser.accept_dialog();
         browser.wait_for(
             "the status to change",

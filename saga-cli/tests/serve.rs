@@ -6,6 +6,9 @@
 
 mod support;
 
+#[path = "../../tests/support/postgres.rs"]
+mod postgres;
+
 use std::process::Command;
 use std::time::Duration;
 
@@ -689,4 +692,37 @@ async fn saga_url_list_and_saga_list_on_the_store_give_one_order() {
     for table in [&remote, &remote_page, &local, &local_page] {
         assert_eq!(listed_ids(table), started, "{table}");
     }
+}
+
+/// `saga --url .. queues set` changes a queue's limits for every worker
+/// on PostgreSQL: a control command, so only with the token; the stored
+/// limits then show in `saga queues`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn saga_url_queues_set_changes_a_queues_limits_with_the_token_only() {
+    let schema = postgres::fresh_schema("clilimits").await;
+    let engine = Engine::builder()
+        .postgres_schema(&schema)
+        .queue(saga_runtime::Queue::new("bank-api").concurrency(2))
+        .connect(&postgres::database_url())
+        .await
+        .unwrap_or_else(|e| postgres::missing(e));
+    let admin = serve_with_token(&engine, TOKEN).await;
+    let url = format!("http://{}", admin.local_addr());
+    let set = ["queues", "set", "bank-api", "--concurrency", "3"];
+    let (code, _, error) = saga(&url, None, &set).await;
+    assert_eq!(code, 1, "{error}");
+    assert!(error.contains("admin token"), "{error}");
+    let (code, out, error) = saga(&url, Some(TOKEN), &set).await;
+    assert_eq!(code, 0, "{out}{error}");
+    assert!(
+        out.contains("queue bank-api now runs with concurrency 3"),
+        "{out}"
+    );
+    let (code, listed, error) = saga(&url, Some(TOKEN), &["queues", "--json"]).await;
+    assert_eq!(code, 0, "{error}");
+    let listed: serde_json::Value = serde_json::from_str(&listed).unwrap();
+    assert_eq!(listed["queues"][0]["limits"]["concurrency"], 3, "{listed}");
+    admin.shutdown().await;
+    engine.close().await;
+    postgres::drop_schema(&schema).await;
 }

@@ -103,6 +103,23 @@ impl Browser {
         }
     }
 
+    /// Finds the element `selector` and clicks it, finding it again when
+    /// the page drew it anew in between (a redraw replaces elements).
+    pub fn click_on(&self, selector: &str) {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let id = self.find(selector);
+            let path = format!("/session/{}/element/{id}/click", self.session);
+            match self.call("POST", &path, Some(json!({}))) {
+                Ok(_) => return,
+                Err(e) if e.contains("stale element") && Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(e) => panic!("click on {selector}: {e}"),
+            }
+        }
+    }
+
     /// Clicks the element `id`.
     pub fn click(&self, id: &str) {
         self.command("POST", &format!("element/{id}/click"), json!({}));
