@@ -1,10 +1,11 @@
 //! Deterministic simulation of the engine: each seed runs an engine on a
 //! current-thread runtime with paused time, a workload drawn from the
 //! seed (sagas with retries, concurrent steps, sleeps, event waits with
-//! duplicate events, children, compensations that fail), control calls at
-//! random moments, failed writes and flushes, slow calls, and crashes of
-//! the simulated store (`saga_runtime::testing::sim`); then checks the
-//! invariants of `sim/check.rs`. A seed replays exactly: the same seed
+//! duplicate events, children, compensations that fail, instances on
+//! queues with limits), control calls at random moments, failed writes
+//! and flushes, slow calls, and crashes of the simulated store
+//! (`saga_runtime::testing::sim`); then checks the invariants of
+//! `sim/check.rs`. A seed replays exactly: the same seed
 //! gives the same trace hash.
 //!
 //! ```text

@@ -12,7 +12,7 @@ use saga_runtime::{Engine, Event, Status, TestClock};
 use tokio::task::JoinHandle;
 
 use super::check;
-use super::workload::{self, Effects, Plan, order, shipment};
+use super::workload::{self, Effects, Placement, Plan, QueueSpec, order, shipment};
 
 /// What a run left for the checks and the report.
 pub(crate) struct Outcome {
@@ -55,8 +55,11 @@ struct World {
     clock: TestClock,
     effects: Arc<Effects>,
     engine: Option<Engine>,
-    /// Instances planned, then started, in order.
-    plans: Vec<(String, Plan)>,
+    /// The queues every engine of the run declares.
+    queues: Vec<QueueSpec>,
+    /// Instances planned, then started, in order, and the queue of each
+    /// started on one.
+    plans: Vec<(String, Plan, Option<Placement>)>,
     started: usize,
     /// Event ids sent so far, some sent again.
     event_ids: Vec<(String, String, bool)>,
@@ -95,6 +98,7 @@ impl World {
             u32::try_from(rng.below(500)).unwrap_or(0),
         ));
         workload::set_current(Some(effects.clone()));
+        let queues = QueueSpec::draw(&mut rng);
         let count = 2 + rng.below(6);
         let plans = (0..count)
             .map(|n| {
@@ -103,7 +107,7 @@ impl World {
                     ship_fails: rng.chance(300),
                     fails_at_end: rng.chance(300),
                 };
-                (format!("o-{n}"), plan)
+                (format!("o-{n}"), plan, Placement::draw(&mut rng, &queues))
             })
             .collect();
         let clock = TestClock::new();
@@ -116,6 +120,7 @@ impl World {
             clock,
             effects,
             engine: None,
+            queues,
             plans,
             started: 0,
             event_ids: Vec::new(),
@@ -145,7 +150,11 @@ impl World {
     fn open(&mut self) {
         self.disk.set_faults(SimFaults::default());
         self.disk.disarm();
-        let engine = Engine::builder()
+        let mut builder = Engine::builder();
+        for queue in &self.queues {
+            builder = builder.queue(queue.queue());
+        }
+        let engine = builder
             .clock(self.clock.clone())
             .random_seed(self.rng.next_u64())
             .retention(Duration::from_secs(3650 * 24 * 3600))
@@ -182,6 +191,30 @@ impl World {
         }));
     }
 
+    /// Starts the next planned instance, on its queue if it has one.
+    fn start_next(&mut self) {
+        let (id, plan, placement) = self.plans[self.started].clone();
+        self.started += 1;
+        let Some(placement) = placement else {
+            self.call(format!("start {id} {plan:?}"), move |e| async move {
+                e.start(order, &id, plan).await.map(|_| ())
+            });
+            return;
+        };
+        let queue = self.queues[placement.queue].name;
+        self.call(
+            format!("start {id} {plan:?} on {queue} {placement:?}"),
+            move |e| async move {
+                let start = e.start_on(queue, order, &id, plan);
+                let start = match placement.key {
+                    Some(key) => start.key(key),
+                    None => start,
+                };
+                start.priority(placement.priority).await.map(|_| ())
+            },
+        );
+    }
+
     fn some_started(&mut self) -> Option<String> {
         let n = self.rng.below(self.started as u64);
         (self.started > 0).then(|| self.plans[n as usize].0.clone())
@@ -189,13 +222,7 @@ impl World {
 
     async fn act(&mut self) {
         match self.rng.below(100) {
-            0..=24 if self.started < self.plans.len() => {
-                let (id, plan) = self.plans[self.started].clone();
-                self.started += 1;
-                self.call(format!("start {id} {plan:?}"), move |e| async move {
-                    e.start(order, &id, plan).await.map(|_| ())
-                });
-            }
+            0..=24 if self.started < self.plans.len() => self.start_next(),
             0..=39 => {
                 let Some(id) = self.some_started() else {
                     return;
@@ -290,6 +317,9 @@ impl World {
 
     async fn run(mut self) -> Outcome {
         self.open();
+        for queue in self.queues.clone() {
+            self.note(format!("queue {queue:?}"));
+        }
         let actions = 20 + self.rng.below(60);
         let mut faults_seen = 0;
         for _ in 0..actions {
@@ -409,15 +439,11 @@ impl World {
         if self.disk.faults_injected() > 0 || self.disk.armed_crashes() > self.armed_handled {
             self.crash().await;
         }
-        for n in self.started..self.plans.len() {
-            let (id, plan) = self.plans[n].clone();
-            self.call(format!("start {id} {plan:?}"), move |e| async move {
-                e.start(order, &id, plan).await.map(|_| ())
-            });
+        while self.started < self.plans.len() {
+            self.start_next();
         }
-        self.started = self.plans.len();
         self.note("quiet end".into());
-        for round in 0..12 {
+        for round in 0..40 {
             self.settle(Duration::from_secs(1)).await;
             // Children too: a restarted parent's children of the generation
             // before stay as they were, paused ones included (as documented).

@@ -194,3 +194,86 @@ pub(crate) async fn order(ctx: WorkflowContext, plan: Plan) -> Result<u32, Workf
     }
     Ok(1)
 }
+
+/// A queue a run declares, its limits drawn from the seed.
+#[derive(Clone, Debug)]
+pub(crate) struct QueueSpec {
+    pub(crate) name: &'static str,
+    pub(crate) concurrency: u32,
+    pub(crate) per_key: Option<u32>,
+    pub(crate) release_while_waiting: bool,
+}
+
+impl QueueSpec {
+    /// The three queues of a run: one that holds its slot, one with a
+    /// per-key limit, one that gives its slot back while it waits.
+    pub(crate) fn draw(rng: &mut SimRng) -> Vec<QueueSpec> {
+        let mut concurrency = || 1 + u32::try_from(rng.below(3)).unwrap_or(0);
+        let (hold, keyed, release) = (concurrency(), concurrency(), concurrency());
+        let per_key = 1 + u32::try_from(rng.below(2)).unwrap_or(0);
+        let release_per_key = rng.chance(300).then_some(1);
+        vec![
+            QueueSpec {
+                name: "q-hold",
+                concurrency: hold,
+                per_key: None,
+                release_while_waiting: false,
+            },
+            QueueSpec {
+                name: "q-key",
+                concurrency: keyed,
+                per_key: Some(per_key),
+                release_while_waiting: false,
+            },
+            QueueSpec {
+                name: "q-release",
+                concurrency: release,
+                per_key: release_per_key,
+                release_while_waiting: true,
+            },
+        ]
+    }
+
+    pub(crate) fn queue(&self) -> Queue {
+        let mut queue = Queue::new(self.name).concurrency(self.concurrency);
+        if let Some(k) = self.per_key {
+            queue = queue.per_key(k);
+        }
+        if self.release_while_waiting {
+            queue = queue.release_while_waiting();
+        }
+        queue
+    }
+}
+
+/// Where an instance of the workload waits for a slot, if it is queued.
+#[derive(Clone, Debug)]
+pub(crate) struct Placement {
+    /// An index into the run's queues.
+    pub(crate) queue: usize,
+    pub(crate) key: Option<&'static str>,
+    pub(crate) priority: i32,
+}
+
+impl Placement {
+    /// None for about half the instances (a plain start); the rest on a
+    /// queue, keyed always on the keyed one and sometimes on the others.
+    pub(crate) fn draw(rng: &mut SimRng, queues: &[QueueSpec]) -> Option<Placement> {
+        if rng.chance(450) {
+            return None;
+        }
+        let queue = usize::try_from(rng.below(queues.len() as u64)).unwrap_or(0);
+        let keyed = queues[queue].per_key.is_some() || rng.chance(300);
+        let key = if keyed {
+            rng.pick(&["k0", "k1"]).copied()
+        } else {
+            None
+        };
+        let priority = i32::try_from(rng.below(2)).unwrap_or(0);
+        Some(Placement {
+            queue,
+            key,
+            priority,
+        })
+    }
+}
