@@ -13,6 +13,7 @@ pub(crate) fn all(run: &Finished) -> Vec<String> {
     completed_steps_never_run_again(run, &mut violations);
     compensations_match_started_steps(run, &mut violations);
     nothing_stranded(run, &mut violations);
+    queue_limits_never_exceeded(run, &mut violations);
     index_agrees_with_journal(run, &mut violations);
     nothing_durable_lost(run, &mut violations);
     violations
@@ -230,7 +231,14 @@ fn expected_compensations<'a>(
 fn nothing_stranded(run: &Finished, violations: &mut Vec<String>) {
     for (id, status) in &run.statuses {
         if !status.is_terminal() {
-            violations.push(format!("{id} is stranded: {status:?} after the quiet end"));
+            let queued = run
+                .queued
+                .get(id)
+                .map(|(queue, key)| format!(" (started on {}, key {key:?})", queue.name))
+                .unwrap_or_default();
+            violations.push(format!(
+                "{id} is stranded: {status:?} after the quiet end{queued}"
+            ));
         }
     }
     for id in &run.ids {
@@ -260,6 +268,77 @@ fn nothing_durable_lost(run: &Finished, violations: &mut Vec<String>) {
                     ));
                 }
             }
+        }
+    }
+}
+
+/// At no moment are more instances of one queue inside a step body than
+/// its concurrency, nor more of one key than its `per_key`. A body runs
+/// only while its instance holds a slot, so this bounds the slots held
+/// (an instance that gave its slot back for a wait runs no body). A
+/// crash ends every body of the process.
+fn queue_limits_never_exceeded(run: &Finished, violations: &mut Vec<String>) {
+    // Bodies under way, by instance (concurrent steps of one instance
+    // count once), of the process that runs now.
+    let mut inside: BTreeMap<&str, u32> = BTreeMap::new();
+    let mut epoch = 0;
+    let mut reported = BTreeSet::new();
+    for effect in &run.effects {
+        match effect {
+            Effect::Crashed { epoch: next } => {
+                inside.clear();
+                epoch = *next;
+            }
+            Effect::Began {
+                id: instance,
+                epoch: e,
+            } if *e == epoch => {
+                *inside.entry(instance.as_str()).or_default() += 1;
+                let Some((queue, key)) = run.queued.get(instance) else {
+                    continue;
+                };
+                let on_queue = |with_key: bool| -> Vec<&str> {
+                    inside
+                        .keys()
+                        .copied()
+                        .filter(|other| {
+                            run.queued.get(*other).is_some_and(|(q, k)| {
+                                q.name == queue.name && (!with_key || k == key)
+                            })
+                        })
+                        .collect()
+                };
+                let running = on_queue(false);
+                if running.len() > queue.concurrency as usize && reported.insert((queue.name, None))
+                {
+                    violations.push(format!(
+                        "queue {} (concurrency {}) runs step bodies of {running:?} at once",
+                        queue.name, queue.concurrency
+                    ));
+                }
+                if let (Some(per_key), Some(key)) = (queue.per_key, key) {
+                    let running = on_queue(true);
+                    if running.len() > per_key as usize && reported.insert((queue.name, Some(*key)))
+                    {
+                        violations.push(format!(
+                            "queue {} (per_key {per_key}) runs step bodies of {running:?}, all with key {key}, at once",
+                            queue.name
+                        ));
+                    }
+                }
+            }
+            Effect::Ended {
+                id: instance,
+                epoch: e,
+            } if *e == epoch => {
+                if let Some(n) = inside.get_mut(instance.as_str()) {
+                    *n -= 1;
+                    if *n == 0 {
+                        inside.remove(instance.as_str());
+                    }
+                }
+            }
+            _ => {}
         }
     }
 }

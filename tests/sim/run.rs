@@ -31,6 +31,8 @@ pub(crate) struct Finished {
     /// Instances whose index entry disagrees with their journal.
     pub(crate) index_disagrees: Vec<String>,
     pub(crate) effects: Vec<workload::Effect>,
+    /// The queue and key of each instance started on a queue.
+    pub(crate) queued: BTreeMap<String, (QueueSpec, Option<&'static str>)>,
     /// The durable journals before each crash, and after the run.
     pub(crate) before_crashes: Vec<Journals>,
     pub(crate) durable: Journals,
@@ -293,6 +295,7 @@ impl World {
     /// disk.
     async fn reopen_after_armed_crash(&mut self) {
         self.note("crash (armed, at a write)".into());
+        self.effects.crashed();
         self.before_crashes.push(self.disk.durable_journals());
         for call in self.calls.drain(..) {
             call.abort();
@@ -306,6 +309,7 @@ impl World {
     async fn crash(&mut self) {
         self.before_crashes.push(self.disk.durable_journals());
         let (kept, lost) = self.disk.crash();
+        self.effects.crashed();
         self.note(format!("crash (kept {kept} unflushed writes, lost {lost})"));
         for call in self.calls.drain(..) {
             call.abort();
@@ -490,6 +494,15 @@ impl World {
             histories: BTreeMap::new(),
             index_disagrees: Vec::new(),
             effects: self.effects.log(),
+            queued: self
+                .plans
+                .iter()
+                .filter_map(|(id, _, placement)| {
+                    let placement = placement.as_ref()?;
+                    let spec = self.queues[placement.queue].clone();
+                    Some((id.clone(), (spec, placement.key)))
+                })
+                .collect(),
             before_crashes: std::mem::take(&mut self.before_crashes),
             durable: BTreeMap::new(),
         };

@@ -3,6 +3,7 @@
 //! outside the store, as a callee's database is, so it outlives crashes.
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use saga_runtime::prelude::*;
 use saga_runtime::testing::sim::SimRng;
@@ -17,6 +18,15 @@ pub(crate) enum Effect {
     Seen { key: String },
     /// A compensation's attempt with this key, and whether it succeeded.
     Compensated { key: String, ok: bool },
+    /// A step body of instance `id` began (`Ran` says with which key), in
+    /// the process of this epoch. A queue's limits bound how many
+    /// instances are in one at once.
+    Began { id: String, epoch: u64 },
+    /// That body returned, or its future was dropped.
+    Ended { id: String, epoch: u64 },
+    /// The process crashed: the bodies it ran are gone with it, and the
+    /// next one runs bodies of the next epoch.
+    Crashed { epoch: u64 },
 }
 
 /// The side-effect log and the draws of the bodies' failures.
@@ -27,6 +37,8 @@ pub(crate) struct Effects {
     pub(crate) step_failures: u32,
     /// A compensation's attempt fails with this chance in 1,000.
     pub(crate) compensation_failures: u32,
+    /// Crashes so far: a body of an epoch before is not running.
+    epoch: Mutex<u64>,
 }
 
 impl Effects {
@@ -36,7 +48,15 @@ impl Effects {
             rng: Mutex::new(rng),
             step_failures,
             compensation_failures,
+            epoch: Mutex::new(0),
         }
+    }
+
+    /// The process crashed (before the next one opens the disk).
+    pub(crate) fn crashed(&self) {
+        let mut epoch = self.epoch.lock().unwrap();
+        *epoch += 1;
+        self.push(Effect::Crashed { epoch: *epoch });
     }
 
     pub(crate) fn log(&self) -> Vec<Effect> {
@@ -51,13 +71,18 @@ impl Effects {
         self.rng.lock().unwrap().chance(per_mille)
     }
 
-    /// A step body: logs its attempt, fails as drawn, answers its key.
-    fn body(&self, step: &StepContext) -> Result<String, StepError> {
+    /// A step body: logs its attempt, takes a while (on the runtime's
+    /// clock, so other instances' bodies may run meanwhile), fails as
+    /// drawn, answers its key.
+    async fn body(&self, step: &StepContext) -> Result<String, StepError> {
         let key = step.key().to_string();
         self.push(Effect::Ran {
             key: key.clone(),
             attempt: step.attempt(),
         });
+        let _inside = Inside::new(self, step.instance_id());
+        let takes = self.rng.lock().unwrap().below(20);
+        tokio::time::sleep(Duration::from_millis(takes)).await;
         if self.fails(self.step_failures) {
             return Err(StepError::retryable("the callee is down"));
         }
@@ -76,6 +101,38 @@ impl Effects {
         } else {
             Err(StepError::retryable("the refund API is down"))
         }
+    }
+}
+
+/// A step body under way: logs `Began`, and `Ended` when it is dropped,
+/// whether it returned or its future was dropped at its await.
+struct Inside<'a> {
+    effects: &'a Effects,
+    instance: String,
+    epoch: u64,
+}
+
+impl<'a> Inside<'a> {
+    fn new(effects: &'a Effects, instance: &str) -> Inside<'a> {
+        let epoch = *effects.epoch.lock().unwrap();
+        effects.push(Effect::Began {
+            id: instance.to_owned(),
+            epoch,
+        });
+        Inside {
+            effects,
+            instance: instance.to_owned(),
+            epoch,
+        }
+    }
+}
+
+impl Drop for Inside<'_> {
+    fn drop(&mut self) {
+        self.effects.push(Effect::Ended {
+            id: std::mem::take(&mut self.instance),
+            epoch: self.epoch,
+        });
     }
 }
 
@@ -102,7 +159,7 @@ pub(crate) const COMPENSATED: [&str; 4] = ["reserve", "charge", "hold", "pack"];
 
 #[step(name = "reserve", rollback = unreserve, retries = 3, delay = "1 second")]
 async fn reserve(step: StepContext, fx: Service<Effects>) -> Result<String, StepError> {
-    fx.body(&step)
+    fx.body(&step).await
 }
 
 #[rollback(retries = 2, delay = "1 second")]
@@ -115,7 +172,7 @@ async fn unreserve(
 
 #[step(name = "charge", rollback = refund, retries = 2, delay = "1 second")]
 async fn charge(step: StepContext, fx: Service<Effects>) -> Result<String, StepError> {
-    fx.body(&step)
+    fx.body(&step).await
 }
 
 #[rollback(retries = 2, delay = "1 second")]
@@ -125,7 +182,7 @@ async fn refund(ctx: RollbackContext<'_, String>, fx: Service<Effects>) -> Resul
 
 #[step(name = "hold", rollback = release, retries = 2, delay = "1 second")]
 async fn hold(step: StepContext, fx: Service<Effects>) -> Result<String, StepError> {
-    fx.body(&step)
+    fx.body(&step).await
 }
 
 #[rollback(retries = 2, delay = "1 second")]
@@ -135,12 +192,12 @@ async fn release(ctx: RollbackContext<'_, String>, fx: Service<Effects>) -> Resu
 
 #[step(name = "notify", retries = 2, delay = "1 second")]
 async fn notify(step: StepContext, fx: Service<Effects>) -> Result<String, StepError> {
-    fx.body(&step)
+    fx.body(&step).await
 }
 
 #[step(name = "pack", rollback = unpack, retries = 2, delay = "1 second")]
 async fn pack(step: StepContext, fx: Service<Effects>) -> Result<String, StepError> {
-    fx.body(&step)
+    fx.body(&step).await
 }
 
 #[rollback(retries = 2, delay = "1 second")]
