@@ -660,8 +660,8 @@ impl Instance {
         }
         // No driver runs it: write the end (or the start of the rollback)
         // here. One that waits in its queue with nothing to undo (it never
-        // took a slot) ends at once: no driver would run a rollback for it
-        // before it took a slot, and it would hold up the queue meanwhile.
+        // took a slot, so it started nothing) ends at once, as `Terminated`
+        // with nothing compensated: there is no rollback to run.
         let compensates = self
             .journal()
             .write(&self.id, |state| {

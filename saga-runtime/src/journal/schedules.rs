@@ -23,21 +23,13 @@ impl Journal {
         old: Option<&[u8]>,
         new: &[u8],
     ) -> Result<bool> {
-        if self.read_only() {
-            return Err(crate::Error::ReadOnly {
-                what: format!("a change to schedule {name:?}"),
-            });
-        }
+        self.refuse_if_reading(|| format!("a change to schedule {name:?}"))?;
         self.store.swap_schedule(name, old, new).await
     }
 
     /// Removes the state of `name` if it is `old` now.
     pub(crate) async fn remove_schedule_state(&self, name: &str, old: &[u8]) -> Result<bool> {
-        if self.read_only() {
-            return Err(crate::Error::ReadOnly {
-                what: format!("the deletion of schedule {name:?}"),
-            });
-        }
+        self.refuse_if_reading(|| format!("the deletion of schedule {name:?}"))?;
         self.store.remove_schedule(name, old).await
     }
 }
@@ -62,11 +54,16 @@ impl Journal {
         old: Option<&[u8]>,
         new: &[u8],
     ) -> Result<bool> {
-        if self.read_only() {
-            return Err(crate::Error::ReadOnly {
-                what: format!("a change to the limits of queue {name:?}"),
-            });
-        }
+        self.refuse_if_reading(|| format!("a change to the limits of queue {name:?}"))?;
         self.store.swap_queue_limits(name, old, new).await
+    }
+
+    /// [`Error::ReadOnly`](crate::Error::ReadOnly) for `what` on an engine
+    /// that only reads.
+    fn refuse_if_reading(&self, what: impl FnOnce() -> String) -> Result<()> {
+        if self.read_only() {
+            return Err(crate::Error::ReadOnly { what: what() });
+        }
+        Ok(())
     }
 }
