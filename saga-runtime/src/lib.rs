@@ -82,6 +82,7 @@ mod random;
 mod run;
 mod schedule;
 mod seal;
+mod seeded;
 #[doc(hidden)]
 pub mod store;
 pub mod testing;

@@ -7,7 +7,7 @@ use std::hash::{BuildHasher, Hasher};
 use std::sync::Mutex;
 
 use crate::lock::lock;
-use crate::testing::sim::SimRng;
+use crate::seeded::SimRng;
 
 /// The engine's source of random numbers.
 #[derive(Debug, Default)]

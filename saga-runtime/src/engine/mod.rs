@@ -421,7 +421,7 @@ impl EngineBuilder {
         let store: Arc<dyn Store> = Arc::new(crate::store::PgStore::connect(options).await?);
         let journal = Journal::new(store, self.clock.clone(), self.store_timeout)?;
         if !read_only {
-            crate::queue::stored::reconcile(&journal, &self.queues).await?;
+            crate::engine::queue_limits::reconcile(&journal, &self.queues).await?;
             // Rows of a release before migration 6 get their facts (and a
             // start time) from their journals, a batch at a time.
             let backfilled = journal.backfill_index().await?;
@@ -500,7 +500,10 @@ impl EngineBuilder {
         // connect (and a reader repairs nothing). Likewise the queues'
         // stored limits (a PostgreSQL worker reconciles them on connect).
         if !journal.read_only() && !journal.shared() {
-            answered_now(crate::queue::stored::reconcile(&journal, &self.queues))?;
+            answered_now(crate::engine::queue_limits::reconcile(
+                &journal,
+                &self.queues,
+            ))?;
             let (repaired, backfilled) = answered_now(journal.repair_on_open())?;
             if repaired > 0 {
                 tracing::info!(instances = repaired, "rebuilt index entries from journals");

@@ -1,9 +1,11 @@
-//! `set_queue_limits`: a queue's limits changed for every worker while
-//! they run (see `queue::stored`).
+//! The queues' stored limits, as the engine keeps them (see
+//! `queue::stored`): made to agree with the declaration when it opens,
+//! and `set_queue_limits`, changed for every worker while they run.
 
 use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::queue::stored::{self, SharedLimits};
+use crate::journal::Journal;
+use crate::queue::stored::SharedLimits;
 use crate::queue::{Queue, QueueLimits};
 
 impl Engine {
@@ -65,7 +67,7 @@ impl Engine {
             });
         };
         let limits = SharedLimits::of(&queue);
-        let before = stored::replace(journal, queue.name(), limits).await?;
+        let before = replace(journal, queue.name(), limits).await?;
         tracing::info!(
             queue = %queue.name(),
             limits = %limits.describe(),
@@ -84,5 +86,68 @@ impl Engine {
             all.push((name.clone(), SharedLimits::decode(&name, &bytes)?.limits()));
         }
         Ok(all)
+    }
+}
+
+/// Makes the stored limits of every queue `queues` declares agree with
+/// the declaration, as the module docs say; the queues to run with.
+pub(crate) async fn reconcile(journal: &Journal, queues: &[Queue]) -> Result<()> {
+    for queue in queues {
+        let declared = SharedLimits::of(queue);
+        // A swap that lost to another worker's reads again.
+        loop {
+            let stored = journal.queue_limits(&queue.name).await?;
+            let stored_limits = match &stored {
+                Some(bytes) => Some(SharedLimits::decode(&queue.name, bytes)?),
+                None => None,
+            };
+            if stored_limits == Some(declared) {
+                break;
+            }
+            if let Some(stored_limits) = stored_limits {
+                if journal.shared() && !queue.replaces_stored {
+                    return Err(Error::QueueLimitsDiffer {
+                        queue: queue.name.clone(),
+                        declared: declared.describe(),
+                        stored: stored_limits.describe(),
+                    });
+                }
+                tracing::info!(
+                    queue = %queue.name,
+                    declared = %declared.describe(),
+                    stored = %stored_limits.describe(),
+                    "the queue's declared limits replace the stored ones"
+                );
+            }
+            if journal
+                .swap_queue_limits(&queue.name, stored.as_deref(), &declared.encode())
+                .await?
+            {
+                break;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Stores `limits` for the queue `name` in place of what is stored; the
+/// limits replaced, if any were.
+pub(crate) async fn replace(
+    journal: &Journal,
+    name: &str,
+    limits: SharedLimits,
+) -> Result<Option<SharedLimits>> {
+    loop {
+        let stored = journal.queue_limits(name).await?;
+        let before = match &stored {
+            Some(bytes) => Some(SharedLimits::decode(name, bytes)?),
+            None => None,
+        };
+        if journal
+            .swap_queue_limits(name, stored.as_deref(), &limits.encode())
+            .await?
+        {
+            return Ok(before);
+        }
     }
 }

@@ -27,7 +27,6 @@ use serde::{Deserialize, Serialize};
 
 use super::{Queue, QueueLimits};
 use crate::error::{Error, Result};
-use crate::journal::Journal;
 
 /// The limits every worker shares, as stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -93,69 +92,6 @@ impl SharedLimits {
     /// As a person reads them: "concurrency 5, per key 1, ...".
     pub(crate) fn describe(&self) -> String {
         self.limits().to_string()
-    }
-}
-
-/// Makes the stored limits of every queue `queues` declares agree with
-/// the declaration, as the module docs say; the queues to run with.
-pub(crate) async fn reconcile(journal: &Journal, queues: &[Queue]) -> Result<()> {
-    for queue in queues {
-        let declared = SharedLimits::of(queue);
-        // A swap that lost to another worker's reads again.
-        loop {
-            let stored = journal.queue_limits(&queue.name).await?;
-            let stored_limits = match &stored {
-                Some(bytes) => Some(SharedLimits::decode(&queue.name, bytes)?),
-                None => None,
-            };
-            if stored_limits == Some(declared) {
-                break;
-            }
-            if let Some(stored_limits) = stored_limits {
-                if journal.shared() && !queue.replaces_stored {
-                    return Err(Error::QueueLimitsDiffer {
-                        queue: queue.name.clone(),
-                        declared: declared.describe(),
-                        stored: stored_limits.describe(),
-                    });
-                }
-                tracing::info!(
-                    queue = %queue.name,
-                    declared = %declared.describe(),
-                    stored = %stored_limits.describe(),
-                    "the queue's declared limits replace the stored ones"
-                );
-            }
-            if journal
-                .swap_queue_limits(&queue.name, stored.as_deref(), &declared.encode())
-                .await?
-            {
-                break;
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Stores `limits` for the queue `name` in place of what is stored; the
-/// limits replaced, if any were.
-pub(crate) async fn replace(
-    journal: &Journal,
-    name: &str,
-    limits: SharedLimits,
-) -> Result<Option<SharedLimits>> {
-    loop {
-        let stored = journal.queue_limits(name).await?;
-        let before = match &stored {
-            Some(bytes) => Some(SharedLimits::decode(name, bytes)?),
-            None => None,
-        };
-        if journal
-            .swap_queue_limits(name, stored.as_deref(), &limits.encode())
-            .await?
-        {
-            return Ok(before);
-        }
     }
 }
 

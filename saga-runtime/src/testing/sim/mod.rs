@@ -47,8 +47,7 @@
 //! every feature against it and checks the engine's invariants after each
 //! run.
 
-mod rng;
 mod store;
 
-pub use self::rng::{SimRng, TraceHash};
 pub use self::store::{Journals, SimDisk, SimFaults, SimStore};
+pub use crate::seeded::{SimRng, TraceHash};

@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use super::rng::{SimRng, TraceHash};
 use crate::error::{Error, Result};
 use crate::lock::lock;
+use crate::seeded::{SimRng, TraceHash};
 use crate::store::{
     Accept, IndexEntry, IndexPage, IndexQuery, IndexRow, PageOrder, PagePosition, Store,
     StoreFuture, answered,

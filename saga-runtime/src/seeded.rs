@@ -1,4 +1,6 @@
-//! The one source of every choice a simulated run makes.
+//! Seeded generators: the one source of every choice a simulated run
+//! makes (`testing::sim` re-exports them), and of `ctx.random()` with
+//! `EngineBuilder::random_seed`.
 
 /// A seeded generator (SplitMix64): the same seed, the same numbers, on
 /// every machine and release. Small and fast; not for cryptography.
