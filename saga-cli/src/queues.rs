@@ -83,7 +83,7 @@ pub(crate) async fn run(
                 depth
                     .stored
                     .or(depth.declared)
-                    .map_or("?".to_owned(), limits),
+                    .map_or("?".to_owned(), |l| l.to_string()),
             ),
         ]);
     }
@@ -109,11 +109,6 @@ fn shown(depth: &QueueDepth) -> Option<QueueLimits> {
         }
         (stored, declared) => stored.or(declared),
     }
-}
-
-/// A queue's limits in a few words (see `QueueLimits`'s `Display`).
-fn limits(limits: QueueLimits) -> String {
-    limits.to_string()
 }
 
 /// `saga queues set NAME --concurrency N ...`.

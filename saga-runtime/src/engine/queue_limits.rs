@@ -38,7 +38,7 @@ impl Engine {
     pub async fn set_queue_limits(&self, queue: Queue) -> Result<QueueLimits> {
         let runner = self.runner();
         let declared = runner.queues.queue(queue.name())?.clone();
-        crate::queue::Queues::new(vec![queue.clone()], None)?;
+        queue.check()?;
         if queue.declared().per_worker.is_some() {
             return Err(Error::InvalidQueue {
                 queue: queue.name().to_owned(),

@@ -167,7 +167,7 @@ impl Queue {
     }
 
     /// Refuses a bad name or a limit of 0.
-    fn check(&self) -> Result<()> {
+    pub(crate) fn check(&self) -> Result<()> {
         let invalid = |reason: String| Error::InvalidQueue {
             queue: self.name.clone(),
             reason,
