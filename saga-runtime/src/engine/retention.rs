@@ -60,7 +60,7 @@ async fn sweep_locked(runner: &Arc<Runner>) -> Result<usize> {
         if !expired(summary.status, summary.finished_at) {
             // A long loop (continue-as-new) keeps running, and its runs
             // that ended longer ago than the retention period go.
-            if crate::journal::runs::run_of(summary.last_seq) > 0
+            if crate::journal::handover::run_of(summary.last_seq) > 0
                 && let Err(e) = journal.remove_ended_runs(&id, ended_before).await
             {
                 tracing::warn!(instance = %id, error = %e, "retention could not remove the old runs of an instance");

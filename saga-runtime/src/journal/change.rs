@@ -1,6 +1,6 @@
 //! The records of an instance's journal: one named intent per durable
 //! change. Private and apart from the public [`EventKind`]: the history a
-//! user sees is derived from these (`state::public_events`), so the on-disk
+//! user sees is derived from these (`machine`), so the on-disk
 //! format can grow without changing the API, and the other way round.
 //!
 //! The rules for a new kind of record (child workflows, queues,
@@ -26,8 +26,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::legacy::Imported;
+use super::handover::Continued;
+pub(crate) use super::state::EventId;
 use super::state::SlotKind;
+use super::upgrade::Imported;
 use crate::codec::Payload;
 use crate::error::failure::{Failure, StepError};
 use crate::model::status::Status;
@@ -367,8 +369,8 @@ pub(crate) enum Change {
     /// `ctx.continue_as_new(input)`: the run ends and the next begins with
     /// a new input and an empty journal (see `runs`). Written twice with
     /// the same content: the last record of the run that ends (the
-    /// hand-over), then the first of the next run, at `runs::start(run)`.
-    ContinuedAsNew(Box<super::runs::Continued>),
+    /// hand-over), then the first of the next run, at `handover::start(run)`.
+    ContinuedAsNew(Box<Continued>),
 }
 
 /// How an instance ended.
@@ -383,10 +385,6 @@ pub(crate) struct End {
     /// that gave up.
     pub(crate) rollback: Option<Result<(), Failure>>,
 }
-
-/// A pending event: the seq of the record that stored it, and its place
-/// in that record (a restart re-queues several events in one record).
-pub(crate) type EventId = (u64, u32);
 
 #[cfg(test)]
 mod tests {
@@ -612,15 +610,15 @@ mod tests {
     }
 
     /// A hand-over from run 0, with one of everything it carries.
-    fn continued() -> crate::journal::runs::Continued {
-        crate::journal::runs::Continued {
+    fn continued() -> crate::journal::handover::Continued {
+        crate::journal::handover::Continued {
             run: 1,
             workflow: "w".into(),
             input: Payload::Json(b"7".to_vec()),
             created_at: 9,
             parent: Some("p".into()),
             tags: vec![("k".into(), "v".into())],
-            queue: Some(crate::journal::runs::CarriedSpot {
+            queue: Some(crate::journal::handover::CarriedSpot {
                 queue: "q".into(),
                 key: None,
                 priority: 1,

@@ -11,7 +11,8 @@
 //! A damaged first record leaves nothing to read: that is `Error::Corrupt`.
 
 use super::change::{Change, Entry};
-use super::state::{self, InstanceState};
+use super::machine;
+use super::state::InstanceState;
 use crate::codec::from_newer_release;
 use crate::error::failure::{Failure, FailureKind};
 use crate::error::{Error, Result};
@@ -52,7 +53,7 @@ impl Fold {
             // Applied to a copy: a record that does not fit leaves the state
             // as it was before it.
             let mut next = self.state.clone();
-            let kinds = state::apply(&mut next, seq, &entry)?;
+            let kinds = machine::apply(&mut next, seq, &entry)?;
             Ok((entry, kinds, next))
         });
         match attempt {
@@ -85,7 +86,7 @@ impl Fold {
                     at: self.last_at,
                     change: Change::Blocked { failure },
                 };
-                let kinds = state::apply(&mut self.state, seq, &entry)
+                let kinds = machine::apply(&mut self.state, seq, &entry)
                     .map_err(|e| super::corrupt(id, seq, e))?;
                 Ok((entry, kinds))
             }

@@ -16,8 +16,9 @@ mod change;
 pub(crate) mod command;
 mod facts;
 mod fold;
+pub(crate) mod handover;
 mod index;
-pub(crate) mod legacy;
+mod machine;
 mod metered;
 mod page;
 pub(crate) mod queued;
@@ -26,6 +27,7 @@ mod schedules;
 mod state;
 pub(crate) mod tags;
 mod tail;
+pub(crate) mod upgrade;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -132,7 +134,7 @@ impl InstanceCaps {
         };
         // The records of its current run: a long loop that continues as
         // new begins each run empty.
-        let records = loaded.next_seq - runs::start(runs::run_of(loaded.next_seq));
+        let records = loaded.next_seq - handover::start(handover::run_of(loaded.next_seq));
         if records >= self.journal_records {
             return Err(full(self.journal_records, "journal records"));
         }
@@ -396,7 +398,7 @@ impl Journal {
         };
         let record = Entry { at, change };
         let mut state = None;
-        let events = state::apply(&mut state, 0, &record).map_err(|e| corrupt(id, 0, e))?;
+        let events = machine::apply(&mut state, 0, &record).map_err(|e| corrupt(id, 0, e))?;
         let Some(state) = state else {
             return Err(corrupt(id, 0, "the first record made no instance".into()));
         };
@@ -504,7 +506,7 @@ impl Journal {
         let status_before = loaded.state.status;
         // Applied first, so a change that does not fit the state is never
         // stored; a failed store write loads the state again.
-        let applied = state::apply_to_state(&mut loaded.state, seq, &record);
+        let applied = machine::apply_to_state(&mut loaded.state, seq, &record);
         let events = match applied {
             Ok(events) => events,
             Err(e) => {
@@ -847,7 +849,7 @@ impl Journal {
     ) -> Result<(Vec<(u64, Vec<u8>)>, Vec<Event>)> {
         let held = self.hold(id);
         let records = match run {
-            Some(run) => self.store.journal_range(id, runs::seqs_of(run)).await,
+            Some(run) => self.store.journal_range(id, handover::seqs_of(run)).await,
             None => self.current_run(id).await,
         };
         if let (Some(run), Ok(records)) = (run, &records)
@@ -904,7 +906,7 @@ impl Journal {
         let Some(&(first, _)) = journal.first() else {
             return Ok(None);
         };
-        let mut next_seq = runs::start(runs::run_of(first));
+        let mut next_seq = handover::start(handover::run_of(first));
         if first != next_seq {
             return Ok(None);
         }
@@ -934,7 +936,7 @@ impl Journal {
         match self.store.last_seq(id).await? {
             None => Ok(Vec::new()),
             Some(last) => {
-                let start = runs::start(runs::run_of(last));
+                let start = handover::start(handover::run_of(last));
                 self.store.journal_range(id, start..last + 1).await
             }
         }
@@ -1130,7 +1132,7 @@ impl Journal {
             if self.store.last_seq(&legacy.id).await?.is_some() {
                 continue;
             }
-            let record = legacy::import(legacy).map_err(|detail| Error::Corrupt {
+            let record = upgrade::import(legacy).map_err(|detail| Error::Corrupt {
                 what: format!("instance {:?} of a format-version-1 store", legacy.id),
                 detail,
             })?;
@@ -1139,7 +1141,7 @@ impl Journal {
                 change: Change::Imported(Box::new(record)),
             };
             let mut state = None;
-            state::apply(&mut state, 0, &entry).map_err(|e| corrupt(&legacy.id, 0, e))?;
+            machine::apply(&mut state, 0, &entry).map_err(|e| corrupt(&legacy.id, 0, e))?;
             let Some(state) = state else { continue };
             let indexed = Indexed::of(&state, 0);
             self.store

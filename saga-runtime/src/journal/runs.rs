@@ -33,64 +33,13 @@
 //! recognised). What it does not: its steps, their compensations, its
 //! generation (restarts) and patches.
 
-use serde::{Deserialize, Serialize};
-
 use super::change::{Change, Entry};
-use super::state::{self, InstanceState, PendingEvent, SentEvent};
-use super::{Cached, Indexed, Journal, Loaded, corrupt, queued};
+use super::handover::{CarriedSpot, Continued, LAST_RUN, run_of, start};
+use super::machine;
+use super::state::InstanceState;
+use super::{Cached, Indexed, Journal, Loaded, corrupt};
 use crate::codec::Payload;
 use crate::error::{Error, Result};
-
-/// How far the run is shifted into a sequence number.
-const RUN_SHIFT: u32 = 32;
-
-/// The last run a store can key (a PostgreSQL `bigint` is signed).
-pub(crate) const LAST_RUN: u32 = (1 << 31) - 1;
-
-/// The run a sequence number belongs to.
-pub(crate) fn run_of(seq: u64) -> u32 {
-    (seq >> RUN_SHIFT) as u32
-}
-
-/// The sequence number of a run's first record.
-pub(crate) fn start(run: u32) -> u64 {
-    u64::from(run) << RUN_SHIFT
-}
-
-/// Every sequence number of a run.
-pub(crate) fn seqs_of(run: u32) -> std::ops::Range<u64> {
-    start(run)..start(run).saturating_add(1 << RUN_SHIFT)
-}
-
-/// The hand-over from one run to the next: everything the next run
-/// begins with.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub(crate) struct Continued {
-    /// The run that begins.
-    pub(crate) run: u32,
-    pub(crate) workflow: String,
-    /// The next run's input.
-    pub(crate) input: Payload,
-    /// When the instance (its run 0) was created.
-    pub(crate) created_at: u64,
-    pub(crate) parent: Option<String>,
-    pub(crate) tags: Vec<(String, String)>,
-    pub(crate) queue: Option<CarriedSpot>,
-    /// Events no wait took yet: type, payload, when sent.
-    pub(crate) pending: Vec<(String, Payload, u64)>,
-    /// Events sent with an id: id, type, payload.
-    pub(crate) event_ids: Vec<(String, String, Payload)>,
-}
-
-/// An instance's place in its queue, carried over (see `queued`).
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub(crate) struct CarriedSpot {
-    pub(crate) queue: String,
-    pub(crate) key: Option<String>,
-    pub(crate) priority: i32,
-    pub(crate) order: u64,
-    pub(crate) taken: bool,
-}
 
 impl Continued {
     /// The hand-over of the run of `state` to the next, with `input`.
@@ -131,61 +80,6 @@ impl Continued {
                 .collect(),
         })
     }
-
-    /// The user values it holds, for the engine's codec.
-    pub(crate) fn payloads_mut(&mut self) -> Vec<&mut Payload> {
-        std::iter::once(&mut self.input)
-            .chain(self.pending.iter_mut().map(|(_, p, _)| p))
-            .chain(self.event_ids.iter_mut().map(|(_, _, p)| p))
-            .collect()
-    }
-
-    /// The state its run begins with, its first record `seq` written at
-    /// `at`.
-    pub(crate) fn begin(&self, seq: u64, at: u64) -> Result<InstanceState, String> {
-        if seq != start(self.run) {
-            return Err(format!(
-                "record {seq} begins run {}, which begins at {}",
-                self.run,
-                start(self.run)
-            ));
-        }
-        let mut s = InstanceState::created(&self.workflow, &self.input, at);
-        s.status = crate::model::status::Status::Running;
-        s.created_at = self.created_at;
-        s.run = self.run;
-        s.run_began_at = at;
-        s.parent.clone_from(&self.parent);
-        s.tags = self.tags.iter().cloned().collect();
-        s.queue = self.queue.as_ref().map(|q| queued::QueueSpot {
-            queue: q.queue.clone(),
-            key: q.key.clone(),
-            priority: q.priority,
-            order: q.order,
-            taken: q.taken,
-        });
-        for (place, (event_type, payload, sent_at)) in self.pending.iter().enumerate() {
-            let place = u32::try_from(place).map_err(|_| "too many pending events".to_owned())?;
-            s.pending.insert(
-                (seq, place),
-                PendingEvent {
-                    event_type: event_type.clone(),
-                    payload: payload.clone(),
-                    sent_at: *sent_at,
-                },
-            );
-        }
-        for (id, event_type, payload) in &self.event_ids {
-            s.event_ids.insert(
-                id.clone(),
-                SentEvent {
-                    event_type: event_type.clone(),
-                    payload: payload.clone(),
-                },
-            );
-        }
-        Ok(s)
-    }
 }
 
 impl Journal {
@@ -218,7 +112,7 @@ impl Journal {
             change: Change::ContinuedAsNew(next),
         };
         let mut begun = None;
-        let events = state::apply(&mut begun, seq, &record).map_err(|e| corrupt(id, seq, e))?;
+        let events = machine::apply(&mut begun, seq, &record).map_err(|e| corrupt(id, seq, e))?;
         let Some(begun) = begun else {
             return Err(corrupt(
                 id,
@@ -307,6 +201,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
+    use crate::journal::handover::seqs_of;
     use crate::store::{SledStore, Store};
 
     /// A crash between the hand-over and the next run's first record: the

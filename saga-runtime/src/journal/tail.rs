@@ -121,7 +121,7 @@ impl Journal {
         let mut fold = Fold::new(self.sealer());
         let mut events = 0;
         // An instance that continued as new: its run, from its start.
-        let mut next_seq = super::runs::start(super::runs::run_of(seq));
+        let mut next_seq = super::handover::start(super::handover::run_of(seq));
         for (s, bytes) in self.store.journal_range(id, next_seq..seq).await? {
             events += fold.record(id, s, &bytes)?.1.len() as u64;
             next_seq = s + 1;

@@ -92,7 +92,7 @@ impl History {
         let (records, events) = journal.records_and_history(id, None).await?;
         let run = records
             .first()
-            .map_or(0, |(seq, _)| crate::journal::runs::run_of(*seq));
+            .map_or(0, |(seq, _)| crate::journal::handover::run_of(*seq));
         let records = records
             .into_iter()
             .map(|(_, bytes)| without_redacted_inputs(bytes))

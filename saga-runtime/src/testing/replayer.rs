@@ -287,7 +287,7 @@ async fn replay_on(
     history: &History,
 ) -> Result<Ran, Error> {
     let mut records = history.records().iter();
-    let first_seq = crate::journal::runs::start(history.run());
+    let first_seq = crate::journal::handover::start(history.run());
     if first_seq == 0 {
         if let Some(first) = records.next() {
             bench
