@@ -8,6 +8,7 @@
 pub(crate) mod alarms;
 pub(crate) mod children;
 pub(crate) mod dequeue;
+pub(crate) mod dispatch;
 pub(crate) mod driver;
 pub(crate) mod replay;
 pub(crate) mod resident;

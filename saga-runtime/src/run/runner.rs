@@ -36,7 +36,7 @@ pub(crate) struct Runner {
     pub(crate) path: Option<PathBuf>,
     /// The queues declared, and (on a store of one process) who waits in
     /// them and who holds their slots: see `run::dequeue`.
-    pub(crate) queues: crate::run::dequeue::Dispatch,
+    pub(crate) queues: crate::run::dispatch::Dispatch,
     /// The workflows registered whose instances are not resumed yet, and
     /// whether a task resumes them (see [`Runner::resume_registered`]).
     to_resume: std::sync::Mutex<ToResume>,
@@ -73,7 +73,7 @@ impl Runner {
             retention,
             sweeping: tokio::sync::Mutex::new(()),
             path,
-            queues: crate::run::dequeue::Dispatch::new(queues, core.journal.shared()),
+            queues: crate::run::dispatch::Dispatch::new(queues, core.journal.shared()),
             to_resume: std::sync::Mutex::default(),
             core,
         }

@@ -25,7 +25,9 @@ pub use crate::workflow::context::WorkflowContext;
 pub use crate::workflow::key::{IdempotencyKey, StepContext};
 pub use crate::workflow::service::{Service, ServiceNeed};
 pub use crate::workflow::step::{EncodedInput, StepFuture, StepInputs};
-pub use crate::workflow::step_table::{HistoryRollback, RebuildRollback, StepNames, StoredInputs};
+pub use crate::workflow::step_table::{
+    HistoryRollback, RebuildRollback, StepDefinition, StepNames, StoredInputs,
+};
 pub use crate::workflow::{Workflow, WorkflowFuture};
 
 /// Implemented by the hidden type `#[rollback]` generates beside a handler.
@@ -274,14 +276,6 @@ where
         body,
         rollback,
     )
-}
-
-/// What `#[step]` declares about a step function, carried by the hidden
-/// type of the same name it generates (types and functions live in
-/// different namespaces). A workflow reads it through [`StepProbe`].
-pub trait StepDefinition {
-    /// The step's name and the name it had before, if renamed.
-    const NAMES: StepNames;
 }
 
 /// Whether a type is a step's hidden type, at compile time and for any

@@ -612,7 +612,7 @@ impl StepFailed {
     /// misspelt or removed step is a compile error, where comparing
     /// [`step()`](StepFailed::step) with a string literal silently stops
     /// matching.
-    pub fn is<S: crate::workflow::macro_support::StepDefinition>(&self) -> bool {
+    pub fn is<S: crate::workflow::step_table::StepDefinition>(&self) -> bool {
         let names = S::NAMES;
         self.step == names.name || names.renamed_from == Some(self.step.as_str())
     }

@@ -92,3 +92,11 @@ pub(crate) fn compensations_from_history(
         });
     steps.chain(waits).collect()
 }
+
+/// What `#[step]` declares about a step function, carried by the hidden
+/// type of the same name it generates (types and functions live in
+/// different namespaces). A workflow reads it through `StepProbe`.
+pub trait StepDefinition {
+    /// The step's name and the name it had before, if renamed.
+    const NAMES: StepNames;
+}
