@@ -1,5 +1,5 @@
 //! What the engine does for child workflows, as the workflow code below
-//! it reaches it (`workflow::child::Kin`): start a child, and ask a command
+//! it reaches it (`workflow::kin::Kin`): start a child, and ask a command
 //! of an instance here or of the worker that drives it.
 
 use std::sync::Weak;
@@ -10,8 +10,8 @@ use crate::instance::Instance;
 use crate::journal::command::Command;
 use crate::names::id::InstanceId;
 use crate::run::runner::Runner;
-use crate::workflow::child::Kin;
 use crate::workflow::compensation::BoxFuture;
+use crate::workflow::kin::Kin;
 
 /// The runner as child workflows see it; holds it weakly (the runner's
 /// core holds this).

@@ -50,27 +50,6 @@ use crate::workflow::key::IdempotencyKey;
 use crate::workflow::live::Live;
 use crate::workflow::service::Services;
 
-/// What the engine does for child workflows, for code below it (the
-/// runner implements it; see the module docs).
-pub(crate) trait Kin: Send + Sync {
-    /// Whether workflow `name` is registered here.
-    fn registered(&self, name: &str) -> bool;
-
-    /// Creates child `child` of `parent`, running `workflow` with `input`,
-    /// unless it exists; answers once the creation is durable.
-    fn start_child(
-        &self,
-        parent: &InstanceId,
-        child: &InstanceId,
-        workflow: &str,
-        input: Payload,
-    ) -> BoxFuture<crate::Result<()>>;
-
-    /// Asks `command` of instance `id`, here or of the worker that drives
-    /// it; answers once it was acted on.
-    fn command(&self, id: &InstanceId, command: Command) -> BoxFuture<crate::Result<()>>;
-}
-
 /// How often a parent that waits for a child looks at it again on a store
 /// shared by workers, where the child's end is told through the store and
 /// a worker that dies between the child's end and the telling would leave
@@ -625,21 +604,6 @@ async fn undo_child(
             // come from another process.
             () = tokio::time::sleep(poll), if core.journal.shared() => {}
         }
-    }
-}
-
-/// Keeps the engine's [`Kin`] for the code below it (set once, as the
-/// engine is built).
-#[derive(Default)]
-pub(crate) struct KinCell(std::sync::OnceLock<Arc<dyn Kin>>);
-
-impl KinCell {
-    pub(crate) fn set(&self, kin: Arc<dyn Kin>) {
-        let _ = self.0.set(kin);
-    }
-
-    pub(crate) fn get(&self) -> Option<Arc<dyn Kin>> {
-        self.0.get().cloned()
     }
 }
 

@@ -18,8 +18,8 @@ use crate::journal::Journal;
 use crate::lock::lock;
 use crate::quiet::Quiet;
 use crate::time::clock::Clock;
-use crate::workflow::child::{Kin, KinCell};
 use crate::workflow::in_flight::InFlight;
+use crate::workflow::kin::{Kin, KinCell};
 use crate::workflow::service::Services;
 
 pub(crate) struct Core {

@@ -15,6 +15,7 @@ pub(crate) mod continuation;
 pub(crate) mod engine_core;
 pub(crate) mod in_flight;
 pub(crate) mod key;
+pub(crate) mod kin;
 pub(crate) mod live;
 pub(crate) mod macro_support;
 pub(crate) mod patch;
