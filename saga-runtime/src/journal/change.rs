@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 use super::handover::Continued;
 pub(crate) use super::state::EventId;
 use super::state::SlotKind;
-use super::upgrade::Imported;
+use super::upgrade::legacy::Imported;
 use crate::codec::Payload;
 use crate::error::failure::{Failure, StepError};
 use crate::model::status::Status;

@@ -17,6 +17,7 @@ pub(crate) mod command;
 mod facts;
 mod fold;
 pub(crate) mod handover;
+mod history;
 mod index;
 mod machine;
 mod metered;
@@ -25,9 +26,11 @@ pub(crate) mod queued;
 pub(crate) mod runs;
 mod schedules;
 mod state;
+mod summaries;
 pub(crate) mod tags;
 mod tail;
 pub(crate) mod upgrade;
+mod workers;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -41,14 +44,14 @@ pub(crate) use index::{Indexed, Summary};
 pub(crate) use state::{CompensationState, InstanceState, SlotKind, SlotRecord, SlotState};
 pub(crate) use tail::Tail;
 
-use crate::codec::{Payload, decode_record, encode_record};
+use crate::codec::Payload;
 use crate::error::{Error, Result};
 use crate::lock::lock;
 use crate::model::history::Event;
 use crate::model::status::Status;
 use crate::names::id::InstanceId;
 use crate::seal::Sealer;
-use crate::store::{Flusher, Store, Told};
+use crate::store::{Flusher, Store};
 use crate::time::clock::{Clock, from_millis, to_millis};
 
 pub(crate) struct Journal {
@@ -632,125 +635,6 @@ impl Journal {
         self.flusher.flushes()
     }
 
-    /// Whether the store is shared by workers and this engine writes it:
-    /// other processes post intents here for it to take, and it claims the
-    /// instances of workers that are gone.
-    pub(crate) fn shared(&self) -> bool {
-        self.store.shared()
-    }
-
-    /// A count that moves when another process may have changed `what`
-    /// this engine waits for (see [`Store::changes`]).
-    pub(crate) fn changes(&self, what: Told) -> Option<watch::Receiver<u64>> {
-        self.store.changes(what)
-    }
-
-    /// Whether this engine writes the journal of `id` (on a shared store:
-    /// this worker owns it; else its events and control calls are posted).
-    pub(crate) fn owns(&self, id: &str) -> bool {
-        self.store.owns(id)
-    }
-
-    /// Takes ownership of instances whose worker is gone (see
-    /// [`Store::claim`]); their index entries are brought up to date, as
-    /// on open, since their worker may have died between the two writes.
-    pub(crate) async fn claim(&self, workflows: &[&str], limit: usize) -> Result<Vec<String>> {
-        let claimed = self.store.claim(workflows, limit).await?;
-        crate::metrics::claimed(claimed.len());
-        for id in &claimed {
-            self.refresh_index(id).await;
-        }
-        Ok(claimed)
-    }
-
-    /// Takes the queued instances of `queue` that may run on this worker
-    /// now, of the `workflows` it runs (see [`Store::take_queued`]): each
-    /// is this worker's from then on, its `Dequeued` record written in the
-    /// transaction that took it. Also says when the queue's rate lets the
-    /// next start, if it lets none now.
-    pub(crate) async fn take_queued(
-        &self,
-        queue: &crate::queue::Queue,
-        workflows: &[&str],
-    ) -> Result<crate::store::QueueTaken> {
-        let at = self.now_millis();
-        let record = self.sealer.encode_record(&Entry {
-            at,
-            change: Change::Dequeued,
-        })?;
-        let limits = queue.limits();
-        let take = crate::store::QueueTake {
-            queue: queue.name(),
-            concurrency: limits.concurrency,
-            per_key: limits.per_key,
-            per_worker: limits.per_worker,
-            rate: limits
-                .rate
-                .map(|r| (r.starts, std::time::Duration::from_millis(r.per_ms))),
-            workflows,
-            record: &record,
-            at,
-        };
-        let taken = self.store.take_queued(&take).await?;
-        for id in &taken.ids {
-            // Read again: the store wrote a record this engine did not.
-            self.hold(id).cached().invalidate();
-            self.refresh_index(id).await;
-        }
-        Ok(taken)
-    }
-
-    /// Lets go of `id` if it waits in its queue, on a store shared by
-    /// workers (see [`Store::disown`]): decided under the instance's lock,
-    /// so no write of this worker's follows.
-    pub(crate) async fn disown_if_queued(&self, id: &str) -> Result<()> {
-        if !self.store.shared() || !self.store.owns(id) {
-            return Ok(());
-        }
-        let held = self.hold_loaded(id).await?;
-        let mut cached = held.cached();
-        let waits = cached
-            .loaded
-            .as_ref()
-            .is_some_and(|l| l.state.waits_in_queue());
-        if waits {
-            self.store.disown(id)?;
-            cached.invalidate();
-        }
-        Ok(())
-    }
-
-    /// Posts an intent for `id` (see `intent`); its token.
-    pub(crate) async fn post(&self, id: &str, intent: &[u8]) -> Result<String> {
-        self.store.post(id, intent).await
-    }
-
-    /// The answer to the post with `token`, if there is one yet (see
-    /// [`Store::answer`]).
-    pub(crate) async fn answer(&self, token: &str) -> Result<Option<Option<Vec<u8>>>> {
-        self.store.answer(token).await
-    }
-
-    /// Removes the post with `token`, its answer read.
-    pub(crate) async fn forget_post(&self, token: &str) -> Result<()> {
-        self.store.forget_post(token).await
-    }
-
-    /// Whether the worker that owns `id` holds a live lease.
-    pub(crate) async fn owner_live(&self, id: &str) -> Result<Option<bool>> {
-        self.store.owner_live(id).await
-    }
-
-    /// Posted intents waiting, oldest first.
-    pub(crate) async fn posts(&self, limit: usize) -> Result<Vec<(i64, String, Vec<u8>)>> {
-        self.store.posts(limit).await
-    }
-
-    /// Answers post `n`, acted on.
-    pub(crate) async fn answer_post(&self, n: i64, answer: &[u8]) -> Result<()> {
-        self.store.answer_post(n, answer).await
-    }
-
     /// Whether the store refuses writes (a reader's).
     pub(crate) fn read_only(&self) -> bool {
         self.store.read_only()
@@ -827,76 +711,6 @@ impl Journal {
         self.store.settle().await
     }
 
-    /// The history of `id`'s current run, as users see it.
-    /// Answers once all it shows is durable (see [`Journal::read_durable`]).
-    pub(crate) async fn history(&self, id: &str) -> Result<Vec<Event>> {
-        self.history_of_run(id, None).await
-    }
-
-    /// The history of run `run` of `id` (`None`: its current run), as
-    /// users see it; `Error::InvalidArgument` for a run it does not keep.
-    pub(crate) async fn history_of_run(&self, id: &str, run: Option<u32>) -> Result<Vec<Event>> {
-        Ok(self.records_and_history(id, run).await?.1)
-    }
-
-    /// The records of run `run` of `id` (`None`: its current run) as the
-    /// store holds them, and the history they make (`saga export`: one
-    /// read, so the two agree). Answers once all it read is durable.
-    pub(crate) async fn records_and_history(
-        &self,
-        id: &str,
-        run: Option<u32>,
-    ) -> Result<(Vec<(u64, Vec<u8>)>, Vec<Event>)> {
-        let held = self.hold(id);
-        let records = match run {
-            Some(run) => self.store.journal_range(id, handover::seqs_of(run)).await,
-            None => self.current_run(id).await,
-        };
-        if let (Some(run), Ok(records)) = (run, &records)
-            && records.is_empty()
-            && self.store.last_seq(id).await?.is_some()
-        {
-            return Err(Error::InvalidArgument(format!(
-                "instance {id:?} keeps no run {run}: it has not begun, or retention removed it \
-                 (`inspect().run` is its current run)"
-            )));
-        }
-        // A write that the read saw took its ticket under the instance's
-        // lock: once the lock was free after the read, the latest ticket
-        // covers it.
-        drop(held.cached());
-        let ticket = self.flusher.latest_ticket();
-        drop(held);
-        let records = records?;
-        let history = self.fold_history(id, &records)?;
-        self.flusher.durable(ticket).await?;
-        self.settle_unless_owned(id).await?;
-        Ok((records, history))
-    }
-
-    fn fold_history(&self, id: &str, records: &[(u64, Vec<u8>)]) -> Result<Vec<Event>> {
-        let mut fold = fold::Fold::new(&self.sealer);
-        let mut out = Vec::new();
-        for (seq, bytes) in records {
-            let (record, kinds) = fold.record(id, *seq, bytes)?;
-            // An imported instance keeps the times of its old history.
-            let times: Vec<u64> = match &record.change {
-                Change::Imported(imported) => imported.history.iter().map(|(at, _)| *at).collect(),
-                _ => Vec::new(),
-            };
-            for (i, kind) in kinds.into_iter().enumerate() {
-                out.push(Event {
-                    instance: id.to_owned(),
-                    seq: out.len() as u64,
-                    at: from_millis(times.get(i).copied().unwrap_or(record.at)),
-                    kind,
-                });
-            }
-        }
-        fold.finish(id)?;
-        Ok(out)
-    }
-
     /// Folds the journal of `id` from the store. A journal without its
     /// first record is no instance: a removal (which deletes from record 0
     /// on) cut short.
@@ -940,221 +754,6 @@ impl Journal {
                 self.store.journal_range(id, start..last + 1).await
             }
         }
-    }
-
-    /// Writes the index entry of `id` from `state`, folded from its
-    /// records before `next_seq`.
-    fn put_summary(&self, id: &str, state: &InstanceState, next_seq: u64) -> Result<()> {
-        let indexed = Indexed::of(state, next_seq.saturating_sub(1));
-        self.store.put_index(id, &indexed.row())
-    }
-
-    /// The summaries of every instance, in id order; the state of an
-    /// instance cached here wins over its (possibly lagging) summary.
-    pub(crate) async fn summaries(&self) -> Result<Vec<(String, Result<Summary>)>> {
-        self.summaries_where(None, None).await
-    }
-
-    /// Like [`Journal::summaries`], of the instances that may need a
-    /// driver: the store may leave out the others, and reads no ended
-    /// instance when it keeps an index of the active ones.
-    pub(crate) async fn active_summaries(&self) -> Result<Vec<(String, Result<Summary>)>> {
-        let entries = self.store.active_entries().await?;
-        Ok(self.summaries_of(entries).await)
-    }
-
-    /// Like [`Journal::summaries`], of the instances that may be in
-    /// `status` and run `workflow` (`None`: any): the store may leave out
-    /// the others, and the caller filters what it answers again.
-    pub(crate) async fn summaries_where(
-        &self,
-        status: Option<Status>,
-        workflow: Option<&str>,
-    ) -> Result<Vec<(String, Result<Summary>)>> {
-        let entries = self
-            .store
-            .index_entries_where(status.map(Status::label), workflow)
-            .await?;
-        Ok(self.summaries_of(entries).await)
-    }
-
-    /// The summaries of `entries`; the state of an instance cached here
-    /// wins over its (possibly lagging) summary, and an entry that does not
-    /// read is rebuilt from its journal where it can be.
-    async fn summaries_of(
-        &self,
-        entries: Vec<(String, Vec<u8>)>,
-    ) -> Vec<(String, Result<Summary>)> {
-        let mut out = Vec::with_capacity(entries.len());
-        for (id, bytes) in entries {
-            let entry = lock(&self.cache).get(id.as_str()).cloned();
-            let cached = entry.and_then(|entry| {
-                lock(&entry)
-                    .loaded
-                    .as_ref()
-                    .map(|l| Summary::of(&l.state, l.next_seq.saturating_sub(1)))
-            });
-            let summary = match cached {
-                Some(summary) => Ok(summary),
-                None => decode_record::<Summary>(&bytes).map_err(|detail| Error::Corrupt {
-                    what: format!("index entry of instance {id:?}"),
-                    detail,
-                }),
-            };
-            let summary = match summary {
-                Err(e) => match self.rebuild_unreadable(&id).await {
-                    Some((summary, _)) => Ok(summary),
-                    None => Err(e),
-                },
-                read => read,
-            };
-            out.push((id, summary));
-        }
-        out
-    }
-
-    /// Writes the index entry of `id` from its folded state, for an
-    /// instance this worker just claimed: its entry may lag its journal,
-    /// and a state the records do not say alone (a damaged record parked
-    /// it) shows in `list()` too.
-    pub(crate) async fn refresh_index(&self, id: &str) {
-        let held = match self.hold_loaded(id).await {
-            Ok(held) => held,
-            Err(e) => {
-                tracing::warn!(instance = %id, error = %e, "could not refresh an index entry");
-                return;
-            }
-        };
-        let cached = held.cached();
-        if let Some(loaded) = &cached.loaded
-            && let Err(e) = self.put_summary(id, &loaded.state, loaded.next_seq)
-        {
-            tracing::warn!(instance = %id, error = %e, "could not refresh an index entry");
-        }
-    }
-
-    /// On open (a store of one process): makes the index agree with the
-    /// journals, and gives entries of a release before facts their facts.
-    /// A store that marks the entries that may lag (those a process wrote
-    /// and did not close) has those repaired alone; one that cannot tell
-    /// is repaired whole, its index of active instances rebuilt, and its
-    /// facts backfilled. Returns how many entries were repaired and
-    /// backfilled.
-    pub(crate) async fn repair_on_open(&self) -> Result<(usize, usize)> {
-        let lagging = self.store.lagging().await?;
-        let whole = lagging.is_none();
-        let entries = match lagging {
-            Some(ids) => {
-                let mut entries = Vec::with_capacity(ids.len());
-                for id in ids {
-                    // None: removed whole since it was marked.
-                    if let Some(bytes) = self.store.index(&id).await? {
-                        entries.push((id, bytes));
-                    }
-                }
-                entries
-            }
-            None => self.store.index_entries().await?,
-        };
-        let mut repaired = 0;
-        for (id, bytes) in entries {
-            repaired += usize::from(self.repair_entry(&id, &bytes).await?);
-        }
-        // Entries written since there are marks have their facts.
-        let backfilled = if whole {
-            self.backfill_index().await?
-        } else {
-            0
-        };
-        self.store.flush()?;
-        self.store.repaired()?;
-        Ok((repaired, backfilled))
-    }
-
-    /// Makes the entry of `id` (`bytes`) agree with its journal: an entry
-    /// whose journal lags or leads it is rebuilt from the journal; one
-    /// without a journal (a create or a removal cut short) is removed.
-    /// Whether it did either.
-    async fn repair_entry(&self, id: &str, bytes: &[u8]) -> Result<bool> {
-        let last = self.store.last_seq(id).await?;
-        let summary = decode_record::<Summary>(bytes).ok();
-        match last {
-            None => {
-                self.store.remove(id)?;
-                Ok(true)
-            }
-            Some(last) if summary.as_ref().is_none_or(|s| s.last_seq != last) => {
-                match self.load(id).await {
-                    Ok(Some(loaded)) => self.put_summary(id, &loaded.state, loaded.next_seq)?,
-                    Ok(None) => self.store.remove(id)?,
-                    Err(e) => {
-                        // Kept among the active: resuming it says why it
-                        // does not run.
-                        self.store.set_active(id, true)?;
-                        tracing::warn!(instance = %id, error = %e, "could not rebuild the index entry of a corrupt instance");
-                    }
-                }
-                Ok(true)
-            }
-            Some(_) => {
-                let active = summary.is_none_or(|s| s.status.resumes_on_open());
-                self.store.set_active(id, active)?;
-                Ok(false)
-            }
-        }
-    }
-
-    /// Removes an instance, journal and all, when `f` says so, deciding
-    /// under the instance's write lock (nothing writes in between).
-    pub(crate) async fn remove_if(
-        &self,
-        id: &str,
-        f: impl FnOnce(&InstanceState) -> bool,
-    ) -> Result<bool> {
-        let held = self.hold_loaded(id).await?;
-        let mut cached = held.cached();
-        let remove = cached.loaded.as_ref().is_some_and(|l| f(&l.state));
-        if remove {
-            self.store.remove(id)?;
-            cached.invalidate();
-            cached.keep = false;
-            self.note_settling(id, None);
-        }
-        Ok(remove)
-    }
-
-    /// Upgrades a store of the first release: each instance becomes one
-    /// `Imported` record, then the old trees go.
-    pub(crate) async fn import_legacy(&self, store: &crate::store::SledStore) -> Result<usize> {
-        let instances = store.legacy_instances()?;
-        let mut imported = 0;
-        for legacy in &instances {
-            if self.store.last_seq(&legacy.id).await?.is_some() {
-                continue;
-            }
-            let record = upgrade::import(legacy).map_err(|detail| Error::Corrupt {
-                what: format!("instance {:?} of a format-version-1 store", legacy.id),
-                detail,
-            })?;
-            let entry = Entry {
-                at: record.state.created_at,
-                change: Change::Imported(Box::new(record)),
-            };
-            let mut state = None;
-            machine::apply(&mut state, 0, &entry).map_err(|e| corrupt(&legacy.id, 0, e))?;
-            let Some(state) = state else { continue };
-            let indexed = Indexed::of(&state, 0);
-            self.store
-                .create(&legacy.id, &indexed.row(), &encode_record(&entry))
-                .await?;
-            imported += 1;
-        }
-        if !instances.is_empty() {
-            self.store.flush()?;
-            store.drop_legacy_trees()?;
-            self.store.flush()?;
-        }
-        Ok(imported)
     }
 }
 

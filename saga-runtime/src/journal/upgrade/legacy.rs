@@ -9,13 +9,13 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::state::{
+use crate::codec::{Payload, decode_legacy_record};
+use crate::error::failure::{Failure, StepError};
+use crate::journal::state::{
     CompensationState, InstanceState, PendingEvent as NewPendingEvent,
     RollbackPlan as NewRollbackPlan, SlotKind, SlotRecord as NewSlotRecord,
     SlotState as NewSlotState,
 };
-use crate::codec::{Payload, decode_legacy_record};
-use crate::error::failure::{Failure, StepError};
 use crate::model::history::EventKind;
 use crate::model::status::Status;
 use crate::store::LegacyInstance;
