@@ -33,11 +33,11 @@
 //! SAGA_PG_QUEUE_SEED=7 ...   # another kill plan
 //! ```
 
-#[path = "../../tests/support/child.rs"]
+#[path = "../../saga-runtime/tests/support/child.rs"]
 mod child;
-#[path = "../../tests/support/postgres.rs"]
+#[path = "../../saga-runtime/tests/support/postgres.rs"]
 mod postgres;
-#[path = "../../tests/support/rng.rs"]
+#[path = "../../saga-runtime/tests/support/rng.rs"]
 mod rng;
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -7,7 +7,7 @@
 //! deployed, the instance in flight finishes without the new step and a
 //! new instance runs it.
 
-#[path = "../../tests/support/orders.rs"]
+#[path = "../../saga-runtime/tests/support/orders.rs"]
 mod orders;
 mod support;
 
@@ -404,7 +404,7 @@ async fn export_shows_a_rejected_event() {
     engine.close().await;
 }
 
-#[path = "../../tests/support/postgres.rs"]
+#[path = "../../saga-runtime/tests/support/postgres.rs"]
 mod postgres;
 
 /// On PostgreSQL the check replays the live store while the old release's

@@ -6,7 +6,7 @@
 
 mod support;
 
-#[path = "../../tests/support/postgres.rs"]
+#[path = "../../saga-runtime/tests/support/postgres.rs"]
 mod postgres;
 
 use std::process::Command;

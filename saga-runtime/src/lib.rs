@@ -210,6 +210,3 @@ fn compile_time_assertions() {
     send::<Schedule>();
     send_sync::<Tick>();
 }
-
-#[cfg(test)]
-mod test_list;

@@ -7,6 +7,7 @@
 //!
 //! Each test reopens one store with other keys: a sled directory, or (in
 //! `postgres_semantics`) a PostgreSQL schema of its own.
+#![cfg(feature = "encryption")]
 
 #[path = "support/helpers.rs"]
 mod helpers;

@@ -3,6 +3,7 @@
 //! refused with a typed error naming the host, as libpq's; where it
 //! connects, workflow steps run, and every connection of the engine (the
 //! writer, the readers, the LISTEN connection) is encrypted.
+#![cfg(feature = "postgres")]
 
 #[path = "support/tls_server.rs"]
 mod tls_server;

@@ -24,6 +24,7 @@
 //! cargo test -p saga-runtime --features postgres --test postgres_schedule_workers -- --nocapture
 //! SAGA_PG_SCHEDULE_SEED=7 ...   # another kill plan
 //! ```
+#![cfg(feature = "postgres")]
 
 #[path = "support/child.rs"]
 mod child;

@@ -92,7 +92,7 @@ async fn fixture(ctx: WorkflowContext, shape: Shape) -> Result<u64, WorkflowErro
 }
 
 fn fixture_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/store-v1")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/store-v1")
 }
 
 fn copy_dir(from: &Path, to: &Path) {

@@ -3,6 +3,7 @@
 //! `EXPLAIN`), rows written before migration 6 are backfilled from their
 //! journals when a worker connects, and an index entry that does not read
 //! is reported, not skipped.
+#![cfg(feature = "postgres")]
 
 #[path = "support/helpers.rs"]
 mod helpers;

@@ -15,6 +15,7 @@
 //! the right to restart it (root and `pg_ctlcluster`, as on the test
 //! machines and in CI; elsewhere it says so and does not run, and with
 //! `CI` set that is a failure).
+#![cfg(feature = "postgres")]
 
 #[path = "support/helpers.rs"]
 mod helpers;

@@ -1,6 +1,7 @@
 //! The PostgreSQL store against faults and hostile setups: cancelled
 //! statements, a server that never answers, readers that must not change
 //! the database, schemas that are not saga's to take, and system schemas.
+#![cfg(feature = "postgres")]
 
 #[path = "support/helpers.rs"]
 mod helpers;

@@ -4,6 +4,7 @@
 //! by another; a worker whose lease ran out writes nothing; lost
 //! connections are reconnected without ending an instance; an unreachable
 //! database is a typed error.
+#![cfg(feature = "postgres")]
 
 #[path = "support/child.rs"]
 mod child;

@@ -4,7 +4,7 @@
 //! same as the sled suite's; in this binary `helpers::fresh` gives each
 //! engine a schema of its own on the test database instead of a temporary
 //! sled store (tests that reopen a sled directory still run on sled).
-
+#![cfg(feature = "postgres")]
 // Each file brings the shared helpers as it does in its own binary.
 #![allow(clippy::duplicate_mod)]
 

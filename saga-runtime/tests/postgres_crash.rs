@@ -21,6 +21,7 @@
 //! cargo test -p saga-runtime --features postgres --test postgres_crash
 //! SAGA_PG_CRASH_SEED=7 SAGA_PG_CRASH_KILLS=30 ...   # another plan, more kills
 //! ```
+#![cfg(feature = "postgres")]
 
 #[path = "support/child.rs"]
 mod child;
