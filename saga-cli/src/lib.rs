@@ -519,3 +519,46 @@ mod tests {
         assert_eq!(ExitCode::from(&error), ExitCode::from(2));
     }
 }
+
+/// The README and the guide (`book/src`), compiled as doc tests: every
+/// ```` ```rust ```` block in them builds under `cargo test --workspace`
+/// (`cargo test -p saga-cli --doc`). Here, not in `saga-runtime`, because
+/// the guide's blocks use both crates; the examples crate would check them
+/// against its own `saga.lock`.
+#[cfg(doctest)]
+pub mod guide {
+    #[doc = include_str!("../../README.md")]
+    pub mod readme {}
+    #[doc = include_str!("../../book/src/introduction.md")]
+    pub mod introduction {}
+    #[doc = include_str!("../../book/src/getting-started.md")]
+    pub mod getting_started {}
+    #[doc = include_str!("../../book/src/steps.md")]
+    pub mod steps {}
+    #[doc = include_str!("../../book/src/rollback.md")]
+    pub mod rollback {}
+    #[doc = include_str!("../../book/src/errors.md")]
+    pub mod errors {}
+    #[doc = include_str!("../../book/src/waits-and-children.md")]
+    pub mod waits_and_children {}
+    #[doc = include_str!("../../book/src/changing-workflows.md")]
+    pub mod changing_workflows {}
+    #[doc = include_str!("../../book/src/schedules.md")]
+    pub mod schedules {}
+    #[doc = include_str!("../../book/src/queues.md")]
+    pub mod queues {}
+    #[doc = include_str!("../../book/src/tags-and-search.md")]
+    pub mod tags_and_search {}
+    #[doc = include_str!("../../book/src/storage-sled.md")]
+    pub mod storage_sled {}
+    #[doc = include_str!("../../book/src/postgresql.md")]
+    pub mod postgresql {}
+    #[doc = include_str!("../../book/src/encryption.md")]
+    pub mod encryption {}
+    #[doc = include_str!("../../book/src/operations.md")]
+    pub mod operations {}
+    #[doc = include_str!("../../book/src/testing.md")]
+    pub mod testing {}
+    #[doc = include_str!("../../book/src/compile-time-checks.md")]
+    pub mod compile_time_checks {}
+}
