@@ -222,7 +222,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     println!("\n$ saga show trip-2");
     let mut out = std::io::stdout();
-    saga_cli::run(&engine, ["saga", "show", "trip-2"], &mut out).await?;
+    saga_cli::run(&engine, ["show", "trip-2"], &mut out).await?;
     engine.close().await;
     Ok(())
 }

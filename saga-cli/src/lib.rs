@@ -15,12 +15,14 @@
 //! // engine.register(bank_transfer)?; ...
 //!
 //! // `myapp saga show transfer-43`: hand the words after `saga` over.
-//! let args = std::env::args_os().skip(1); // ["saga", "show", "transfer-43"]
+//! let args = std::env::args_os().skip(2); // ["show", "transfer-43"]
 //! let mut out = std::io::stdout();
 //! if let Err(e) = saga_cli::run(&engine, args, &mut out).await {
 //!     eprintln!("saga: {e}");
 //!     std::process::exit(e.exit_code().into());
 //! }
+//! // Or, from an `async fn main() -> ExitCode`:
+//! // return saga_cli::main(&engine, std::env::args_os().skip(2)).await;
 //! # Ok(())
 //! # }
 //! ```
@@ -177,6 +179,7 @@ mod watch;
 use std::ffi::OsString;
 use std::fmt;
 use std::io::Write;
+use std::process::ExitCode;
 
 use clap::Parser;
 
@@ -186,10 +189,12 @@ pub use self::output::Colors;
 pub use self::serve::{Admin, AdminServer, ServeError, TOKEN_VAR, serve};
 use saga_runtime::{Codec, Engine};
 
-/// Parses `args` (the first one is the program name, as in
-/// `std::env::args_os()`) and runs the command on `engine`, writing to
-/// `out` without colors (unless `--color always`). `--help` writes the
-/// help to `out`.
+/// Parses `args`, the words of a command without a program name
+/// (`["show", "transfer-43"]`, as in `std::env::args_os().skip(n)` past
+/// your own program's words), and runs the command on `engine`, writing
+/// to `out` without colors (unless `--color always`). `--help` writes the
+/// help to `out`. [`main`] does the same on stdout and gives back the
+/// process's [`ExitCode`].
 pub async fn run<I, T>(engine: &Engine, args: I, out: &mut impl Write) -> Result<(), CliError>
 where
     I: IntoIterator<Item = T>,
@@ -214,6 +219,43 @@ where
     parse_and_dispatch(engine, Some(codec), args, out).await
 }
 
+/// Runs the command in `args` (the words after the program name, as for
+/// [`run`]) on `engine`, printing to stdout, and any error as one line on
+/// stderr (`saga: ...`), and returns the process exit code (see
+/// [Exit codes](crate#exit-codes)): what an application's `main` returns
+/// for its `saga` subcommand.
+///
+/// ```no_run
+/// use std::process::ExitCode;
+///
+/// #[tokio::main]
+/// async fn main() -> ExitCode {
+///     let engine = saga_runtime::Engine::open("./saga-data").unwrap();
+///     // engine.register(bank_transfer)?; ...
+///     let mut words = std::env::args_os().skip(1);
+///     if words.next().is_some_and(|w| w == "saga") {
+///         // myapp saga show transfer-43
+///         return saga_cli::main(&engine, words).await;
+///     }
+///     // ... the application itself
+///     ExitCode::SUCCESS
+/// }
+/// ```
+pub async fn main<I, T>(engine: &Engine, args: I) -> ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let mut out = std::io::stdout();
+    match run(engine, args, &mut out).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("saga: {error}");
+            ExitCode::from(&error)
+        }
+    }
+}
+
 async fn parse_and_dispatch<I, T>(
     engine: &Engine,
     codec: Option<&dyn Codec>,
@@ -224,11 +266,30 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
-    let parsed = match Embedded::try_parse_from(args) {
+    let parsed = match parse_embedded(args, out) {
         Ok(parsed) => parsed,
-        Err(error) => return parse_failure(error, out),
+        Err(outcome) => return outcome,
     };
     dispatch(engine, &parsed.args, out, Colors::Off, codec).await
+}
+
+/// Parses the words of a command, without a program name, for [`run`]:
+/// `Err` holds what `run` returns without running anything (`--help`
+/// printed, or a usage error).
+fn parse_embedded<I, T>(args: I, out: &mut impl Write) -> Result<Embedded, Result<(), CliError>>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let mut args = args.into_iter().map(Into::into).peekable();
+    if args.peek().is_some_and(|first: &OsString| first == "saga") {
+        return Err(Err(CliError::usage(
+            "saga_cli::run takes the words after the program name: drop the leading \"saga\" \
+             (run(&engine, [\"show\", \"transfer-43\"], ..))",
+        )));
+    }
+    let argv = std::iter::once(OsString::from("saga")).chain(args);
+    Embedded::try_parse_from(argv).map_err(|error| parse_failure(error, out))
 }
 
 /// Runs a parsed command on `engine`, for an application that puts
@@ -309,7 +370,7 @@ pub fn parse_failure(error: clap::Error, out: &mut impl Write) -> Result<(), Cli
     }
 }
 
-/// The commands alone, for [`run`]: the program name, then a command.
+/// The commands alone, for [`run`]: a fixed program name, then a command.
 #[derive(Parser)]
 #[command(name = "saga", about = "See, control and watch saga instances")]
 pub(crate) struct Embedded {
@@ -363,6 +424,20 @@ impl CliError {
     }
 }
 
+impl From<&CliError> for ExitCode {
+    /// The process exit code of [`CliError::exit_code`].
+    fn from(error: &CliError) -> Self {
+        ExitCode::from(error.exit_code)
+    }
+}
+
+impl From<CliError> for ExitCode {
+    /// The process exit code of [`CliError::exit_code`].
+    fn from(error: CliError) -> Self {
+        ExitCode::from(&error)
+    }
+}
+
 impl fmt::Display for CliError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.message)
@@ -404,14 +479,14 @@ mod tests {
         let engine = Engine::temporary().unwrap();
         let mut out = Vec::new();
         for args in [
-            &["saga", "frobnicate"][..],
-            &["saga", "list", "--status", "sleepy"],
-            &["saga", "show"],
-            &["saga", "send-event", "x", "t", "--json", "{nope"],
-            &["saga", "list", "--limit", "-3"],
-            &["saga", "schedules", "pause"],
-            &["saga", "schedules", "frobnicate", "nightly"],
-            &["saga", "queues", "bank-api"],
+            &["frobnicate"][..],
+            &["list", "--status", "sleepy"],
+            &["show"],
+            &["send-event", "x", "t", "--json", "{nope"],
+            &["list", "--limit", "-3"],
+            &["schedules", "pause"],
+            &["schedules", "frobnicate", "nightly"],
+            &["queues", "bank-api"],
         ] {
             let error = run(&engine, args, &mut out).await.unwrap_err();
             assert_eq!(error.exit_code(), 2, "{args:?}: {error}");
@@ -423,8 +498,67 @@ mod tests {
     async fn help_goes_to_out() {
         let engine = Engine::temporary().unwrap();
         let mut out = Vec::new();
-        run(&engine, ["saga", "--help"], &mut out).await.unwrap();
+        run(&engine, ["--help"], &mut out).await.unwrap();
         let help = String::from_utf8(out).unwrap();
         assert!(help.contains("send-event"), "{help}");
     }
+
+    /// `run` takes the words after the program name: a first word `saga`
+    /// (the old calling convention, which took it for the program name) is
+    /// refused, saying what to do, rather than read as something else.
+    #[tokio::test]
+    async fn a_leading_program_name_is_refused_with_the_fix() {
+        let engine = Engine::temporary().unwrap();
+        let mut out = Vec::new();
+        let error = run(&engine, ["saga", "list"], &mut out).await.unwrap_err();
+        assert_eq!(error.exit_code(), 2, "{error}");
+        assert!(error.to_string().contains("drop the leading"), "{error}");
+        assert!(out.is_empty());
+        // The command alone runs, with no program name before it.
+        run(&engine, ["list"], &mut out).await.unwrap();
+        assert_eq!(ExitCode::from(&error), ExitCode::from(2));
+    }
+}
+
+/// The README and the guide (`book/src`), compiled as doc tests: every
+/// ```` ```rust ```` block in them builds under `cargo test --workspace`
+/// (`cargo test -p saga-cli --doc`). Here, not in `saga-runtime`, because
+/// the guide's blocks use both crates; the examples crate would check them
+/// against its own `saga.lock`.
+#[cfg(doctest)]
+pub mod guide {
+    #[doc = include_str!("../../README.md")]
+    pub mod readme {}
+    #[doc = include_str!("../../book/src/introduction.md")]
+    pub mod introduction {}
+    #[doc = include_str!("../../book/src/getting-started.md")]
+    pub mod getting_started {}
+    #[doc = include_str!("../../book/src/steps.md")]
+    pub mod steps {}
+    #[doc = include_str!("../../book/src/rollback.md")]
+    pub mod rollback {}
+    #[doc = include_str!("../../book/src/errors.md")]
+    pub mod errors {}
+    #[doc = include_str!("../../book/src/waits-and-children.md")]
+    pub mod waits_and_children {}
+    #[doc = include_str!("../../book/src/changing-workflows.md")]
+    pub mod changing_workflows {}
+    #[doc = include_str!("../../book/src/schedules.md")]
+    pub mod schedules {}
+    #[doc = include_str!("../../book/src/queues.md")]
+    pub mod queues {}
+    #[doc = include_str!("../../book/src/tags-and-search.md")]
+    pub mod tags_and_search {}
+    #[doc = include_str!("../../book/src/storage-sled.md")]
+    pub mod storage_sled {}
+    #[doc = include_str!("../../book/src/postgresql.md")]
+    pub mod postgresql {}
+    #[doc = include_str!("../../book/src/encryption.md")]
+    pub mod encryption {}
+    #[doc = include_str!("../../book/src/operations.md")]
+    pub mod operations {}
+    #[doc = include_str!("../../book/src/testing.md")]
+    pub mod testing {}
+    #[doc = include_str!("../../book/src/compile-time-checks.md")]
+    pub mod compile_time_checks {}
 }

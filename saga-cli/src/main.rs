@@ -96,7 +96,7 @@ fn run(args: SagaArgs, out: &mut std::io::Stdout) -> Result<(), CliError> {
     let backend = Backend::choose(args.db, args.database_url, args.schema);
     if args.commands.is_watch() && !backend.watches_from_another_process() {
         return Err(CliError::usage(format!(
-            "watch needs the process that holds the store ({}): run saga_cli::run(&engine, [\"saga\", \"watch\"], ..) inside the application",
+            "watch needs the process that holds the store ({}): run saga_cli::run(&engine, [\"watch\"], ..) inside the application",
             backend
         )));
     }

@@ -11,8 +11,7 @@ use support::{Order, fulfil};
 
 async fn saga(engine: &Engine, args: &[&str]) -> String {
     let mut out = Vec::new();
-    let argv = std::iter::once("saga").chain(args.iter().copied());
-    saga_cli::run(engine, argv, &mut out)
+    saga_cli::run(engine, args, &mut out)
         .await
         .unwrap_or_else(|e| panic!("saga {args:?}: {e}"));
     String::from_utf8(out).unwrap()

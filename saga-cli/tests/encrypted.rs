@@ -129,7 +129,7 @@ fn an_embedding_application_gives_its_codec() {
             let engine = engine.clone();
             async move {
                 let mut out = Vec::new();
-                let args = ["saga", "show", "p-1"];
+                let args = ["show", "p-1"];
                 match codec {
                     Some(codec) => saga_cli::run_with_codec(&engine, &codec, args, &mut out).await,
                     None => saga_cli::run(&engine, args, &mut out).await,

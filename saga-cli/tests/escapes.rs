@@ -148,7 +148,7 @@ async fn watch_escapes_what_a_step_stored() {
     let out = Shared::default();
     let watcher = {
         let (engine, mut out) = (engine.clone(), out.clone());
-        tokio::spawn(async move { saga_cli::run(&engine, ["saga", "watch"], &mut out).await })
+        tokio::spawn(async move { saga_cli::run(&engine, ["watch"], &mut out).await })
     };
     // Subscribed once it says so.
     out.until(|text| text.starts_with("watching")).await;

@@ -99,13 +99,7 @@ async fn declared_limits_shown(store: &std::path::Path) {
         let engine = engine.clone();
         async move {
             let mut out = Vec::new();
-            saga_cli::run(
-                &engine,
-                std::iter::once("saga").chain(args.iter().copied()),
-                &mut out,
-            )
-            .await
-            .unwrap();
+            saga_cli::run(&engine, args, &mut out).await.unwrap();
             String::from_utf8(out).unwrap()
         }
     };
@@ -135,7 +129,7 @@ async fn declared_limits_shown(store: &std::path::Path) {
     let mut out = Vec::new();
     let refused = saga_cli::run(
         &engine,
-        ["saga", "queues", "set", "bank-api", "--concurrency", "3"],
+        ["queues", "set", "bank-api", "--concurrency", "3"],
         &mut out,
     )
     .await

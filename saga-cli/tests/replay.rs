@@ -26,8 +26,7 @@ use support::{TempDir, fails, ok, wait_until, waiting_store};
 /// code (0 for success) and what it printed.
 async fn embedded(engine: &Engine, args: &[&str]) -> (u8, String) {
     let mut out = Vec::new();
-    let argv = std::iter::once("saga").chain(args.iter().copied());
-    let code = match saga_cli::run(engine, argv, &mut out).await {
+    let code = match saga_cli::run(engine, args, &mut out).await {
         Ok(()) => 0,
         Err(e) => {
             assert!(!e.to_string().contains('\n'), "{e}");

@@ -9,52 +9,61 @@
 //!
 //! ```
 //! use saga_runtime::prelude::*;
+//! use saga_runtime::TestClock;
+//!
+//! #[step(name = "charge-card", rollback = refund, retries = 3)]
+//! async fn charge_card(key: IdempotencyKey, cents: u64) -> Result<String, StepError> {
+//!     // payments.charge(cents, key.as_str()).await.map_err(StepError::retryable)
+//!     Ok(format!("charged {cents} with key {key}"))
+//! }
+//!
+//! #[rollback]
+//! async fn refund(ctx: RollbackContext<'_, String>, cents: u64) -> Result<(), StepError> {
+//!     // payments.refund(cents, ctx.key().as_str()).await.map_err(StepError::retryable)
+//!     # let _ = ctx.key();
+//!     Ok(())
+//! }
+//!
+//! #[workflow(name = "checkout")]
+//! async fn checkout(ctx: WorkflowContext, cents: u64) -> Result<String, WorkflowError> {
+//!     let receipt = charge_card(&ctx, cents).await?;
+//!     ctx.sleep("cool-off", "1 hour").await?; // durable: survives restarts
+//!     Ok(receipt)
+//! }
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), saga_runtime::Error> {
-//! let charge = workflow_fn("charge", |ctx: WorkflowContext, cents: u64| async move {
-//!     let receipt: String = ctx
-//!         .step("charge-card", StepConfig::default().retries(3), move |key| async move {
-//!             // payments.charge(cents, key.as_str()).await.map_err(StepError::retryable)
-//!             Ok(format!("charged {cents} with key {key}"))
-//!         })
-//!         .await?;
-//!     Ok::<_, WorkflowError>(receipt)
-//! });
-//!
-//! let engine = Engine::temporary()?; // Engine::open("./saga-data") for a durable store
-//! let run = engine.start(charge, "order-7", 1250).await?;
+//! let engine = Engine::builder()
+//!     .clock(TestClock::auto_advancing()) // the hour passes at once
+//!     .temporary()?;                      // Engine::open("./saga-data") for a durable store
+//! let run = engine.start(checkout, "order-7", 1250).await?;
 //! assert_eq!(run.result().await?, "charged 1250 with key order-7:charge-card");
 //! # Ok(())
 //! # }
 //! ```
-
 //!
-//! # Tracing
+//! # Where to read on
 //!
-//! The engine reports through [`tracing`](https://docs.rs/tracing), so an
-//! existing subscriber (`tracing_subscriber::fmt`, OpenTelemetry) sees
-//! every instance without extra code. Spans, all at `INFO`:
-//!
-//! | span              | around                                     | fields |
-//! |-------------------|--------------------------------------------|--------|
-//! | `saga.workflow`   | one run of an instance by this process (replay included) | `instance`, `workflow`, `generation` |
-//! | `saga.step`       | one attempt of a step                       | `instance`, `workflow`, `step`, `occurrence`, `attempt` |
-//! | `saga.rollback`   | one attempt of a compensation               | `instance`, `workflow`, `step`, `occurrence`, `attempt` |
-//! | `saga.sleep`      | a durable sleep                             | `instance`, `workflow`, `name`, `occurrence` |
-//! | `saga.wait`       | a wait for an event                         | `instance`, `workflow`, `name`, `occurrence`, `event_type` |
-//!
-//! Step and sleep and wait spans nest under their `saga.workflow` span.
-//! Events at `INFO`: `workflow started`/`resumed`/`completed`/`paused`,
-//! `step completed` (`step`, `occurrence`, `attempts`), `event received`,
-//! `rollback started` (`cause`), `compensation started`/`completed`,
-//! `rollback completed`. At `WARN`: `step attempt failed; retrying`
-//! (`attempt`, `error`, `delay`), `step failed` (`attempts`, `error`),
-//! `compensation attempt failed; retrying`, `compensation failed`,
-//! `rollback failed`, `event wait timed out`, `workflow failed` (`error`).
-//! `DEBUG` adds sleeps and waits starting and ending. So
-//! `RUST_LOG=saga_runtime=info` with a default `fmt` subscriber prints the
-//! story of each instance.
+//! - **The guide**, `book/` in the repository
+//!   ([book/src/SUMMARY.md](https://github.com/saga-rs/saga/blob/main/book/src/SUMMARY.md)):
+//!   steps, keys and determinism, rollback, errors, waits and children,
+//!   changing workflows in flight, schedules, queues, search, sled,
+//!   PostgreSQL, encryption, operations, testing, and every compile-time
+//!   check. Its
+//!   [Operations chapter](https://github.com/saga-rs/saga/blob/main/book/src/operations.md#tracing)
+//!   lists the `tracing` spans and events the engine emits.
+//! - **Here**: [`Engine`] and [`EngineBuilder`] (open a store, register
+//!   workflows, start and find instances), [`WorkflowContext`] (what a
+//!   workflow calls), the attribute macros [`workflow`], [`step`] and
+//!   [`rollback`] (every attribute key is documented on its macro),
+//!   [`Instance`] (control one instance), [`Queue`], [`Schedule`], and
+//!   [`testing`]. `use saga_runtime::prelude::*;` brings what a workflow
+//!   file needs.
+//! - **Features**: `macros` (default), `postgres` (`EngineBuilder::connect`),
+//!   `encryption` (`Keyring`), `anyhow`. On docs.rs each feature-gated item
+//!   says which it needs.
+//! - **The `saga` command** to see and control instances: the `saga-cli`
+//!   crate.
 
 // On docs.rs, each feature-gated item says which feature it needs.
 #![cfg_attr(docsrs, feature(doc_cfg))]
