@@ -101,6 +101,36 @@ pub(crate) struct InstanceState {
     /// encoded.
     #[serde(skip)]
     pub(crate) handed_over: Option<Box<super::runs::Continued>>,
+    /// The latest value of each name the workflow published
+    /// (`ctx.publish`), this run. Never encoded.
+    #[serde(skip)]
+    pub(crate) published: BTreeMap<String, PublishedValue>,
+}
+
+/// The latest value of a published name, and how many times this
+/// generation published the name (a replay that publishes it again as
+/// often writes nothing).
+#[derive(Clone, Debug)]
+pub(crate) struct PublishedValue {
+    pub(crate) value: Payload,
+    /// The seq of its record: higher for each newer value, across runs.
+    pub(crate) seq: u64,
+    pub(crate) at: u64,
+    /// The generation that published it, and how often it published the
+    /// name.
+    pub(crate) generation: u32,
+    pub(crate) count: u32,
+}
+
+impl PublishedValue {
+    /// How many times generation `generation` published the name.
+    pub(crate) fn published_in(&self, generation: u32) -> u32 {
+        if self.generation == generation {
+            self.count
+        } else {
+            0
+        }
+    }
 }
 
 /// An event a wait set aside: its payload does not decode as the wait's
@@ -147,6 +177,7 @@ impl InstanceState {
             run: 0,
             run_began_at: at,
             handed_over: None,
+            published: BTreeMap::new(),
         }
     }
 
@@ -737,6 +768,21 @@ fn apply_to(
         Change::Patched { name } => {
             s.patches.insert(name.clone());
             EventKind::Patched { name: name.clone() }
+        }
+        Change::Published { name, value } => {
+            let count = s
+                .published
+                .get(name)
+                .map_or(0, |p| p.published_in(s.generation));
+            let latest = PublishedValue {
+                value: value.clone(),
+                seq,
+                at,
+                generation: s.generation,
+                count: count + 1,
+            };
+            s.published.insert(name.clone(), latest);
+            EventKind::Published { name: name.clone() }
         }
         Change::WaitTimedOut { slot } => {
             let record = s.slot(*slot)?;

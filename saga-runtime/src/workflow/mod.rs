@@ -18,6 +18,7 @@ pub(crate) mod key;
 pub(crate) mod live;
 pub(crate) mod macro_support;
 pub(crate) mod patch;
+pub(crate) mod publishing;
 pub(crate) mod retry;
 pub(crate) mod service;
 pub(crate) mod step;
