@@ -8,7 +8,7 @@ struct Progress {
     total: u32,
 }
 
-#[step(name = "progress")]
+#[step(name = "progress", read_only)]
 async fn import_row(row: u32) -> Result<u32, StepError> {
     Ok(row)
 }
