@@ -226,7 +226,10 @@ async fn a_wait_dropped_at_any_await_leaves_nothing_behind() {
     for polls in 1..8 {
         let wait =
             run.wait_for_published::<u32>("count", Some(first.version), Duration::from_secs(10));
-        assert!(drop_after(wait, polls).await.is_none(), "after {polls} polls");
+        assert!(
+            drop_after(wait, polls).await.is_none(),
+            "after {polls} polls"
+        );
         // Its deadline went with it.
         assert_eq!(clock.event_waits(), 0, "after {polls} polls");
     }
@@ -299,19 +302,9 @@ async fn a_bad_name_or_a_value_too_large_is_a_typed_error() {
             .map_err(|e| e.to_string());
         Ok::<_, WorkflowError>((bad_name, too_large))
     });
-    let engine = helpers::fresh(
-        Engine::builder()
-            .max_payload_bytes(1024)
-            .register(checks.clone()),
-    )
-    .await;
+    let engine = helpers::fresh(Engine::builder().max_payload_bytes(1024).register(checks)).await;
     let run = engine.start(checks, "checks-1", ()).await.unwrap();
-    let (bad_name, too_large) = within(
-        "the result",
-        run.result(),
-    )
-    .await
-    .unwrap();
+    let (bad_name, too_large) = within("the result", run.result()).await.unwrap();
     assert!(
         bad_name
             .unwrap_err()
@@ -319,5 +312,31 @@ async fn a_bad_name_or_a_value_too_large_is_a_typed_error() {
     );
     assert!(too_large.unwrap_err().contains("blob"));
     assert_eq!(run.published::<String>("blob").await.unwrap(), None);
+    engine.close().await;
+}
+
+/// The replay check before a deploy runs the workflow against a history
+/// that holds published values: a publish is no call it must meet, and
+/// the replay records nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_replay_check_passes_a_history_with_published_values() {
+    use saga_runtime::testing::{History, Replayed, replay};
+    let engine = helpers::fresh(Engine::builder().register(import)).await;
+    let run = engine.start(import, "import-5", 2).await.unwrap();
+    until_status(&run, Status::Waiting).await;
+    let history = History::export(&engine, "import-5").await.unwrap();
+    assert_eq!(
+        replay(import, &history).await.unwrap(),
+        Replayed::ReachedEnd
+    );
+
+    engine.send_event("import-5", "go-on", &()).await.unwrap();
+    assert_eq!(within("the result", run.result()).await.unwrap(), 2);
+    let history = History::export(&engine, "import-5").await.unwrap();
+    assert_eq!(replay(import, &history).await.unwrap(), Replayed::Returned);
+    assert_eq!(
+        published_names(&run).await,
+        ["stage", "progress", "progress", "stage"]
+    );
     engine.close().await;
 }

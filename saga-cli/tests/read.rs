@@ -497,5 +497,9 @@ fn show_lists_the_latest_value_of_each_published_name() {
     assert_eq!(published[1]["value"]["value"], "imported");
     assert!(published[1]["version"].as_u64() > published[0]["version"].as_u64());
     let history = ok(store.path(), &["history", "import-9"]);
-    assert_eq!(history.matches("published a new value").count(), 4, "{history}");
+    assert_eq!(
+        history.matches("published a new value").count(),
+        4,
+        "{history}"
+    );
 }
