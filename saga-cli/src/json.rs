@@ -124,6 +124,12 @@ pub(crate) fn instance(i: &Inspection, info: &InstanceInfo) -> Value {
                 "error": e.error,
                 "rejected_at": rfc3339(e.rejected_at),
             })).collect::<Vec<_>>(),
+            "published": i.published.iter().map(|p| json!({
+                "name": p.name,
+                "value": payload(Some(&p.value)),
+                "version": p.version,
+                "published_at": rfc3339(p.published_at),
+            })).collect::<Vec<_>>(),
             "tags": info.tags,
             "parent": info.parent,
             "failed_compensation": info.failed_compensation,

@@ -98,6 +98,17 @@ fn timeline(
     if !i.compensations.is_empty() {
         text.push_str(&rollback(i, undone, style));
     }
+    if !i.published.is_empty() {
+        text.push_str(&format!("\n{}\n", style.paint(Paint::Bold, "Published")));
+        for published in &i.published {
+            text.push_str(&format!(
+                "  {} {}  {}\n",
+                escape(&format!("{:?}", published.name)),
+                time(published.published_at),
+                payload(&published.value)
+            ));
+        }
+    }
     if !i.pending_events.is_empty() {
         text.push_str(&format!(
             "\n{}\n",

@@ -78,6 +78,7 @@ async fn booking(ctx: WorkflowContext, card: String) -> Result<String, BookingEr
 #[workflow(name = "approval")]
 async fn approval(ctx: WorkflowContext, (): ()) -> Result<bool, WorkflowError> {
     reserve_seat(&ctx).await?;
+    ctx.publish("stage", "awaiting approval")?;
     Ok(ctx
         .wait_for_event("wait-approval", "approved", "1 day")
         .await?)
@@ -219,6 +220,9 @@ async fn the_dashboard_shows_instances_and_controls_them_in_a_browser() {
         browser.find("[data-status='waiting']");
         let rejected = browser.text(&browser.find("#rejected"));
         assert!(rejected.contains("approved") && rejected.contains("invalid type"), "{rejected}");
+        // What it published, the latest value of each name.
+        let published = browser.text(&browser.find("#published [data-published='stage']"));
+        assert!(published.contains("awaiting approval"), "{published}");
         // Typed again, the token redraws the page: the button is found
         // anew if it was replaced.
         type_token(&browser);

@@ -461,3 +461,45 @@ fn show_lists_an_event_the_wait_set_aside() {
     let history = ok(store.path(), &["history", "order-7"]);
     assert!(history.contains("rejected event \"payment\""), "{history}");
 }
+
+#[test]
+fn show_lists_the_latest_value_of_each_published_name() {
+    let store = support::TempDir::new("published");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        use saga_runtime::prelude::*;
+        let import = workflow_fn("import", |ctx: WorkflowContext, rows: u32| async move {
+            for done in 1..=rows {
+                ctx.publish("progress", &done)?;
+            }
+            ctx.publish("stage", "imported")?;
+            Ok::<_, WorkflowError>(rows)
+        });
+        let engine = Engine::builder().open(store.path()).unwrap();
+        let run = engine.start(import, "import-9", 3).await.unwrap();
+        assert_eq!(run.result().await.unwrap(), 3);
+        drop(run);
+        engine.close().await;
+    });
+    let shown = ok(store.path(), &["show", "import-9"]);
+    assert!(shown.contains("Published"), "{shown}");
+    let progress = shown
+        .lines()
+        .find(|line| line.contains(r#""progress""#))
+        .expect("a line for progress");
+    assert!(progress.contains("  3  (1 B)"), "{shown}");
+    assert!(shown.contains(r#""imported""#), "{shown}");
+    let shown = json(store.path(), &["show", "import-9"]);
+    let published = &shown["instance"]["published"];
+    assert_eq!(published[0]["name"], "progress");
+    assert_eq!(published[0]["value"]["value"], 3);
+    assert_eq!(published[1]["name"], "stage");
+    assert_eq!(published[1]["value"]["value"], "imported");
+    assert!(published[1]["version"].as_u64() > published[0]["version"].as_u64());
+    let history = ok(store.path(), &["history", "import-9"]);
+    assert_eq!(
+        history.matches("published a new value").count(),
+        4,
+        "{history}"
+    );
+}

@@ -63,6 +63,13 @@ const PATCHED: &str = "patched";
 /// What the literal of `ctx.patched("name")` names.
 const PATCH_NAME: name::Kind = "patch name";
 
+/// `ctx.publish("name", &value)`: not a durable call (it takes no slot),
+/// but readers outside find the value by its name.
+const PUBLISH: &str = "publish";
+
+/// What the literal of `ctx.publish("name", ..)` names.
+const PUBLISHED_NAME: name::Kind = "published name";
+
 /// A name literal given to `ctx.step`, `ctx.sleep`, `ctx.wait_for_event`,
 /// `ctx.child`.
 pub(crate) struct LiteralName {
@@ -246,11 +253,28 @@ impl<'e> WorkflowChecker<'e> {
 
     /// Whether `call` is `ctx.patched(..)`.
     fn is_patched_call(&self, call: &ExprMethodCall) -> bool {
-        call.method == PATCHED
+        self.is_call_on_ctx(call, PATCHED)
+    }
+
+    /// Whether `call` is `ctx.<method>(..)`.
+    fn is_call_on_ctx(&self, call: &ExprMethodCall, method: &str) -> bool {
+        call.method == method
             && self
                 .ctx
                 .as_ref()
                 .is_some_and(|ctx| is_var(&call.receiver, ctx))
+    }
+
+    /// `ctx.publish("name", &value)`: the name is a literal spelled as
+    /// step names are (readers outside ask for it by that name). It is
+    /// not a call site's name: a step may share it.
+    fn check_publish(&mut self, call: &mut ExprMethodCall) {
+        if let Some(arg) = call.args.first_mut() {
+            self.checked_literal(arg, PUBLISHED_NAME);
+        }
+        for arg in call.args.iter_mut() {
+            self.visit_expr_mut(arg);
+        }
     }
 
     /// `ctx.patched("name")`: the name is a literal spelled as step names
@@ -547,6 +571,10 @@ impl VisitMut for WorkflowChecker<'_> {
         }
         if self.is_patched_call(call) {
             self.check_patch(call);
+            return;
+        }
+        if self.is_call_on_ctx(call, PUBLISH) {
+            self.check_publish(call);
             return;
         }
         match self.context_call(call) {

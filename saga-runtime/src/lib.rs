@@ -111,6 +111,7 @@ pub use crate::error::failure::{
 };
 pub use crate::error::{Error, Result};
 pub use crate::instance::filter::{Cursor, ListFilter, MAX_PAGE, Page};
+pub use crate::instance::published::Published;
 pub use crate::instance::send::{EventSender, Sent};
 pub use crate::instance::{Instance, InstanceInfo, Owner, Run};
 pub use crate::journal::tags::{MAX_TAG_VALUE_BYTES, MAX_TAGS};
@@ -148,8 +149,8 @@ pub use saga_macros::{rollback, step, workflow};
 pub mod inspect {
     pub use crate::instance::inspect::{
         CompensationOutcome, InspectedChild, InspectedCompensation, InspectedSleep, InspectedSlot,
-        InspectedStep, InspectedWait, Inspection, PayloadView, PendingEvent, REDACTED,
-        RejectedEvent, StepState, WaitState,
+        InspectedStep, InspectedWait, Inspection, PayloadView, PendingEvent, PublishedValue,
+        REDACTED, RejectedEvent, StepState, WaitState,
     };
 }
 

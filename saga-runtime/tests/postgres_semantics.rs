@@ -1,5 +1,5 @@
 //! The core semantics suite again, on PostgreSQL: steps, retries,
-//! rollback order, child workflows, waits and timers, control, `Engine::idle`, retention, limits, patches, typed failures, the replay check, continue-as-new, queues, tags and search, schedules (the cost
+//! rollback order, child workflows, waits and timers, control, `Engine::idle`, retention, limits, patches, published state, typed failures, the replay check, continue-as-new, queues, tags and search, schedules (the cost
 //! of the 2,000th event included). The files are the
 //! same as the sled suite's; in this binary `helpers::fresh` gives each
 //! engine a schema of its own on the test database instead of a temporary
@@ -25,6 +25,8 @@ mod idle;
 mod limits;
 #[path = "patches.rs"]
 mod patches;
+#[path = "published.rs"]
+mod published;
 #[path = "queue_control.rs"]
 mod queue_control;
 #[path = "queues.rs"]

@@ -328,6 +328,10 @@ async function showInstance(id) {
   const pending = shown.pending_events.length
     ? el("div", { class: "card" }, shown.pending_events.map(e => el("div", {}, el("span", { class: "mono" }, e.event_type), " sent ", when(e.sent_at), payload(e.payload))))
     : null;
+  const published = (shown.published || []).length
+    ? el("div", { class: "card", id: "published" }, shown.published.map(p => el("div", { "data-published": p.name },
+      el("span", { class: "mono" }, p.name), " ", when(p.published_at), payload(p.value))))
+    : null;
   const rejected = (shown.rejected_events || []).length
     ? el("div", { class: "card", id: "rejected" }, shown.rejected_events.map(e => el("div", { class: "rejected" },
       el("span", { class: "mono" }, e.event_type), " set aside by wait ", el("span", { class: "mono" }, e.wait), " ", when(e.rejected_at),
@@ -346,6 +350,7 @@ async function showInstance(id) {
     el("h2", {}, "Timeline"), shown.slots.length ? timeline(shown) : el("div", { class: "empty" }, "No calls yet."),
     el("h2", {}, "Calls"), el("div", { class: "card" }, steps),
     el("h2", {}, "Rollback, in the order it ran"), el("div", { class: "card" }, rollback),
+    published ? [el("h2", {}, "Published"), published] : null,
     pending ? [el("h2", {}, "Events not taken yet"), pending] : null,
     rejected ? [el("h2", {}, "Events set aside (they do not decode)"), rejected] : null,
     el("h2", {}, "Outcome"), outcome,

@@ -11,6 +11,7 @@ pub(crate) mod inbox;
 pub(crate) mod inspect;
 pub(crate) mod kin;
 pub(crate) mod post;
+pub(crate) mod published;
 pub(crate) mod send;
 
 use std::collections::BTreeMap;
@@ -490,6 +491,21 @@ impl<O> Run<O> {
     /// See [`Instance::inspect`].
     pub async fn inspect(&self) -> Result<crate::instance::inspect::Inspection> {
         self.instance.inspect().await
+    }
+
+    /// See [`Instance::published`].
+    pub async fn published<T: DeserializeOwned>(&self, name: &str) -> Result<Option<T>> {
+        self.instance.published(name).await
+    }
+
+    /// See [`Instance::wait_for_published`].
+    pub async fn wait_for_published<T: DeserializeOwned>(
+        &self,
+        name: &str,
+        after: Option<u64>,
+        timeout: std::time::Duration,
+    ) -> Result<Option<crate::Published<T>>> {
+        self.instance.wait_for_published(name, after, timeout).await
     }
 
     /// See [`Instance::pause`].

@@ -74,6 +74,7 @@ impl Change {
                 | Change::Requeued
                 | Change::StepFailureValue { .. }
                 | Change::ContinuedAsNew(_)
+                | Change::Published { .. }
         )
     }
 }
@@ -134,6 +135,7 @@ impl CarriesPayloads for Entry {
             Change::SlotReleased | Change::Requeued => Vec::new(),
             // The next run's input, and the events it carries over.
             Change::ContinuedAsNew(continued) => continued.payloads_mut(),
+            Change::Published { value, .. } => vec![value],
         }
     }
 }
@@ -371,6 +373,15 @@ pub(crate) enum Change {
     /// the same content: the last record of the run that ends (the
     /// hand-over), then the first of the next run, at `handover::start(run)`.
     ContinuedAsNew(Box<Continued>),
+    /// `ctx.publish(name, value)`: the latest value of `name` is `value`
+    /// for readers outside (`Instance::published`). Takes no slot: the
+    /// state counts a generation's publishes of each name, so a replay
+    /// that publishes again a value this generation recorded writes
+    /// nothing (see `workflow::publishing`).
+    Published {
+        name: String,
+        value: Payload,
+    },
 }
 
 /// How an instance ended.
@@ -404,7 +415,7 @@ mod tests {
     /// variant appended without counting it fails here.
     #[test]
     fn the_last_kind_of_record_is_counted() {
-        let last = bytes(Change::ContinuedAsNew(Box::new(continued())));
+        let last = bytes(published());
         // The version, `at` (1000 as a varint: 251, 232, 3), then the kind.
         assert_eq!(u32::from(last[4]), Change::KINDS - 1);
         assert!(!crate::codec::from_newer_release(&last, 1, Change::KINDS));
@@ -420,6 +431,21 @@ mod tests {
     fn the_release_before_takes_a_hand_over_for_a_newer_releases_record() {
         let hand_over = bytes(Change::ContinuedAsNew(Box::new(continued())));
         assert!(crate::codec::from_newer_release(&hand_over, 1, 38));
+    }
+
+    /// The release before knew 42 kinds: a published value is a newer
+    /// release's record to it, so it leaves the instance alone.
+    #[test]
+    fn the_release_before_takes_a_published_value_for_a_newer_releases_record() {
+        assert!(crate::codec::from_newer_release(&bytes(published()), 1, 42));
+    }
+
+    /// A published value, `"p"` = `7`.
+    fn published() -> Change {
+        Change::Published {
+            name: "p".into(),
+            value: Payload::Json(b"7".to_vec()),
+        }
     }
 
     /// A store shared by workers reads from a record's header alone how
@@ -480,6 +506,11 @@ mod tests {
                 change: Change::ContinuedAsNew(Box::new(continued())),
             });
             assert_eq!(kinds_needed(&continued), 42, "at {at}");
+            let published = encode_record(&Entry {
+                at,
+                change: published(),
+            });
+            assert_eq!(kinds_needed(&published), 43, "at {at}");
             let started = encode_record(&Entry {
                 at,
                 change: Change::DriverStarted,
@@ -607,6 +638,10 @@ mod tests {
                 1, b'q', 0, 2, 3, 1, 1, 1, b'e', 1, 1, b'8', 5, 1, 1, b'i', 1, b'e', 1, 1, b'8'
             ]
         );
+        assert_eq!(
+            bytes(published()),
+            [2, 251, 232, 3, 42, 1, b'p', 1, 1, b'7']
+        );
     }
 
     /// A hand-over from run 0, with one of everything it carries.
@@ -678,6 +713,7 @@ mod tests {
                 value: Payload::Json(b"1".to_vec()),
             },
             Change::ContinuedAsNew(Box::new(continued())),
+            published(),
         ];
         for change in new_kinds {
             assert!(change.reindexes(), "{change:?}");

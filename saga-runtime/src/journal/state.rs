@@ -104,6 +104,36 @@ pub(crate) struct InstanceState {
     /// encoded.
     #[serde(skip)]
     pub(crate) handed_over: Option<Box<Continued>>,
+    /// The latest value of each name the workflow published
+    /// (`ctx.publish`), this run. Never encoded.
+    #[serde(skip)]
+    pub(crate) published: BTreeMap<String, PublishedValue>,
+}
+
+/// The latest value of a published name, and how many times this
+/// generation published the name (a replay that publishes it again as
+/// often writes nothing).
+#[derive(Clone, Debug)]
+pub(crate) struct PublishedValue {
+    pub(crate) value: Payload,
+    /// The seq of its record: higher for each newer value, across runs.
+    pub(crate) seq: u64,
+    pub(crate) at: u64,
+    /// The generation that published it, and how often it published the
+    /// name.
+    pub(crate) generation: u32,
+    pub(crate) count: u32,
+}
+
+impl PublishedValue {
+    /// How many times generation `generation` published the name.
+    pub(crate) fn published_in(&self, generation: u32) -> u32 {
+        if self.generation == generation {
+            self.count
+        } else {
+            0
+        }
+    }
 }
 
 /// An event a wait set aside: its payload does not decode as the wait's
@@ -150,6 +180,7 @@ impl InstanceState {
             run: 0,
             run_began_at: at,
             handed_over: None,
+            published: BTreeMap::new(),
         }
     }
 

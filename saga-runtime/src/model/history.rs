@@ -243,6 +243,13 @@ pub enum EventKind {
         /// The run that begins (1 for the first continuation).
         run: u32,
     },
+    /// The workflow published a new value of `name` (`ctx.publish`);
+    /// [`Instance::published`](crate::Instance::published) reads the
+    /// latest.
+    Published {
+        /// The published name.
+        name: String,
+    },
 }
 
 impl EventKind {
@@ -407,6 +414,7 @@ impl fmt::Display for EventKind {
                 "wait {name:?} rejected event {event_type:?}, which does not decode: {error}"
             ),
             EventKind::Patched { name } => write!(f, "patch {name:?} taken"),
+            EventKind::Published { name } => write!(f, "published a new value of {name:?}"),
             EventKind::Dequeued { queue } => write!(f, "took a slot of queue {queue:?}"),
             EventKind::SlotReleased { queue } => {
                 write!(f, "gave its slot of queue {queue:?} back while it waits")

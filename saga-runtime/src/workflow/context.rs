@@ -88,6 +88,9 @@ struct Replay {
     by_name: bool,
     /// The patches history says `ctx.patched` answered true for.
     patches: std::collections::BTreeSet<String>,
+    /// How many times this run of the workflow function published each
+    /// name (`ctx.publish`).
+    published: HashMap<String, u32>,
 }
 
 /// A slot handed to a durable call.
@@ -216,6 +219,7 @@ impl Ctx {
                 by_name: mode == Mode::Rebuild
                     && state.rollback.as_ref().is_some_and(|plan| plan.by_name),
                 patches: state.patches.clone(),
+                published: HashMap::new(),
             }),
             continued: Mutex::new(None),
             continue_asked: tokio::sync::Notify::new(),
@@ -348,6 +352,15 @@ impl Ctx {
             self.scope.store_failed(e);
         }
         true
+    }
+
+    /// Counts a `ctx.publish` of `name`: how many this run of the
+    /// workflow function made before it (its occurrence, from 0).
+    pub(crate) fn count_publish(&self, name: &str) -> u32 {
+        let mut replay = lock(&self.replay);
+        let count = replay.published.entry(name.to_owned()).or_insert(0);
+        *count += 1;
+        *count - 1
     }
 
     pub(crate) fn register_rollback(&self, registered: Registered) {

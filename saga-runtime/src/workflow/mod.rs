@@ -19,6 +19,7 @@ pub(crate) mod kin;
 pub(crate) mod live;
 pub(crate) mod macro_support;
 pub(crate) mod patch;
+pub(crate) mod publishing;
 pub(crate) mod retry;
 pub(crate) mod service;
 pub(crate) mod step;

@@ -162,6 +162,16 @@ fn inspection(id: &str, state: &InstanceState, times: &Times) -> Inspection {
                 rejected_at: from_millis(r.at),
             })
             .collect(),
+        published: state
+            .published
+            .iter()
+            .map(|(name, p)| PublishedValue {
+                name: name.clone(),
+                value: PayloadView::of(&p.value),
+                version: p.seq,
+                published_at: from_millis(p.at),
+            })
+            .collect(),
     }
 }
 

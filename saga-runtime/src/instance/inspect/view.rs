@@ -61,6 +61,23 @@ pub struct Inspection {
     /// Events a wait set aside because their payload does not decode as
     /// the wait's type, oldest first.
     pub rejected_events: Vec<RejectedEvent>,
+    /// The latest value of each name the workflow published
+    /// (`ctx.publish`) this run, by name.
+    pub published: Vec<PublishedValue>,
+}
+
+/// The latest value of a name the workflow published (`ctx.publish`).
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct PublishedValue {
+    /// The name.
+    pub name: String,
+    /// The value.
+    pub value: PayloadView,
+    /// Its version, as [`Published::version`](crate::Published::version).
+    pub version: u64,
+    /// When it was published.
+    pub published_at: SystemTime,
 }
 
 /// One durable call of the workflow code.
@@ -470,6 +487,9 @@ impl Inspection {
         }
         for event in &mut self.pending_events {
             open(&mut event.payload);
+        }
+        for published in &mut self.published {
+            open(&mut published.value);
         }
     }
 }

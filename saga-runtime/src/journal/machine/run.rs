@@ -1,7 +1,7 @@
 //! An instance's life as a whole: its creation (or its import from the
 //! first release, or the beginning of a run after the first), its driver
 //! starting, what it records about itself (tags, parent, patches, the
-//! typed error of its failure), being blocked, its end, a restart, and
+//! values it publishes, the typed error of its failure), being blocked, its end, a restart, and
 //! the hand-over that ends its run (`journal::runs`).
 
 use super::{Applied, compensation, misrouted, one};
@@ -9,7 +9,7 @@ use crate::codec::Payload;
 use crate::journal::change::{Change, End};
 use crate::journal::handover::{Continued, run_of, start};
 use crate::journal::queued::QueueSpot;
-use crate::journal::state::{InstanceState, PendingEvent, SentEvent, SlotState};
+use crate::journal::state::{InstanceState, PendingEvent, PublishedValue, SentEvent, SlotState};
 use crate::model::history::EventKind;
 use crate::model::status::Status;
 
@@ -133,6 +133,21 @@ pub(super) fn apply(s: &mut InstanceState, seq: u64, at: u64, change: &Change) -
         Change::Patched { name } => {
             s.patches.insert(name.clone());
             one(EventKind::Patched { name: name.clone() })
+        }
+        Change::Published { name, value } => {
+            let count = s
+                .published
+                .get(name)
+                .map_or(0, |p| p.published_in(s.generation));
+            let latest = PublishedValue {
+                value: value.clone(),
+                seq,
+                at,
+                generation: s.generation,
+                count: count + 1,
+            };
+            s.published.insert(name.clone(), latest);
+            one(EventKind::Published { name: name.clone() })
         }
         _ => misrouted(seq, "run"),
     }

@@ -201,6 +201,7 @@ pub(crate) fn import(legacy: &LegacyInstance) -> Result<Imported, String> {
         run: 0,
         run_began_at: record.created_at,
         handed_over: None,
+        published: BTreeMap::new(),
     };
     Ok(Imported { state, history })
 }
