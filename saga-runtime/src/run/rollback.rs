@@ -321,6 +321,13 @@ async fn run_compensation(
             Resume::default()
         }
     };
+    let step_key = IdempotencyKey::forward(
+        &shared.id,
+        &handler.step,
+        handler.occurrence,
+        handler.generation,
+        shared.run,
+    );
     let step = handler.step.clone();
     let occurrence = handler.occurrence;
     let erased = &mut handler.handler;
@@ -333,7 +340,14 @@ async fn run_compensation(
             occurrence,
             attempt = attempts,
         );
-        let future = erased.attempt(output, cause, &key, attempts, &shared.core.services);
+        let future = erased.attempt(
+            output,
+            cause,
+            &key,
+            &step_key,
+            attempts,
+            &shared.core.services,
+        );
         let faults = shared.core.faults.as_deref();
         let step = &step;
         let at = move || Attempt {

@@ -123,10 +123,10 @@ pub struct Explorer<W: Workflow> {
 ///
 /// #[rollback]
 /// async fn refund(ctx: RollbackContext<'_, ()>, cents: i64, wallet: Service<Wallet>) -> Result<(), StepError> {
-///     // Refunds whether or not the charge's output was stored: the
-///     // charge may have happened with its reply lost.
-///     let charged = ctx.key().as_str().replace(":rollback:", ":");
-///     if wallet.0.lock().unwrap().iter().any(|(k, _)| *k == charged) {
+///     // Asks the wallet, not `ctx.output()`: the charge may have happened
+///     // with its reply lost (then its output is `None`), or not at all.
+///     let charged = ctx.step_key().as_str();
+///     if wallet.0.lock().unwrap().iter().any(|(k, _)| k == charged) {
 ///         wallet.post(ctx.key().as_str(), cents);
 ///     }
 ///     Ok(())

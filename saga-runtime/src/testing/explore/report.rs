@@ -211,8 +211,10 @@ impl Report {
         self.failures().is_empty()
     }
 
-    /// Panics with the report when a scenario ended badly, naming each.
+    /// Panics with the report when a scenario ended badly, naming each:
+    /// a test's assertion, the one panic of this crate's API.
     #[track_caller]
+    #[allow(clippy::panic)] // failing the test is its purpose
     pub fn assert_ok(&self) {
         if !self.is_ok() {
             panic!("{self}");
