@@ -200,6 +200,7 @@ fn step_tokens(args: &StepArgs, step: &StepFn, checked: bool) -> TokenStream {
         &service_types,
         args.rollback.as_ref(),
         rebuild,
+        read_only,
     );
     let take_key = step
         .injected(ParamKind::Key)

@@ -40,6 +40,7 @@ pub(crate) fn step_definition(
     services: &[&syn::Type],
     rollback: Option<&syn::Path>,
     rebuild: TokenStream,
+    read_only: bool,
 ) -> TokenStream {
     let private = quote!(::saga_runtime::__private);
     let services = service_needs(services);
@@ -77,6 +78,7 @@ pub(crate) fn step_definition(
                 services: #services,
                 rollback_services: #rollback_services,
                 rollback_from_history: #rebuild,
+                read_only: #read_only,
             };
         }
     }
@@ -185,6 +187,7 @@ pub(crate) fn workflow_checks(body: &BodySummary, extra: &[StepCallError]) -> To
                     services: &[],
                     rollback_services: &[],
                     rollback_from_history: ::core::option::Option::None,
+                    read_only: false,
                 }),
                 what: #what,
             }

@@ -1752,3 +1752,50 @@ async fn a_wait_that_received_its_event_is_compensated_with_the_event_at_its_pla
     assert!(tail.contains(&completed("approval")), "{tail:?}");
     assert!(!tail.contains(&started("second-approval")), "{tail:?}");
 }
+
+/// The keys a compensation was given: its step's and its own.
+#[derive(Default)]
+struct Keys(Mutex<Vec<String>>);
+
+#[step(name = "book-room", rollback = cancel_room)]
+async fn book_room(key: IdempotencyKey, keys: Service<Keys>) -> Result<u32, StepError> {
+    keys.0.lock().unwrap().push(key.to_string());
+    // The hotel booked the room, and its reply was lost.
+    Err(StepError::fatal("the hotel did not answer"))
+}
+
+#[rollback]
+async fn cancel_room(ctx: RollbackContext<'_, u32>, keys: Service<Keys>) -> Result<(), StepError> {
+    keys.0
+        .lock()
+        .unwrap()
+        .push(format!("{} {}", ctx.step_key(), ctx.key()));
+    Ok(())
+}
+
+#[workflow(name = "book-a-room")]
+async fn book_a_room(ctx: WorkflowContext, (): ()) -> Result<(), WorkflowError> {
+    book_room(&ctx).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_compensation_knows_the_key_its_step_was_given() {
+    let keys = Arc::new(Keys::default());
+    let engine = Engine::builder()
+        .provide_arc(keys.clone())
+        .temporary()
+        .unwrap();
+    engine.register(book_a_room).unwrap();
+    let run = engine.start(book_a_room, "room-1", ()).await.unwrap();
+    assert!(run.result().await.is_err());
+    // Its output is None, yet it can ask the hotel what it did under the
+    // step's key.
+    assert_eq!(
+        *keys.0.lock().unwrap(),
+        [
+            "room-1:book-room",
+            "room-1:book-room room-1:rollback:book-room"
+        ]
+    );
+}

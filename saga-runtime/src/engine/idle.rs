@@ -69,7 +69,7 @@ impl Engine {
     }
 
     /// Whether the engine is idle now (see [`Engine::idle`]).
-    fn is_idle(&self) -> bool {
+    pub(crate) fn is_idle(&self) -> bool {
         let core = &self.runner().core;
         // Closed, its tasks are stopped and what it queued is not its own.
         core.is_closed() || core.quiet.is_quiet_around(|| core.journal.is_quiet())

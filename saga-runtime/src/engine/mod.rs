@@ -128,6 +128,8 @@ pub struct EngineBuilder {
     default_queue: Option<String>,
     schedules: Vec<crate::schedule::Schedule>,
     random: crate::random::Random,
+    /// The failures `testing::explore` injects.
+    faults: Option<Arc<crate::workflow::fault::FaultPlan>>,
 }
 
 impl EngineBuilder {
@@ -298,6 +300,19 @@ impl EngineBuilder {
     /// shared elsewhere.
     pub fn provide_arc<T: Send + Sync + 'static>(mut self, service: Arc<T>) -> Self {
         self.services.insert(service);
+        self
+    }
+
+    /// Every service of `services`, shared (`testing::explore` gives each
+    /// engine of a scenario the same test doubles).
+    pub(crate) fn provide_all(mut self, services: &Services) -> Self {
+        self.services.extend(services);
+        self
+    }
+
+    /// Injects `plan`'s failures into the attempts of this engine.
+    pub(crate) fn inject(mut self, plan: Arc<crate::workflow::fault::FaultPlan>) -> Self {
+        self.faults = Some(plan);
         self
     }
 
@@ -524,6 +539,7 @@ impl EngineBuilder {
             self.poll,
         );
         core.random = self.random;
+        core.faults = self.faults;
         let core = Arc::new(core);
         let runner = Arc::new(Runner::new(
             core,
@@ -599,6 +615,7 @@ impl Engine {
             default_queue: None,
             schedules: Vec::new(),
             random: crate::random::Random::default(),
+            faults: None,
         }
     }
 

@@ -16,6 +16,7 @@ use crate::workflow::RollbackOrder;
 use crate::workflow::child::ChildRollback;
 use crate::workflow::compensation::Registered;
 use crate::workflow::context::RunScope;
+use crate::workflow::fault::{self, Attempt, Site};
 use crate::workflow::key::IdempotencyKey;
 use crate::workflow::retry::{Resume, Retried, retry};
 
@@ -320,6 +321,13 @@ async fn run_compensation(
             Resume::default()
         }
     };
+    let step_key = IdempotencyKey::forward(
+        &shared.id,
+        &handler.step,
+        handler.occurrence,
+        handler.generation,
+        shared.run,
+    );
     let step = handler.step.clone();
     let occurrence = handler.occurrence;
     let erased = &mut handler.handler;
@@ -332,13 +340,30 @@ async fn run_compensation(
             occurrence,
             attempt = attempts,
         );
-        let future = erased.attempt(output, cause, &key, attempts, &shared.core.services);
-        async move {
+        let future = erased.attempt(
+            output,
+            cause,
+            &key,
+            &step_key,
+            attempts,
+            &shared.core.services,
+        );
+        let faults = shared.core.faults.as_deref();
+        let step = &step;
+        let at = move || Attempt {
+            site: Site::Compensation,
+            instance: shared.id.to_string(),
+            step: step.clone(),
+            occurrence,
+            attempt: attempts,
+        };
+        let body = async move {
             match future {
                 Ok(future) => future.instrument(span).await,
                 Err(decode) => Err(crate::error::failure::StepError::fatal(decode)),
             }
-        }
+        };
+        fault::attempt(faults, at, body)
     };
     let record_retry = |attempt: u32,
                         error: &crate::error::failure::StepError,

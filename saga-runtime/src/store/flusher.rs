@@ -176,7 +176,11 @@ impl Flusher {
         // for the first publication since it went idle (not per event: each
         // wake is a syscall on the hot path).
         let wake = state.idle && !events.is_empty() && ticket == state.completed + 1;
-        let publish = self.inline.is_some() && !events.is_empty() && !state.publishing;
+        // Inline, every write is flushed soon, as the thread flushes one
+        // that no writer waits on after `PUBLISH_DELAY`: a write without
+        // events (a compensation's retry time) is not left pending, which
+        // would keep `Engine::idle` from ever returning.
+        let publish = self.inline.is_some() && !state.publishing;
         state.publishing |= publish;
         state
             .unpublished
@@ -191,8 +195,8 @@ impl Flusher {
         Some(ticket)
     }
 
-    /// An inline flusher: flushes for the events written so far once the
-    /// writer yields (so one flush serves the writes that follow at once).
+    /// An inline flusher: flushes what was written so far once the writer
+    /// yields (so one flush serves the writes that follow at once).
     fn publish_soon(&self) {
         let (Some(store), Ok(runtime)) = (&self.inline, tokio::runtime::Handle::try_current())
         else {

@@ -40,13 +40,22 @@
 //! the same for every in-flight instance of a store, with the workflows
 //! its engine registers ([`Replayer::of`]).
 //!
+//! [`explore`] runs a workflow under every failure the engine can
+//! inject (each step failing for good, each compensation failing once, a
+//! crash at every write) and checks your invariants after each: "money
+//! is conserved".
+//!
 //! [`TestClock`] is here too, for tests that drive time, and [`sim`], the
 //! pieces of a deterministic simulation.
 
+mod explore;
 mod history;
 mod replayer;
 pub mod sim;
 
+pub use self::explore::{
+    Explored, Explorer, Outcome, Report, Scenario, ScenarioKind, Unguarded, Verdict, explore,
+};
 pub use self::history::{FORMAT, History};
 pub use self::replayer::{ReplayError, Replayed, Replayer, replay};
 pub use crate::time::clock::TestClock;

@@ -505,6 +505,7 @@ impl ErasedRollback for ChildRollback {
         _output: Option<&Payload>,
         cause: &Failure,
         _key: &IdempotencyKey,
+        _step_key: &IdempotencyKey,
         _attempt: u32,
         _services: &Arc<Services>,
     ) -> std::result::Result<BoxFuture<Result<(), StepError>>, String> {

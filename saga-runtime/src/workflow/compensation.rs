@@ -61,6 +61,7 @@ pub struct RollbackInput<T> {
     output: Option<T>,
     cause: Failure,
     key: IdempotencyKey,
+    step_key: IdempotencyKey,
     attempt: u32,
     services: Arc<Services>,
 }
@@ -78,6 +79,7 @@ impl<T> RollbackInput<T> {
             output: self.output.as_ref(),
             cause: &self.cause,
             key: &self.key,
+            step_key: &self.step_key,
             attempt: self.attempt,
             services: &self.services,
         }
@@ -89,6 +91,7 @@ pub struct RollbackContext<'a, T> {
     output: Option<&'a T>,
     cause: &'a Failure,
     key: &'a IdempotencyKey,
+    step_key: &'a IdempotencyKey,
     attempt: u32,
     services: &'a Services,
 }
@@ -113,6 +116,15 @@ impl<'a, T> RollbackContext<'a, T> {
     /// `"{instance}:rollback:{step}"`, the same on every attempt and replay.
     pub fn key(&self) -> &'a IdempotencyKey {
         self.key
+    }
+
+    /// The idempotency key its step's attempts were given,
+    /// `"{instance}:{step}"`. When [`output`](RollbackContext::output) is
+    /// `None` the step may still have had its effect (its reply was lost,
+    /// its last attempt timed out after the callee acted): ask the callee
+    /// what it did under this key, and undo that.
+    pub fn step_key(&self) -> &'a IdempotencyKey {
+        self.step_key
     }
 
     /// The attempt number, from 1.
@@ -140,6 +152,7 @@ pub(crate) trait ErasedRollback: Send {
         output: Option<&Payload>,
         cause: &Failure,
         key: &IdempotencyKey,
+        step_key: &IdempotencyKey,
         attempt: u32,
         services: &Arc<Services>,
     ) -> std::result::Result<BoxFuture<Result<(), StepError>>, String>;
@@ -155,6 +168,7 @@ impl<T: DeserializeOwned + Send + 'static> ErasedRollback for RollbackRegistrati
         output: Option<&Payload>,
         cause: &Failure,
         key: &IdempotencyKey,
+        step_key: &IdempotencyKey,
         attempt: u32,
         services: &Arc<Services>,
     ) -> std::result::Result<BoxFuture<Result<(), StepError>>, String> {
@@ -171,6 +185,7 @@ impl<T: DeserializeOwned + Send + 'static> ErasedRollback for RollbackRegistrati
             output,
             cause: cause.clone(),
             key: key.clone(),
+            step_key: step_key.clone(),
             attempt,
             services: services.clone(),
         }))
@@ -195,6 +210,7 @@ impl ErasedRollback for Unbuildable {
         _output: Option<&Payload>,
         _cause: &Failure,
         _key: &IdempotencyKey,
+        _step_key: &IdempotencyKey,
         _attempt: u32,
         _services: &Arc<Services>,
     ) -> std::result::Result<BoxFuture<Result<(), StepError>>, String> {

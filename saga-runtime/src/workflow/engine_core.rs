@@ -18,6 +18,7 @@ use crate::journal::Journal;
 use crate::lock::lock;
 use crate::quiet::Quiet;
 use crate::time::clock::Clock;
+use crate::workflow::fault::FaultPlan;
 use crate::workflow::in_flight::InFlight;
 use crate::workflow::kin::{Kin, KinCell};
 use crate::workflow::service::Services;
@@ -46,6 +47,9 @@ pub(crate) struct Core {
     pub(crate) random: crate::random::Random,
     /// Counts the engine's tasks that can run, for `Engine::idle`.
     pub(crate) quiet: Arc<Quiet>,
+    /// The failures `testing::explore` injects into attempts; `None`
+    /// outside it.
+    pub(crate) faults: Option<Arc<FaultPlan>>,
 }
 
 /// A value that encodes, but whose JSON does not decode back.
@@ -82,6 +86,7 @@ impl Core {
             kin: KinCell::default(),
             random: crate::random::Random::default(),
             quiet: Arc::default(),
+            faults: None,
         }
     }
 

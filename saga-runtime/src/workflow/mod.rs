@@ -13,6 +13,7 @@ pub(crate) mod config;
 pub(crate) mod context;
 pub(crate) mod continuation;
 pub(crate) mod engine_core;
+pub(crate) mod fault;
 pub(crate) mod in_flight;
 pub(crate) mod key;
 pub(crate) mod kin;

@@ -96,6 +96,13 @@ impl Services {
         self.by_type.insert(TypeId::of::<T>(), service);
     }
 
+    /// Adds every service of `other` (shared, not copied).
+    pub(crate) fn extend(&mut self, other: &Services) {
+        for (type_id, service) in &other.by_type {
+            self.by_type.insert(*type_id, service.clone());
+        }
+    }
+
     pub(crate) fn contains(&self, need: &ServiceNeed) -> bool {
         self.by_type.contains_key(&(need.type_id)())
     }

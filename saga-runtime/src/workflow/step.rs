@@ -18,6 +18,7 @@ use crate::journal::{Change, SlotKind, SlotState};
 use crate::workflow::compensation::{Registered, RollbackRegistration};
 use crate::workflow::config::StepConfig;
 use crate::workflow::context::{Mode, RunScope, Slot, WorkflowContext};
+use crate::workflow::fault::{self, Attempt, Site};
 use crate::workflow::key::{IdempotencyKey, StepContext};
 use crate::workflow::retry::{Resume, Retried, retry};
 
@@ -449,7 +450,19 @@ impl StepTask {
                 attempt = attempts,
             );
             let run = body(step).instrument(span);
-            async move { run.await.and_then(|value| this.round_trip(&value)) }
+            let faults = shared.core.faults.as_deref();
+            let at = move || Attempt {
+                site: Site::Step,
+                instance: shared.id.to_string(),
+                step: this.name.to_owned(),
+                occurrence: slot.occurrence,
+                attempt: attempts,
+            };
+            async move {
+                fault::attempt(faults, at, run)
+                    .await
+                    .and_then(|value| this.round_trip(&value))
+            }
         };
         let record_retry = |attempt: u32, error: &StepError, retry_at: u64, delay| {
             tracing::warn!(instance = %shared.id, step = self.name, attempt, error = %error, ?delay, "step attempt failed; retrying");

@@ -22,6 +22,8 @@ pub struct StepNames {
     pub rollback_services: &'static [ServiceNeed],
     /// Its compensation from history alone, when it has one.
     pub rollback_from_history: Option<RebuildRollback>,
+    /// `read_only`: no side effect worth a key (nor a rollback).
+    pub read_only: bool,
 }
 
 /// The compensation of a started step, rebuilt from its start record
