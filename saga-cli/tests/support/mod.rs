@@ -6,7 +6,13 @@
 
 pub mod webdriver;
 
-use std::future::Future;
+// The runtime's harness, written once: its bounded waits.
+// It names the runtime's `postgres` feature, which this crate has not: off here.
+#[allow(unexpected_cfgs)]
+#[path = "../../../saga-runtime/tests/support/helpers.rs"]
+mod helpers;
+pub(crate) use helpers::wait_until;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -309,18 +315,6 @@ pub async fn serve_with_token(engine: &Engine, token: &str) -> saga_cli::AdminSe
         .bind("127.0.0.1:0".parse().unwrap())
         .await
         .unwrap()
-}
-
-/// Polls `condition` every few real milliseconds until it holds; fails
-/// the test after 30 seconds, far beyond what a loaded machine needs.
-pub async fn wait_until<F: Future<Output = bool>>(what: &str, condition: impl Fn() -> F) {
-    tokio::time::timeout(Duration::from_secs(30), async {
-        while !condition().await {
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("timed out waiting for {what}"));
 }
 
 /// Returns the time of the tick that started it.
