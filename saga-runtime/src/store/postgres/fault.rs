@@ -20,7 +20,7 @@
 //!   `23`: a broken constraint, a duplicate key; `44`: a view's check
 //!   option), ends the call for good, at once rather than at the call's
 //!   deadline; so does losing the lease
-//!   ([`Failure::Fenced`]), and so does a connection that TLS refused (a
+//!   ([`PgFailure::Fenced`]), and so does a connection that TLS refused (a
 //!   certificate that does not verify: see `tls::refusal`).
 
 use std::time::Duration;
@@ -29,7 +29,7 @@ use super::db_error;
 use crate::error::Error;
 
 /// Why a statement failed, and so what to do next.
-pub(super) enum Failure {
+pub(super) enum PgFailure {
     /// The connection broke: a new one may do it.
     Connection(String),
     /// The statement, or the transaction it ran in, was undone: rolled
@@ -42,14 +42,14 @@ pub(super) enum Failure {
     Other(Error),
 }
 
-impl From<tokio_postgres::Error> for Failure {
-    fn from(error: tokio_postgres::Error) -> Failure {
+impl From<tokio_postgres::Error> for PgFailure {
+    fn from(error: tokio_postgres::Error) -> PgFailure {
         let meaning = meaning(error.code().map(|code| code.code()));
         let error = db_error(error);
         match meaning {
-            Meaning::Connection => Failure::Connection(error.to_string()),
-            Meaning::Undone => Failure::Retry(error.to_string()),
-            Meaning::Ours => Failure::Other(error),
+            Meaning::Connection => PgFailure::Connection(error.to_string()),
+            Meaning::Undone => PgFailure::Retry(error.to_string()),
+            Meaning::Ours => PgFailure::Other(error),
         }
     }
 }
@@ -82,22 +82,22 @@ fn meaning(code: Option<&str>) -> Meaning {
     }
 }
 
-impl From<Error> for Failure {
-    fn from(error: Error) -> Failure {
-        Failure::Other(error)
+impl From<Error> for PgFailure {
+    fn from(error: Error) -> PgFailure {
+        PgFailure::Other(error)
     }
 }
 
 /// The pauses between attempts: short at first, at most a second, and
 /// none that ends past the deadline.
-pub(super) struct Backoff {
+pub(super) struct Reconnect {
     next: Duration,
     deadline: tokio::time::Instant,
 }
 
-impl Backoff {
-    pub(super) fn until(deadline: std::time::Instant) -> Backoff {
-        Backoff {
+impl Reconnect {
+    pub(super) fn until(deadline: std::time::Instant) -> Reconnect {
+        Reconnect {
             next: Duration::from_millis(20),
             deadline: deadline.into(),
         }
@@ -122,38 +122,38 @@ impl Backoff {
 pub(super) async fn bounded<T>(
     limit: Duration,
     attempt: impl Future<Output = std::result::Result<T, tokio_postgres::Error>>,
-    failed: impl FnOnce(tokio_postgres::Error) -> Failure,
-) -> std::result::Result<T, Failure> {
+    failed: impl FnOnce(tokio_postgres::Error) -> PgFailure,
+) -> std::result::Result<T, PgFailure> {
     match tokio::time::timeout(limit, attempt).await {
         Ok(result) => result.map_err(failed),
-        Err(_) => Err(Failure::Connection(format!(
+        Err(_) => Err(PgFailure::Connection(format!(
             "the server did not answer within {limit:?} (the URL's connect_timeout, or the store timeout)"
         ))),
     }
 }
 
-impl std::fmt::Display for Failure {
+impl std::fmt::Display for PgFailure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Failure::Connection(detail) | Failure::Retry(detail) => f.write_str(detail),
-            Failure::Fenced => f.write_str("this worker's lease ran out"),
-            Failure::Other(e) => e.fmt(f),
+            PgFailure::Connection(detail) | PgFailure::Retry(detail) => f.write_str(detail),
+            PgFailure::Fenced => f.write_str("this worker's lease ran out"),
+            PgFailure::Other(e) => e.fmt(f),
         }
     }
 }
 
-impl Failure {
+impl PgFailure {
     /// The error a caller sees when no more attempts are made.
     pub(super) fn into_error(self, shown: &str, fenced: impl FnOnce() -> Error) -> Error {
         match self {
-            Failure::Connection(detail) => Error::Store(format!(
+            PgFailure::Connection(detail) => Error::Store(format!(
                 "lost the connection to PostgreSQL at {shown} and could not get it back: {detail}"
             )),
-            Failure::Retry(detail) => Error::Store(format!(
+            PgFailure::Retry(detail) => Error::Store(format!(
                 "PostgreSQL at {shown} kept refusing a statement until the store timeout: {detail}"
             )),
-            Failure::Fenced => fenced(),
-            Failure::Other(e) => e,
+            PgFailure::Fenced => fenced(),
+            PgFailure::Other(e) => e,
         }
     }
 }
@@ -166,14 +166,14 @@ pub(super) async fn roll_back(client: &tokio_postgres::Client) -> bool {
 }
 
 /// The error of a connection that could not be made at connect time.
-pub(super) fn unreachable(failure: Failure, shown: &str) -> Error {
+pub(super) fn unreachable(failure: PgFailure, shown: &str) -> Error {
     match failure {
-        Failure::Connection(detail) | Failure::Retry(detail) => Error::DatabaseUnreachable {
+        PgFailure::Connection(detail) | PgFailure::Retry(detail) => Error::DatabaseUnreachable {
             url: shown.to_owned(),
             detail,
         },
-        Failure::Fenced => Error::Store("fenced while connecting".into()),
-        Failure::Other(e) => e,
+        PgFailure::Fenced => Error::Store("fenced while connecting".into()),
+        PgFailure::Other(e) => e,
     }
 }
 

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use tokio_postgres::Client;
 
-use super::fault::Failure;
+use super::fault::PgFailure;
 use crate::error::{Error, Result};
 
 /// The most rows of dead workers one sweep deletes.
@@ -28,7 +28,7 @@ pub(super) async fn join(
     schema: &str,
     worker: &str,
     lease: Duration,
-) -> Result<(), Failure> {
+) -> Result<(), PgFailure> {
     client.batch_execute(&sweep_sql(schema)).await?;
     let added = client
         .execute(
@@ -43,7 +43,7 @@ pub(super) async fn join(
     if added == 1 {
         Ok(())
     } else {
-        Err(Failure::Other(Error::Store(format!(
+        Err(PgFailure::Other(Error::Store(format!(
             "another worker is named {worker:?} already; connect again"
         ))))
     }

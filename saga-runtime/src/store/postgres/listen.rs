@@ -17,8 +17,8 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio_postgres::AsyncMessage;
 
-use super::fault::Failure;
-use super::server::Target;
+use super::fault::PgFailure;
+use super::server::connect::{Target, channel};
 
 /// The counts of what an engine heard, by kind.
 pub(super) struct Heard<T> {
@@ -40,11 +40,6 @@ pub(super) fn channels() -> (Heard<watch::Sender<u64>>, Heard<watch::Receiver<u6
     )
 }
 
-/// The channel of `schema`'s notifications.
-pub(super) fn channel(schema: &str) -> String {
-    format!("saga:{schema}")
-}
-
 /// Listens on the schema's channel for as long as the store's thread
 /// runs, counting what concerns `worker` into `heard`.
 pub(super) fn spawn(target: Arc<Target>, worker: Arc<str>, heard: Heard<watch::Sender<u64>>) {
@@ -57,7 +52,7 @@ pub(super) fn spawn(target: Arc<Target>, worker: Arc<str>, heard: Heard<watch::S
                 // A refusal for good (a certificate that stopped
                 // verifying): said louder, and tried again all the same,
                 // as polling stands in meanwhile.
-                Err(e @ Failure::Other(_)) => {
+                Err(e @ PgFailure::Other(_)) => {
                     tracing::warn!(error = %e, "could not open the PostgreSQL notification connection")
                 }
                 Err(e) => {
@@ -85,7 +80,7 @@ async fn listen(
     target: &Target,
     mine: &str,
     heard: &Heard<watch::Sender<u64>>,
-) -> Result<(), Failure> {
+) -> Result<(), PgFailure> {
     let (client, mut connection) = target.open().await?;
     let (told, mut notifications) = tokio::sync::mpsc::unbounded_channel();
     // The connection is driven here, so its notifications come out.

@@ -26,7 +26,7 @@
 
 use tokio_postgres::Client;
 
-use super::fault::{Failure, roll_back};
+use super::fault::{PgFailure, roll_back};
 use super::lease;
 use crate::codec::NEEDS_SEALED;
 use crate::queue::Limits;
@@ -77,7 +77,7 @@ pub(super) async fn take(
     schema: &str,
     worker: &str,
     take: &Take,
-) -> Result<QueueTaken, Failure> {
+) -> Result<QueueTaken, PgFailure> {
     client.batch_execute("BEGIN").await?;
     match take_in_transaction(client, schema, worker, take).await {
         Ok(taken) => {
@@ -96,7 +96,7 @@ async fn take_in_transaction(
     s: &str,
     worker: &str,
     take: &Take,
-) -> Result<QueueTaken, Failure> {
+) -> Result<QueueTaken, PgFailure> {
     let queue = &take.queue;
     client
         .execute(
@@ -207,7 +207,7 @@ async fn stored_limits(
     client: &Client,
     s: &str,
     queue: &str,
-) -> Result<Option<SharedLimits>, Failure> {
+) -> Result<Option<SharedLimits>, PgFailure> {
     let row = client
         .query_opt(
             &format!("SELECT limits FROM {s}.queues WHERE name = $1"),
@@ -218,7 +218,7 @@ async fn stored_limits(
         Some(row) => {
             let bytes: Vec<u8> = row.get(0);
             Ok(Some(
-                SharedLimits::decode(queue, &bytes).map_err(Failure::Other)?,
+                SharedLimits::decode(queue, &bytes).map_err(PgFailure::Other)?,
             ))
         }
         None => Ok(None),
@@ -233,7 +233,7 @@ async fn latest_starts(
     s: &str,
     take: &Take,
     rate: Rate,
-) -> Result<Window, Failure> {
+) -> Result<Window, PgFailure> {
     let window_start = from_millis(take.at.saturating_sub(rate.per_ms));
     client
         .execute(
@@ -258,7 +258,7 @@ async fn latest_starts(
 }
 
 /// Counts `n` starts of the queue at the take's time.
-async fn record_starts(client: &Client, s: &str, take: &Take, n: usize) -> Result<(), Failure> {
+async fn record_starts(client: &Client, s: &str, take: &Take, n: usize) -> Result<(), PgFailure> {
     let n = i64::try_from(n).unwrap_or(i64::MAX);
     client
         .execute(
@@ -273,7 +273,12 @@ async fn record_starts(client: &Client, s: &str, take: &Take, n: usize) -> Resul
 }
 
 /// The slots of `queue` held now: rows taken and not ended.
-async fn slots_held(client: &Client, s: &str, worker: &str, queue: &str) -> Result<Held, Failure> {
+async fn slots_held(
+    client: &Client,
+    s: &str,
+    worker: &str,
+    queue: &str,
+) -> Result<Held, PgFailure> {
     let rows = client
         .query(
             &format!(
@@ -307,7 +312,7 @@ async fn waiting(
     s: &str,
     take: &Take,
     per_group: u32,
-) -> Result<Vec<Waiting>, Failure> {
+) -> Result<Vec<Waiting>, PgFailure> {
     let rows = client
         .query(
             &format!(
@@ -339,7 +344,7 @@ async fn waiting(
 }
 
 /// When each key of the queue was last served (no key: `''`).
-async fn turns(client: &Client, s: &str, queue: &str) -> Result<Turns, Failure> {
+async fn turns(client: &Client, s: &str, queue: &str) -> Result<Turns, PgFailure> {
     let rows = client
         .query(
             &format!("SELECT key, turn FROM {s}.queue_turns WHERE queue = $1"),

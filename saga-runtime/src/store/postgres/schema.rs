@@ -38,7 +38,7 @@
 
 use tokio_postgres::{Client, GenericClient};
 
-use super::fault::Failure;
+use super::fault::PgFailure;
 use crate::error::{Error, Result};
 
 /// The migrations, in order; entry `i` is version `i + 1`. Never edit a
@@ -218,7 +218,7 @@ pub(super) fn validate(schema: &str) -> Result<()> {
 /// Creates the schema and applies the migrations it lacks. A database
 /// migrated by a newer release is refused: this one would not know its
 /// tables.
-pub(super) async fn migrate(client: &mut Client, schema: &str) -> Result<(), Failure> {
+pub(super) async fn migrate(client: &mut Client, schema: &str) -> Result<(), PgFailure> {
     let tx = client.transaction().await?;
     // Namespaced by schema: advisory locks are database-wide.
     tx.execute(
@@ -251,19 +251,19 @@ pub(super) async fn migrate(client: &mut Client, schema: &str) -> Result<(), Fai
 /// What a reader checks instead of migrating: the schema is there, at
 /// this release's version, with no trigger saga did not make. It changes
 /// nothing.
-pub(super) async fn check(client: &Client, schema: &str) -> Result<(), Failure> {
+pub(super) async fn check(client: &Client, schema: &str) -> Result<(), PgFailure> {
     let exists = client
         .query_opt("SELECT 1 FROM pg_namespace WHERE nspname = $1", &[&schema])
         .await?;
     if exists.is_none() {
-        return Err(Failure::Other(Error::SchemaMissing {
+        return Err(PgFailure::Other(Error::SchemaMissing {
             schema: schema.to_owned(),
         }));
     }
     refuse_foreign_triggers(client, schema).await?;
     let have = version(client, schema).await?;
     if have < VERSION {
-        return Err(Failure::Other(Error::SchemaOutdated {
+        return Err(PgFailure::Other(Error::SchemaOutdated {
             schema: schema.to_owned(),
             version: have,
             expected: VERSION,
@@ -275,7 +275,7 @@ pub(super) async fn check(client: &Client, schema: &str) -> Result<(), Failure> 
 /// The schema's migration version (0 without a `migrations` table); a
 /// version newer than this release knows is refused: this release would
 /// not know its tables.
-async fn version(client: &impl GenericClient, schema: &str) -> Result<i32, Failure> {
+async fn version(client: &impl GenericClient, schema: &str) -> Result<i32, PgFailure> {
     let row = client
         .query_one(
             "SELECT to_regclass(format('%I.migrations', $1::text)) IS NOT NULL",
@@ -293,7 +293,7 @@ async fn version(client: &impl GenericClient, schema: &str) -> Result<i32, Failu
         .await?;
     let have: i32 = row.get(0);
     if have > VERSION {
-        return Err(Failure::Other(Error::Store(format!(
+        return Err(PgFailure::Other(Error::Store(format!(
             "the PostgreSQL schema {schema:?} is at version {have}, newer than this release knows ({VERSION}); upgrade saga-runtime"
         ))));
     }
@@ -302,7 +302,7 @@ async fn version(client: &impl GenericClient, schema: &str) -> Result<i32, Failu
 
 /// Refuses a schema, or anything in it, that belongs to a role this
 /// connection's role is not a member of.
-async fn refuse_foreign_owners(client: &impl GenericClient, schema: &str) -> Result<(), Failure> {
+async fn refuse_foreign_owners(client: &impl GenericClient, schema: &str) -> Result<(), PgFailure> {
     let foreign = client
         .query_opt(
             "SELECT 'schema ' || quote_ident(n.nspname), n.nspowner::regrole::text
@@ -319,7 +319,7 @@ async fn refuse_foreign_owners(client: &impl GenericClient, schema: &str) -> Res
         )
         .await?;
     match foreign {
-        Some(row) => Err(Failure::Other(Error::SchemaForeignOwner {
+        Some(row) => Err(PgFailure::Other(Error::SchemaForeignOwner {
             object: row.get(0),
             owner: row.get(1),
         })),
@@ -329,7 +329,10 @@ async fn refuse_foreign_owners(client: &impl GenericClient, schema: &str) -> Res
 
 /// Refuses triggers on the schema's tables: saga makes none, so any is
 /// someone else's code running inside saga's writes.
-async fn refuse_foreign_triggers(client: &impl GenericClient, schema: &str) -> Result<(), Failure> {
+async fn refuse_foreign_triggers(
+    client: &impl GenericClient,
+    schema: &str,
+) -> Result<(), PgFailure> {
     let rows = client
         .query(
             "SELECT quote_ident(t.tgname) || ' ON ' || quote_ident(n.nspname) || '.' || quote_ident(c.relname)
@@ -344,7 +347,7 @@ async fn refuse_foreign_triggers(client: &impl GenericClient, schema: &str) -> R
     if rows.is_empty() {
         return Ok(());
     }
-    Err(Failure::Other(Error::SchemaForeignTriggers {
+    Err(PgFailure::Other(Error::SchemaForeignTriggers {
         schema: schema.to_owned(),
         triggers: rows.iter().map(|row| row.get(0)).collect(),
     }))

@@ -24,9 +24,11 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
-use super::fault::{Backoff, Failure, roll_back};
+use super::fault::{PgFailure, Reconnect, roll_back};
 use super::lease;
-use super::server::{Conn, Op, Target, apply, apply_many};
+use super::server::apply::{apply, apply_many};
+use super::server::connect::{Conn, Target};
+use super::server::jobs::Op;
 use crate::error::{Error, Result};
 use crate::lock::lock;
 
@@ -118,12 +120,12 @@ impl Writer {
         worker: &Arc<str>,
         deadline: Instant,
         f: F,
-    ) -> std::result::Result<T, Failure>
+    ) -> std::result::Result<T, PgFailure>
     where
         F: Fn(Arc<Conn>, Arc<str>) -> Fut,
-        Fut: Future<Output = std::result::Result<T, Failure>>,
+        Fut: Future<Output = std::result::Result<T, PgFailure>>,
     {
-        let mut backoff = Backoff::until(deadline);
+        let mut backoff = Reconnect::until(deadline);
         loop {
             let failure = match self.conn.as_ref() {
                 Some(conn) if !conn.client.is_closed() => {
@@ -138,13 +140,13 @@ impl Writer {
                 },
             };
             match &failure {
-                Failure::Fenced => return Err(failure),
-                Failure::Other(_) => {}
-                Failure::Connection(detail) => {
+                PgFailure::Fenced => return Err(failure),
+                PgFailure::Other(_) => {}
+                PgFailure::Connection(detail) => {
                     self.conn = None;
                     tracing::warn!(error = %detail, "lost the PostgreSQL connection; connecting again");
                 }
-                Failure::Retry(detail) => {
+                PgFailure::Retry(detail) => {
                     if let Some(conn) = &self.conn
                         && !roll_back(&conn.client).await
                     {
@@ -153,7 +155,7 @@ impl Writer {
                     tracing::warn!(error = %detail, "a PostgreSQL statement was undone; trying it again");
                 }
             }
-            if matches!(failure, Failure::Other(_)) || !backoff.wait().await {
+            if matches!(failure, PgFailure::Other(_)) || !backoff.wait().await {
                 return Err(failure);
             }
         }
@@ -164,7 +166,7 @@ impl Writer {
         &mut self,
         target: &Target,
         worker: &Arc<str>,
-    ) -> std::result::Result<(), Failure> {
+    ) -> std::result::Result<(), PgFailure> {
         crate::metrics::reconnected();
         let conn = Arc::new(target.connect_writer().await?);
         self.generation += 1;
@@ -284,10 +286,10 @@ impl Writer {
 fn settled<T>(
     cx: &Context<'_>,
     ran: &mut Ran,
-    result: std::result::Result<T, Failure>,
+    result: std::result::Result<T, PgFailure>,
 ) -> Result<T> {
     result.map_err(|failure| {
-        if matches!(failure, Failure::Fenced) {
+        if matches!(failure, PgFailure::Fenced) {
             ran.fenced = true;
         }
         failure.into_error(&cx.target.shown, || lease::fenced(&cx.target.schema))

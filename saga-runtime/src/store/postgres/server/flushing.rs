@@ -16,14 +16,14 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::mpsc::SyncSender;
 
-use super::super::fault::Failure;
+use super::super::fault::PgFailure;
 use super::super::lease;
 use super::super::writers;
 use super::{Server, renew};
 use crate::error::{Error, Result};
 
 /// The commit of a renewal.
-type Commit = Pin<Box<dyn Future<Output = std::result::Result<(), Failure>> + Send>>;
+type Commit = Pin<Box<dyn Future<Output = std::result::Result<(), PgFailure>> + Send>>;
 
 pub(super) struct Flushing {
     commit: Commit,
@@ -35,7 +35,7 @@ pub(super) struct Flushing {
 
 impl Flushing {
     /// Waits for its commit.
-    pub(super) async fn committed(&mut self) -> std::result::Result<(), Failure> {
+    pub(super) async fn committed(&mut self) -> std::result::Result<(), PgFailure> {
         (&mut self.commit).await
     }
 }
@@ -73,7 +73,7 @@ impl Server {
         let commit = Box::pin(async move {
             match tokio::time::timeout(timeout, renew(conn, sql)).await {
                 Ok(committed) => committed,
-                Err(_) => Err(Failure::Connection(format!(
+                Err(_) => Err(PgFailure::Connection(format!(
                     "a flush did not commit within the store timeout ({timeout:?})"
                 ))),
             }
@@ -94,7 +94,7 @@ impl Server {
     pub(super) async fn end_flush(
         &mut self,
         flushing: Flushing,
-        committed: std::result::Result<(), Failure>,
+        committed: std::result::Result<(), PgFailure>,
     ) {
         let Flushing { marks, replies, .. } = flushing;
         match committed {
@@ -127,7 +127,7 @@ impl Server {
                     }
                 }
             }
-            Err(Failure::Fenced) => {
+            Err(PgFailure::Fenced) => {
                 if !self.fenced {
                     self.note_fenced().await;
                 }

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 
 use super::super::lease;
-use super::Target;
+use super::connect::Target;
 
 /// When the server's current piece of work began, if it is busy.
 struct Busy {
