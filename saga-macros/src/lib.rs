@@ -17,6 +17,7 @@
 //! compile-time checks (`lock`, whose docs describe the file). Child
 //! workflow calls (`ctx.child`) are read with their builder calls and
 //! listed in `Workflow::children` (`children`).
+#![deny(clippy::too_many_lines)]
 
 mod ast;
 mod attr;
