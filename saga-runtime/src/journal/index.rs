@@ -57,9 +57,19 @@ fn status_as_before<S: serde::Serializer>(status: &Status, to: S) -> Result<S::O
 /// it does not run, or a wait of it waits for a child (the child's end
 /// wakes it; start-up resumes it, as it resumes whatever has no timer).
 pub(crate) fn next_wake(state: &InstanceState) -> Option<(u64, bool)> {
-    if !state.status.resumes_on_open() {
+    let child = state
+        .slots
+        .values()
+        .any(|slot| matches!(slot.state, SlotState::ChildRunning { .. }));
+    if !state.status.resumes_on_open() || child {
         return None;
     }
+    waits_until(state)
+}
+
+/// When the waits of an instance are over, whatever its status (see
+/// [`next_wake`]): a paused one's too.
+pub(crate) fn waits_until(state: &InstanceState) -> Option<(u64, bool)> {
     let mut wake: Option<(u64, bool)> = None;
     for slot in state.slots.values() {
         let at = match &slot.state {
@@ -76,7 +86,6 @@ pub(crate) fn next_wake(state: &InstanceState) -> Option<(u64, bool)> {
                 }
                 (*deadline, true)
             }
-            SlotState::ChildRunning { .. } => return None,
             _ => continue,
         };
         if wake.is_none_or(|w| at < w) {

@@ -627,12 +627,13 @@ impl Runner {
             let due = runner
                 .core
                 .journal
-                .read(&id, |s| {
-                    s.status.resumes_on_open()
-                        && match crate::journal::next_wake(s) {
-                            Some((wake, _)) => wake <= now,
-                            None => s.status != Status::Waiting,
-                        }
+                .read(&id, |s| match s.status {
+                    // A paused one wakes too: its sleep ends, and the pause
+                    // holds it after.
+                    Status::Waiting | Status::Paused => {
+                        crate::journal::waits_until(s).is_some_and(|(wake, _)| wake <= now)
+                    }
+                    status => status.resumes_on_open(),
                 })
                 .await;
             if due.unwrap_or(false) {
