@@ -35,7 +35,7 @@ use tokio::sync::{broadcast, watch};
 
 pub(crate) use change::{Change, End, Entry};
 pub(crate) use facts::Facts;
-pub(crate) use index::{Indexed, Summary, next_wake, waits_until};
+pub(crate) use index::{Indexed, Summary, waits_until};
 pub(crate) use state::{CompensationState, InstanceState, SlotKind, SlotRecord, SlotState};
 pub(crate) use tail::Tail;
 
