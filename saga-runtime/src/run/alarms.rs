@@ -146,12 +146,8 @@ impl Queue {
         let mut due = Vec::new();
         for (deadline, through) in [(false, sleeps_through), (true, deadlines_through)] {
             let queue = self.of(deadline);
-            while let Some(first) = queue.first() {
-                if first.0 > through {
-                    break;
-                }
-                let key = queue.pop_first().expect("a first alarm");
-                due.push(key);
+            while queue.first().is_some_and(|first| first.0 <= through) {
+                due.extend(queue.pop_first());
             }
         }
         for (_, id) in &due {
