@@ -321,3 +321,53 @@ async fn a_sleeper_that_was_never_loaded_can_be_terminated() {
     assert_eq!(run.status().await.unwrap(), Status::Terminated);
     engine.close().await;
 }
+
+/// What a release that keeps the active set but no timer index leaves: its
+/// repair on open writes the marker without saying the timers are kept,
+/// and it moved a sleeper's wake without filing it. Here the timer index
+/// says asleep-0 wakes ten days late.
+fn as_written_by_a_release_without_timers(dir: &Path) {
+    let db = sled::open(dir).unwrap();
+    let index = db.open_tree("index").unwrap();
+    let marker: Vec<u8> = index
+        .iter()
+        .keys()
+        .map(|k| k.unwrap().to_vec())
+        .find(|k| k.first() == Some(&0))
+        .expect("the store carries the marker");
+    index.insert(marker, &[] as &[u8]).unwrap();
+    let (active, timers) = (
+        db.open_tree("active").unwrap(),
+        db.open_tree("timers").unwrap(),
+    );
+    let filed = active.get("asleep-0").unwrap().expect("asleep-0 is active");
+    let at = u64::from_be_bytes(filed[..8].try_into().unwrap());
+    let late = at + 10 * 24 * 60 * 60 * 1000;
+    let key = |at: u64| [&at.to_be_bytes()[..], b"asleep-0"].concat();
+    timers.remove(key(at)).unwrap();
+    timers.insert(key(late), &[0u8]).unwrap();
+    active
+        .insert("asleep-0", [&late.to_be_bytes()[..], &[0]].concat())
+        .unwrap();
+    db.flush().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timers_a_release_before_did_not_keep_are_filed_again_not_trusted() {
+    let dir = DataDir::new("startup-timers-before");
+    let clock = TestClock::new();
+    history(dir.path(), &clock).await;
+    as_written_by_a_release_without_timers(dir.path());
+
+    let (engine, _store) = open_counting(dir.path(), &clock).await;
+    within("every sleeper resumes", clock.wait_for_sleepers(ASLEEP)).await;
+    clock.advance(Duration::from_secs(24 * 60 * 60));
+    let run = engine.instance("asleep-0").await.unwrap();
+    assert_eq!(
+        within("it wakes on time", run.result::<u64>())
+            .await
+            .unwrap(),
+        2
+    );
+    engine.close().await;
+}

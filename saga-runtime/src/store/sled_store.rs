@@ -15,7 +15,8 @@
 //!   changed by compare-and-swap.
 //! - `queues`: key `<queue name>`, its limits (`queue::stored`), changed
 //!   by compare-and-swap.
-//! - `active`: key `<id>`, empty: the instances whose index entry says a
+//! - `active`: key `<id>`, value its timer (see `timers`; empty when it
+//!   has none, and as a release before writes it): the instances whose index entry says a
 //!   driver must run them (`IndexRow::active`), so start-up finds them
 //!   without reading the ended ones. Written before an entry becomes
 //!   active and removed after it stops being so: a crash leaves at most an
