@@ -160,7 +160,6 @@
 //! cannot be used from here (`schedules trigger` on an engine that does
 //! not declare the schedule).
 #![deny(clippy::too_many_lines)]
-
 // On docs.rs, each feature-gated item says which feature it needs.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 

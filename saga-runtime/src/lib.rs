@@ -65,7 +65,6 @@
 //! - **The `saga` command** to see and control instances: the `saga-cli`
 //!   crate.
 #![deny(clippy::too_many_lines)]
-
 // On docs.rs, each feature-gated item says which feature it needs.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![cfg_attr(
