@@ -196,9 +196,10 @@ mod reorder_b {
 }
 
 /// Runs instance `id` of `reorder_a::order` (input `n`) up to its wait in
-/// one process, then opens the store again with `next` registered: the
-/// store's directory, the engine, the instance, and what its `result()`
-/// answered (the instance no longer matches `next`).
+/// one process, then opens the store again with `next` registered and
+/// sends the event it waits for: the store's directory, the engine, the
+/// instance, and what its `result()` answered (the instance no longer
+/// matches `next`).
 async fn next_release(
     tag: &str,
     id: &str,
@@ -215,6 +216,9 @@ async fn next_release(
 
     let engine = Engine::open(&dir).unwrap();
     engine.register(next).unwrap();
+    // A waiting instance is not replayed until something wakes it: the
+    // event it waits for does, and its replay meets the new code.
+    engine.send_event(id, "shipped", &1u64).await.unwrap();
     let run = engine.instance(id).await.unwrap();
     let blocked = within("the block", run.result::<u64>()).await.unwrap_err();
     (dir, engine, run, blocked)
@@ -485,5 +489,61 @@ async fn an_instance_a_newer_release_wrote_to_is_left_alone_not_parked() {
         let journal = store.journal("from-the-future").await.unwrap();
         assert_eq!(journal.last().unwrap().1, record_of_a_newer_release());
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The replay check of the next release on sled, before its deploy: an
+/// engine opened to read registers the new code and replays the stored
+/// instances against it, and drives none of them. Opened to write, the
+/// same registration would park the instance `Blocked`
+/// (`an_undeclared_reorder_blocks_the_instance...` above).
+#[tokio::test]
+async fn an_engine_opened_to_read_replays_the_next_release_and_drives_nothing() {
+    use saga_runtime::testing::{History, Replayer};
+
+    let dir = std::env::temp_dir().join(format!("saga-deploy-check-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let missing = Engine::builder().open_read_only(&dir).unwrap_err();
+    assert!(matches!(missing, Error::InvalidArgument(_)), "{missing:?}");
+    let engine = Engine::open(&dir).unwrap();
+    let run = engine
+        .start(reorder_a::order, "order-check", 4)
+        .await
+        .unwrap();
+    until_status(&run, Status::Waiting).await;
+    let recorded = run.history().await.unwrap().len();
+    drop(run);
+    engine.close().await;
+
+    let engine = Engine::builder()
+        .register(reorder_b::order)
+        .open_read_only(&dir)
+        .unwrap();
+    assert!(engine.reads_only());
+    let history = History::export(&engine, "order-check").await.unwrap();
+    let error = Replayer::of(&engine)
+        .replay_registered(&history)
+        .await
+        .expect_err("the next release reorders the steps");
+    assert!(error.non_determinism().is_some(), "{error}");
+    helpers::quiet(&engine).await;
+    let run = engine.instance("order-check").await.unwrap();
+    assert_eq!(run.status().await.unwrap(), Status::Waiting);
+    let refused = engine
+        .start(reorder_b::order, "order-new", 1)
+        .await
+        .unwrap_err();
+    assert!(matches!(refused, Error::ReadOnly { .. }), "{refused:?}");
+    let refused = run.terminate().await.unwrap_err();
+    assert!(matches!(refused, Error::ReadOnly { .. }), "{refused:?}");
+    drop(run);
+    engine.close().await;
+
+    // The release in production finds its instance as it left it.
+    let engine = Engine::open(&dir).unwrap();
+    let run = engine.instance("order-check").await.unwrap();
+    assert_eq!(run.history().await.unwrap().len(), recorded);
+    assert_eq!(run.status().await.unwrap(), Status::Waiting);
+    engine.close().await;
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -382,6 +382,55 @@ impl EngineBuilder {
         self.build(journal, runtime, path, schedules)
     }
 
+    /// Opens the store in `path` to read and check, driving nothing: the
+    /// replay check of a release on sled, before its deploy. Registering
+    /// workflows resumes no instance (on [`open`](EngineBuilder::open) the
+    /// new code would drive the instances in flight, and one that no
+    /// longer replays would park itself `Blocked`), no schedule fires,
+    /// nothing is repaired or swept. Reads answer as on an engine that
+    /// writes; `start`, events and control calls answer
+    /// [`Error::ReadOnly`]. The store must exist, and no other process may
+    /// hold it open (sled takes it whole): check a copy beside a running
+    /// service.
+    ///
+    /// ```no_run
+    /// # use saga_runtime::prelude::*;
+    /// # #[workflow(name = "order")]
+    /// # async fn order(ctx: WorkflowContext, (): ()) -> Result<(), WorkflowError> { Ok(()) }
+    /// # async fn check() -> Result<(), Error> {
+    /// use saga_runtime::testing::{History, Replayer};
+    ///
+    /// let engine = Engine::builder().register(order).open_read_only("./saga-data")?;
+    /// let history = History::export(&engine, "order-7").await?;
+    /// if let Err(e) = Replayer::of(&engine).replay_registered(&history).await {
+    ///     eprintln!("order-7 would block after the deploy: {e}");
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn open_read_only(mut self, path: impl AsRef<Path>) -> Result<Engine> {
+        self.checked_queues()?;
+        let schedules = self.checked_schedules()?;
+        let runtime = Handle::try_current().map_err(|_| Error::NoRuntime)?;
+        let path = path.as_ref();
+        if !path.join("db").exists() && !path.join("conf").exists() {
+            return Err(Error::InvalidArgument(format!(
+                "there is no store in {} to read: open_read_only reads an existing store (Engine::open creates one)",
+                path.display()
+            )));
+        }
+        let store = SledStore::open(path)?;
+        if !store.legacy_instances()?.is_empty() {
+            return Err(Error::InvalidArgument(format!(
+                "the store in {} is of the first release's format: open it once with Engine::open, which upgrades it, before reading it",
+                path.display()
+            )));
+        }
+        let store: Arc<dyn Store> = Arc::new(store.reading());
+        let journal = Journal::new(store, self.clock.clone(), self.store_timeout)?;
+        self.build(journal, runtime, Some(path.to_owned()), schedules)
+    }
+
     /// Connects to the PostgreSQL database at `url`
     /// (`postgres://user:password@host:port/db`), creating or migrating its
     /// schema: this engine is then one of the schema's workers.
@@ -669,9 +718,10 @@ impl Engine {
         crate::schedule::control::Schedules::new(self.runner(), &self.handle.schedules)
     }
 
-    /// Whether this engine only reads (`connect_read_only`): its events
-    /// and control calls are posted to the worker that drives the
-    /// instance ([`Sent::Posted`](crate::Sent::Posted)).
+    /// Whether this engine only reads: connected with `connect_read_only`
+    /// (its events and control calls are posted to the worker that drives
+    /// the instance, [`Sent::Posted`](crate::Sent::Posted)), or opened with
+    /// [`EngineBuilder::open_read_only`] (they answer [`Error::ReadOnly`]).
     pub fn reads_only(&self) -> bool {
         self.runner().core.journal.read_only()
     }

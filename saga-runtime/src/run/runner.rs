@@ -183,6 +183,11 @@ impl Runner {
     /// read once for all the workflows registered together, not once per
     /// workflow, and never the ended ones (`Store::active_entries`).
     fn resume_registered(self: &Arc<Self>, workflows: impl IntoIterator<Item = &'static str>) {
+        // An engine that only reads drives nothing: on a shared store it
+        // owns no instance, and on sled it was opened to check.
+        if self.core.journal.read_only() {
+            return;
+        }
         {
             let mut to_resume = lock(&self.to_resume);
             to_resume.workflows.extend(workflows);

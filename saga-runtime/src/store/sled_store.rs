@@ -86,6 +86,9 @@ pub struct SledStore {
     /// The instances marked in `dirty` by this process.
     marked: std::sync::Mutex<std::collections::HashSet<String>>,
     path: Option<PathBuf>,
+    /// Opened to read (`EngineBuilder::open_read_only`): the journal
+    /// writes nothing and no instance is driven.
+    read_only: bool,
     /// Its place among the stores this process holds open.
     _open_here: Option<OpenHere>,
 }
@@ -215,6 +218,7 @@ impl SledStore {
             marked: std::sync::Mutex::default(),
             db,
             path,
+            read_only: false,
             _open_here: None,
         };
         let marker = store.index.get(KEPT_MARKER).map_err(sled_error)?;
@@ -223,6 +227,24 @@ impl SledStore {
             .timers_trusted
             .store(trusted, std::sync::atomic::Ordering::SeqCst);
         Ok(store)
+    }
+
+    /// The store, to read only: the journal writes nothing through it.
+    pub(crate) fn reading(mut self) -> Self {
+        self.read_only = true;
+        self
+    }
+
+    /// [`Error::ReadOnly`] when opened to read: every write an engine
+    /// makes (a journal's first record, the index, schedules, queue
+    /// limits, a removal) asks this first.
+    fn refuse_if_read_only(&self) -> Result<()> {
+        if self.read_only {
+            return Err(Error::ReadOnly {
+                what: "a write to a store opened to read (EngineBuilder::open_read_only): open it with Engine::open to write".into(),
+            });
+        }
+        Ok(())
     }
 
     /// The directory of the store (`None` when temporary).
@@ -289,6 +311,7 @@ impl SledStore {
     /// Marks `id` in `dirty` before this process first writes its journal
     /// (so a record that survives a crash finds its mark there too).
     fn mark_dirty(&self, id: &str) -> Result<()> {
+        self.refuse_if_read_only()?;
         let mut marked = crate::lock::lock(&self.marked);
         if marked.contains(id) {
             return Ok(());
@@ -698,6 +721,10 @@ impl SledStore {
 }
 
 impl Store for SledStore {
+    fn read_only(&self) -> bool {
+        self.read_only
+    }
+
     fn create<'a>(
         &'a self,
         id: &'a str,
@@ -729,6 +756,7 @@ impl Store for SledStore {
     }
 
     fn put_index(&self, id: &str, index: &IndexRow<'_>) -> Result<()> {
+        self.refuse_if_read_only()?;
         let old = if index.active {
             self.add_active_with(id, index.wake)?
         } else {
@@ -777,6 +805,7 @@ impl Store for SledStore {
     }
 
     fn set_active(&self, id: &str, active: bool) -> Result<()> {
+        self.refuse_if_read_only()?;
         if active {
             self.add_active(id)
         } else {
@@ -835,6 +864,7 @@ impl Store for SledStore {
     }
 
     fn remove(&self, id: &str) -> Result<()> {
+        self.refuse_if_read_only()?;
         self.mark_dirty(id)?;
         let n = failpoint::before(Call::Write)?;
         for key in self.journal.scan_prefix(instance_prefix(id)).keys() {
@@ -855,6 +885,7 @@ impl Store for SledStore {
     }
 
     fn remove_before(&self, id: &str, seq: u64) -> Result<()> {
+        self.refuse_if_read_only()?;
         let n = failpoint::before(Call::Write)?;
         // Oldest first: a crash part way leaves the later records of the
         // old runs, and the current run whole.
