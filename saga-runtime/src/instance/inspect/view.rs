@@ -10,7 +10,7 @@ use crate::seal::{Codec, CodecError, Sealed};
 use crate::workflow::key::IdempotencyKey;
 
 /// Everything about one instance that a person inspecting it may ask,
-/// from [`Instance::inspect`].
+/// from [`Instance::inspect`](crate::Instance::inspect).
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct Inspection {
