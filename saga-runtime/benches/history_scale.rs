@@ -99,7 +99,6 @@ impl Template {
             workflow: "",
             status: self.status,
             active: self.active,
-            wake: None,
             facts: Some(IndexFacts {
                 encoded: &self.facts,
                 created_at: self.created_at,
