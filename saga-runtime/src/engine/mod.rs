@@ -356,6 +356,15 @@ impl EngineBuilder {
         self
     }
 
+    /// What every way of opening asks first: the declared queues and
+    /// schedules checked, and the Tokio runtime the engine runs on.
+    fn checked(&mut self) -> Result<(Arc<crate::schedule::Declared>, Handle)> {
+        self.checked_queues()?;
+        let schedules = self.checked_schedules()?;
+        let runtime = Handle::try_current().map_err(|_| Error::NoRuntime)?;
+        Ok((schedules, runtime))
+    }
+
     /// The declared schedules, checked before a store opens.
     fn checked_schedules(&mut self) -> Result<Arc<crate::schedule::Declared>> {
         let schedules = std::mem::take(&mut self.schedules);
@@ -366,9 +375,7 @@ impl EngineBuilder {
     /// written by the first release (format version 1) is upgraded in
     /// place: each instance's records become one journal record.
     pub fn open(mut self, path: impl AsRef<Path>) -> Result<Engine> {
-        self.checked_queues()?;
-        let schedules = self.checked_schedules()?;
-        let runtime = Handle::try_current().map_err(|_| Error::NoRuntime)?;
+        let (schedules, runtime) = self.checked()?;
         let store = Arc::new(SledStore::open(path.as_ref())?);
         let journal = Journal::new(store.clone(), self.clock.clone(), self.store_timeout)?;
         let imported = answered_now(journal.import_legacy(&store))?;
@@ -409,9 +416,7 @@ impl EngineBuilder {
     /// # }
     /// ```
     pub fn open_read_only(mut self, path: impl AsRef<Path>) -> Result<Engine> {
-        self.checked_queues()?;
-        let schedules = self.checked_schedules()?;
-        let runtime = Handle::try_current().map_err(|_| Error::NoRuntime)?;
+        let (schedules, runtime) = self.checked()?;
         let path = path.as_ref();
         if !path.join("db").exists() && !path.join("conf").exists() {
             return Err(Error::InvalidArgument(format!(
@@ -472,9 +477,7 @@ impl EngineBuilder {
 
     #[cfg(feature = "postgres")]
     async fn connect_postgres(mut self, url: &str, read_only: bool) -> Result<Engine> {
-        self.checked_queues()?;
-        let schedules = self.checked_schedules()?;
-        let runtime = Handle::try_current().map_err(|_| Error::NoRuntime)?;
+        let (schedules, runtime) = self.checked()?;
         let options = crate::store::PgOptions {
             url: url.to_owned(),
             schema: self.postgres_schema.clone(),
@@ -531,9 +534,7 @@ impl EngineBuilder {
 
     /// An engine on a temporary store, removed when the engine is dropped.
     pub fn temporary(mut self) -> Result<Engine> {
-        self.checked_queues()?;
-        let schedules = self.checked_schedules()?;
-        let runtime = Handle::try_current().map_err(|_| Error::NoRuntime)?;
+        let (schedules, runtime) = self.checked()?;
         let store: Arc<dyn Store> = Arc::new(SledStore::temporary()?);
         let journal = Journal::new(store, self.clock.clone(), self.store_timeout)?;
         self.build(journal, runtime, None, schedules)
@@ -543,9 +544,7 @@ impl EngineBuilder {
     /// does not know). Not a stable API: the store trait will change.
     #[doc(hidden)]
     pub fn open_store(mut self, store: Arc<dyn Store>) -> Result<Engine> {
-        self.checked_queues()?;
-        let schedules = self.checked_schedules()?;
-        let runtime = Handle::try_current().map_err(|_| Error::NoRuntime)?;
+        let (schedules, runtime) = self.checked()?;
         let journal = Journal::new(store, self.clock.clone(), self.store_timeout)?;
         self.build(journal, runtime, None, schedules)
     }
