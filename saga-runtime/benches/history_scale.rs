@@ -99,6 +99,7 @@ impl Template {
             workflow: "",
             status: self.status,
             active: self.active,
+            wake: None,
             facts: Some(IndexFacts {
                 encoded: &self.facts,
                 created_at: self.created_at,

@@ -196,9 +196,10 @@ mod reorder_b {
 }
 
 /// Runs instance `id` of `reorder_a::order` (input `n`) up to its wait in
-/// one process, then opens the store again with `next` registered: the
-/// store's directory, the engine, the instance, and what its `result()`
-/// answered (the instance no longer matches `next`).
+/// one process, then opens the store again with `next` registered and
+/// sends the event it waits for: the store's directory, the engine, the
+/// instance, and what its `result()` answered (the instance no longer
+/// matches `next`).
 async fn next_release(
     tag: &str,
     id: &str,
@@ -215,6 +216,9 @@ async fn next_release(
 
     let engine = Engine::open(&dir).unwrap();
     engine.register(next).unwrap();
+    // A waiting instance is not replayed until something wakes it: the
+    // event it waits for does, and its replay meets the new code.
+    engine.send_event(id, "shipped", &1u64).await.unwrap();
     let run = engine.instance(id).await.unwrap();
     let blocked = within("the block", run.result::<u64>()).await.unwrap_err();
     (dir, engine, run, blocked)

@@ -393,10 +393,12 @@ async fn a_missing_key_parks_a_replaying_instance_blocked_until_the_key_is_given
     drop(run);
     engine.close().await;
 
-    // Opened without k1: the replay's first use of the input fails, and
-    // parks the instance; nothing is lost.
+    // Opened without k1: a waiting instance stays unloaded until it is
+    // woken. Its approval wakes it; the replay's first use of the input
+    // fails, and parks the instance; nothing is lost, the approval included.
     let engine = place.open(Some(ring("k2", &[]))).await;
     let run = engine.instance("p-1").await.unwrap();
+    approve(&engine, "p-1", APPROVER).await;
     until_status(&run, Status::Blocked).await;
     match within("p-1", run.result::<String>()).await {
         Err(Error::Blocked { failure, .. }) => {
@@ -414,14 +416,15 @@ async fn a_missing_key_parks_a_replaying_instance_blocked_until_the_key_is_given
     drop(run);
     engine.close().await;
 
-    // Given the key again, the parked instance resumes where it was.
-    // (On PostgreSQL once a worker claims it. It replays to its wait: the
-    // status says `running` until it ends, as for any instance resumed
-    // from `Blocked`.)
+    // Given the key again, the parked instance resumes where it was (on
+    // PostgreSQL once a worker claims it) and takes the approval it was
+    // sent while parked.
     let engine = place.open(Some(ring("k2", &["k1"]))).await;
     let run = engine.instance("p-1").await.unwrap();
-    until_status(&run, Status::Running).await;
-    approve(&engine, "p-1", APPROVER).await;
+    helpers::wait_until("p-1 resumed", || async {
+        run.status().await.unwrap() != Status::Blocked
+    })
+    .await;
     let receipt = within("p-1", run.result::<String>()).await.unwrap();
     assert!(
         receipt.starts_with(&format!("7 cents from {CARD}")),

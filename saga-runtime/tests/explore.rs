@@ -204,11 +204,11 @@ fn a_transfer_conserves_money_under_every_failure() {
     // once before and once after its body.
     assert_eq!(report.count(ScenarioKind::CompensationFailsOnce), 4);
     assert_eq!(report.count(ScenarioKind::NoFailure), 1);
-    // A crash at each of the 20 writes of the run without failure, and at
-    // each of the 26 of the deepest rollback ("confirm" failing after its
+    // A crash at each of the 21 writes of the run without failure, and at
+    // each of the 27 of the deepest rollback ("confirm" failing after its
     // body ran). A change of what the engine writes changes these counts.
-    assert_eq!(report.count(ScenarioKind::Crash), 20 + 26);
-    assert_eq!(report.scenarios().len(), 57);
+    assert_eq!(report.count(ScenarioKind::Crash), 21 + 27);
+    assert_eq!(report.scenarios().len(), 59);
     assert!(report.unguarded().is_empty(), "{:?}", report.unguarded());
     // Rolled-back scenarios are among them, and so are completed ones.
     let verdicts = |v: Verdict| report.scenarios().iter().filter(|e| e.verdict == v).count();

@@ -513,16 +513,19 @@ async fn a_child_cut_off_from_its_parent_by_a_crash_is_linked_again_and_undone()
         .await
         .unwrap();
     let parent = engine.instance("outing-1").await.unwrap();
+    // The parent was already `Waiting` (for its child) before the crash:
+    // its status says nothing of the replay, the link does. The replay
+    // runs in the background, and the child may end before it.
+    wait_until("the link to the parent", || async {
+        child.info().await.unwrap().parent.as_deref() == Some("outing-1")
+    })
+    .await;
     until_status(&parent, Status::Waiting).await;
     let children = engine
         .list(&ListFilter::all().parent("outing-1"))
         .await
         .unwrap();
     assert_eq!(children.len(), 1, "{children:?}");
-    assert_eq!(
-        child.info().await.unwrap().parent.as_deref(),
-        Some("outing-1")
-    );
     engine.send_event("outing-1", "word", &1u64).await.unwrap();
     let ended = within("the parent's rollback", parent.result::<()>()).await;
     assert!(ended.is_err(), "{ended:?}");

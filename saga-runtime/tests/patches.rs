@@ -177,9 +177,14 @@ async fn old_instances_replay_without_the_patch_and_new_ones_take_it() {
     engine.close().await;
 
     // Without the patch the old instance could not go on: the release
-    // that calls the new step unconditionally parks it.
+    // that calls the new step unconditionally parks it when it wakes (a
+    // sleeping instance is not replayed before).
     let engine = release(&store, &ran, order_v3).await;
     let unpatched = engine.instance("order-unpatched").await.unwrap();
+    engine
+        .send_event("order-unpatched", "shipped", &1u64)
+        .await
+        .unwrap();
     let blocked = within("the block", unpatched.result::<()>()).await;
     assert!(
         matches!(&blocked, Err(Error::Blocked { .. })),

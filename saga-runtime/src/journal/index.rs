@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::facts::Facts;
-use super::state::InstanceState;
+use super::state::{InstanceState, SlotState};
 use crate::codec::encode_record;
 use crate::error::failure::Failure;
 use crate::model::status::Status;
@@ -50,8 +50,54 @@ fn status_as_before<S: serde::Serializer>(status: &Status, to: S) -> Result<S::O
     }
 }
 
+/// When an instance that only waits is due, for the store's timer index
+/// (`IndexRow::wake`): the earliest of its sleeps' wake times and its
+/// event waits' deadlines (`true`: a deadline), or 0 (due now) when an
+/// event one of its waits waits for came. `None` when no time wakes it:
+/// it does not run, or a wait of it waits for a child (the child's end
+/// wakes it; start-up resumes it, as it resumes whatever has no timer).
+pub(crate) fn next_wake(state: &InstanceState) -> Option<(u64, bool)> {
+    let child = state
+        .slots
+        .values()
+        .any(|slot| matches!(slot.state, SlotState::ChildRunning { .. }));
+    if !state.status.resumes_on_open() || child {
+        return None;
+    }
+    waits_until(state)
+}
+
+/// When the waits of an instance are over, whatever its status (see
+/// [`next_wake`]): a paused one's too.
+pub(crate) fn waits_until(state: &InstanceState) -> Option<(u64, bool)> {
+    let mut wake: Option<(u64, bool)> = None;
+    for slot in state.slots.values() {
+        let at = match &slot.state {
+            SlotState::Sleeping { wake_at } => (*wake_at, false),
+            SlotState::Waiting {
+                event_type,
+                deadline,
+            } => {
+                if state.pending.values().any(|e| &e.event_type == event_type) {
+                    return Some((0, false));
+                }
+                if *deadline == u64::MAX {
+                    continue;
+                }
+                (*deadline, true)
+            }
+            _ => continue,
+        };
+        if wake.is_none_or(|w| at < w) {
+            wake = Some(at);
+        }
+    }
+    wake
+}
+
 /// An instance's whole index entry, encoded: its summary and its facts.
 pub(crate) struct Indexed {
+    wake: Option<(u64, bool)>,
     summary: Summary,
     encoded: Vec<u8>,
     facts: Facts,
@@ -61,11 +107,14 @@ pub(crate) struct Indexed {
 impl Indexed {
     /// The entry of `state`, folded from its records up to `last_seq`.
     pub(crate) fn of(state: &InstanceState, last_seq: u64) -> Indexed {
-        Indexed::new(Summary::of(state, last_seq), Facts::of(state))
+        let mut indexed = Indexed::new(Summary::of(state, last_seq), Facts::of(state));
+        indexed.wake = next_wake(state);
+        indexed
     }
 
     pub(crate) fn new(summary: Summary, facts: Facts) -> Indexed {
         Indexed {
+            wake: None,
             encoded: encode_record(&summary),
             facts_encoded: encode_record(&facts),
             summary,
@@ -81,6 +130,7 @@ impl Indexed {
             workflow: &summary.workflow,
             status: summary.status.label(),
             active: summary.status.resumes_on_open(),
+            wake: self.wake,
             facts: Some(IndexFacts {
                 encoded: &self.facts_encoded,
                 created_at: summary.created_at,

@@ -40,7 +40,7 @@ use tokio::sync::{broadcast, watch};
 
 pub(crate) use change::{Change, End, Entry};
 pub(crate) use facts::Facts;
-pub(crate) use index::{Indexed, Summary};
+pub(crate) use index::{Indexed, Summary, waits_until};
 pub(crate) use state::{CompensationState, InstanceState, SlotKind, SlotRecord, SlotState};
 pub(crate) use tail::Tail;
 
@@ -507,6 +507,7 @@ impl Journal {
             change,
         };
         let status_before = loaded.state.status;
+        let wake_before = index::next_wake(&loaded.state);
         // Applied first, so a change that does not fit the state is never
         // stored; a failed store write loads the state again.
         let applied = machine::apply_to_state(&mut loaded.state, seq, &record);
@@ -525,7 +526,10 @@ impl Journal {
             }
         };
         let state = &loaded.state;
-        let written = if state.status == status_before && !record.change.reindexes() {
+        let written = if state.status == status_before
+            && !record.change.reindexes()
+            && index::next_wake(state) == wake_before
+        {
             self.store.append(id, seq, &bytes)
         } else {
             // The index says which instances must run: it changes with the
@@ -633,6 +637,27 @@ impl Journal {
     /// How many flushes the store did so far.
     pub(crate) fn flushes(&self) -> u64 {
         self.flusher.flushes()
+    }
+
+    /// Whether the store keeps a timer index every writer kept
+    /// ([`Store::timers_kept`]).
+    pub(crate) fn timers_kept(&self) -> bool {
+        !self.store.read_only() && self.store.timers_kept()
+    }
+
+    /// The timer the store filed for `id` ([`Store::timer_of`]).
+    pub(crate) async fn timer_of(&self, id: &str) -> Result<Option<(u64, bool)>> {
+        self.store.timer_of(id).await
+    }
+
+    /// Every active instance's timer was filed again ([`Store::timers_rebuilt`]).
+    pub(crate) fn timers_rebuilt(&self) -> Result<()> {
+        self.store.timers_rebuilt()
+    }
+
+    /// The store, for the alarms that refill from its timer index.
+    pub(crate) fn store(&self) -> Arc<dyn Store> {
+        self.store.clone()
     }
 
     /// Whether the store refuses writes (a reader's).

@@ -1,37 +1,39 @@
-//! The wakes of the instances that hibernate here, kept together: one
-//! ordered queue and one task that sleeps until the earliest, rather than
-//! a task (and a sleep) per instance. A sleeping instance then costs an
-//! entry here and a key in its `Resident`, which is what 10,000 of them
-//! asleep are measured by.
+//! The wakes of the instances that only wait, kept together: one ordered
+//! queue and one task that sleeps until the earliest, rather than a task
+//! (and a sleep) per instance.
+//!
+//! On a store that keeps a timer index (`Store::timers_kept`), the queue
+//! holds only a window of the next ones: every timer filed in the store at
+//! or before the window's end (by wake time, then id) is here, and no
+//! other. An alarm set past the end is not kept (the instance is in the
+//! store's index, and nothing of it stays in memory); once the queue runs
+//! dry the task reads the next [`WINDOW`] from the store. A store without
+//! one keeps every alarm here, as before.
+//!
+//! An alarm rings the instance's id: the runner looks at the instance
+//! then, so an alarm that went stale (it woke or ended since) is harmless.
 //!
 //! The task sleeps on the engine's clock, with the kind of wait each
 //! alarm is (a durable sleep, or an event wait's deadline, which a
 //! [`TestClock`] in the mode `auto_advancing_to_sleeps` does not jump
 //! to), and is re-armed when an alarm earlier than those it sleeps for
-//! comes. On a [`TestClock`] each alarm is also noted with the clock, so
-//! that a test counts (and moves time to) one sleeper per hibernating
-//! instance, as it would with a sleep each.
+//! comes. On a [`TestClock`] each sleeping instance is also noted with the
+//! clock, kept in the window or not, so that a test counts (and moves time
+//! to) one sleeper per instance that waits, as it would with a sleep each.
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::SystemTime;
 
 use tokio::sync::Notify;
 
 use crate::lock::lock;
 use crate::names::id::InstanceId;
+use crate::store::Store;
 use crate::time::clock::{Clock, Sleep, TestClock, from_millis, to_millis};
 
-/// What a `Resident` keeps of its alarm: enough to find it again.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct AlarmKey {
-    /// When it rings, in stored milliseconds.
-    at: u64,
-    /// Tells apart the alarms of one millisecond; in the order set.
-    seq: u64,
-    /// An event wait's deadline (rather than a durable sleep).
-    deadline: bool,
-}
+/// How many alarms the window holds at most, on a store with a timer index.
+pub(crate) const WINDOW: usize = 256;
 
 /// Every alarm set here, and the task that rings them.
 pub(crate) struct Alarms {
@@ -45,42 +47,42 @@ struct Shared {
     /// Told when an alarm comes that rings before those the task sleeps for.
     rearm: Notify,
     clock: Arc<dyn Clock>,
-    /// The engine's clock, when it is a [`TestClock`]: alarms are noted
-    /// with it (`TestClock::note`).
+    /// The engine's clock, when it is a [`TestClock`]: sleeping instances
+    /// are noted with it (`TestClock::note`).
     test: Option<TestClock>,
+    /// The store whose timer index the window is refilled from, once it
+    /// is trusted ([`Alarms::bound`]).
+    store: OnceLock<Arc<dyn Store>>,
 }
+
+/// An alarm's place: wake time (stored milliseconds), then id.
+type Key = (u64, InstanceId);
 
 #[derive(Default)]
 struct Queue {
-    next_seq: u64,
-    /// Durable sleeps, by `(at, seq)`.
-    sleeps: BTreeMap<(u64, u64), Alarm>,
-    /// Event waits' deadlines, by `(at, seq)`.
-    deadlines: BTreeMap<(u64, u64), Alarm>,
+    /// Durable sleeps.
+    sleeps: BTreeSet<Key>,
+    /// Event waits' deadlines.
+    deadlines: BTreeSet<Key>,
+    /// The alarm of each instance in the window: its time and kind.
+    by_id: HashMap<InstanceId, (u64, bool)>,
+    /// With a [`TestClock`]: each sleeping instance's count with it.
+    noted: HashMap<InstanceId, (SystemTime, u64)>,
+    /// The window's end (inclusive) on a store with a timer index; `None`:
+    /// every alarm is here.
+    end: Option<Key>,
+    /// A refill reads the store: alarms set past the end meanwhile wait
+    /// here, to be kept if the new end covers them.
+    refilling: Option<Vec<(u64, InstanceId, bool)>>,
+    /// The window is bounded ([`Alarms::bound`]): past [`WINDOW`] alarms,
+    /// the latest are let go of.
+    bounded: bool,
     /// Shut down: no alarm is set or rung again.
     stopped: bool,
 }
 
-/// Kept small: 10,000 sleeping instances are 10,000 of these.
-struct Alarm {
-    id: InstanceId,
-    /// Its count with a [`TestClock`] (at the alarm's time), to take back
-    /// if it is stopped; [`NOT_NOTED`] when there is none.
-    noted: u64,
-}
-
-/// [`Alarm::noted`] of an alarm the clock does not count.
-const NOT_NOTED: u64 = u64::MAX;
-
-impl Alarm {
-    /// The key of its count with a [`TestClock`], if it has one.
-    fn noted(&self, at: u64) -> Option<(SystemTime, u64)> {
-        (self.noted != NOT_NOTED).then(|| (from_millis(at), self.noted))
-    }
-}
-
 impl Queue {
-    fn of(&mut self, deadline: bool) -> &mut BTreeMap<(u64, u64), Alarm> {
+    fn of(&mut self, deadline: bool) -> &mut BTreeSet<Key> {
         if deadline {
             &mut self.deadlines
         } else {
@@ -88,26 +90,70 @@ impl Queue {
         }
     }
 
+    fn len(&self) -> usize {
+        self.sleeps.len() + self.deadlines.len()
+    }
+
+    /// Whether the window holds `key`'s place.
+    fn covers(&self, key: &Key) -> bool {
+        self.end.as_ref().is_none_or(|end| key <= end)
+    }
+
+    /// Keeps the alarm of `id` (which has none here).
+    fn insert(&mut self, id: InstanceId, at: u64, deadline: bool) {
+        self.by_id.insert(id.clone(), (at, deadline));
+        self.of(deadline).insert((at, id));
+    }
+
+    /// Drops the alarm of `id` from the window: whether it had one.
+    fn remove(&mut self, id: &str) -> bool {
+        let Some((at, deadline)) = self.by_id.remove(id) else {
+            return false;
+        };
+        self.of(deadline).remove(&(at, InstanceId::stored(id)));
+        true
+    }
+
+    /// On a bounded window: lets go of the latest alarms past [`WINDOW`],
+    /// the end moving back to the latest kept.
+    fn shrink(&mut self) {
+        if !self.bounded {
+            return;
+        }
+        while self.len() > WINDOW {
+            let last_sleep = self.sleeps.last().cloned();
+            let last_deadline = self.deadlines.last().cloned();
+            let (last, deadline) = match (last_sleep, last_deadline) {
+                (Some(s), Some(d)) if d > s => (d, true),
+                (Some(s), _) => (s, false),
+                (None, Some(d)) => (d, true),
+                (None, None) => return,
+            };
+            self.of(deadline).remove(&last);
+            self.by_id.remove(&last.1);
+            let kept = [self.sleeps.last(), self.deadlines.last()]
+                .into_iter()
+                .flatten()
+                .max()
+                .cloned();
+            self.end = kept;
+        }
+    }
+
     /// Takes out the alarms due: those of each queue at or before its
     /// `through`, in the order they ring.
-    fn take_due(
-        &mut self,
-        sleeps_through: u64,
-        deadlines_through: u64,
-    ) -> Vec<(AlarmKey, InstanceId)> {
+    fn take_due(&mut self, sleeps_through: u64, deadlines_through: u64) -> Vec<(u64, InstanceId)> {
         let mut due = Vec::new();
         for (deadline, through) in [(false, sleeps_through), (true, deadlines_through)] {
             let queue = self.of(deadline);
-            while let Some(entry) = queue.first_entry() {
-                let (at, seq) = *entry.key();
-                if at > through {
-                    break;
-                }
-                let alarm = entry.remove();
-                due.push((AlarmKey { at, seq, deadline }, alarm.id));
+            while queue.first().is_some_and(|first| first.0 <= through) {
+                due.extend(queue.pop_first());
             }
         }
-        due.sort_by_key(|(key, _)| (key.at, key.seq));
+        for (_, id) in &due {
+            self.by_id.remove(id);
+        }
+        due.sort();
         due
     }
 
@@ -117,7 +163,7 @@ impl Queue {
         } else {
             &self.sleeps
         };
-        queue.first_key_value().map(|((at, _), _)| *at)
+        queue.first().map(|(at, _)| *at)
     }
 }
 
@@ -130,16 +176,30 @@ impl Alarms {
                 rearm: Notify::new(),
                 clock,
                 test,
+                store: OnceLock::new(),
             }),
             task: Mutex::new(None),
         }
     }
 
-    /// Sets an alarm for `id` (kept with it, not copied) at `at` (stored milliseconds; `deadline`: an
-    /// event wait's deadline); `None` once shut down. The first one starts
-    /// the task that rings them on `runtime`, which hands each due alarm
-    /// to `ring` (in the order they ring) and ends once `ring` answers
-    /// `false`.
+    /// From now on the window is bounded, refilled from `store`'s timer
+    /// index (which files every alarm set here): only the next [`WINDOW`]
+    /// alarms stay in memory.
+    pub(crate) fn bound(&self, store: Arc<dyn Store>) {
+        if self.shared.store.set(store).is_err() {
+            return;
+        }
+        let mut queue = lock(&self.shared.queue);
+        // Every alarm is here so far: the window is bounded from now on.
+        queue.bounded = true;
+        queue.shrink();
+    }
+
+    /// Sets the alarm of `id` at `at` (stored milliseconds; `deadline`: an
+    /// event wait's deadline), replacing the one it had; kept in memory
+    /// only within the window. The first one starts the task that rings
+    /// them on `runtime`, which hands each due alarm's id to `ring` (in
+    /// the order they ring) and ends once `ring` answers `false`.
     pub(crate) fn set<R>(
         &self,
         id: &InstanceId,
@@ -148,30 +208,36 @@ impl Alarms {
         runtime: &tokio::runtime::Handle,
         quiet: &Arc<crate::quiet::Quiet>,
         ring: impl FnOnce() -> R,
-    ) -> Option<AlarmKey>
-    where
-        R: FnMut(AlarmKey, InstanceId) -> bool + Send + 'static,
+    ) where
+        R: FnMut(InstanceId, u64) -> bool + Send + 'static,
     {
         let mut queue = lock(&self.shared.queue);
         if queue.stopped {
-            return None;
+            return;
         }
-        let seq = queue.next_seq;
-        queue.next_seq += 1;
+        if let Some(test) = &self.shared.test {
+            if let Some(noted) = queue.noted.remove(id.as_str()) {
+                test.unnote(noted);
+            }
+            if let Some(noted) = test.note(from_millis(at), deadline) {
+                queue.noted.insert(id.clone(), noted);
+            }
+        }
+        queue.remove(id);
+        if let Some(waiting) = &mut queue.refilling {
+            waiting.retain(|(_, other, _)| other != id);
+        }
+        let key = (at, id.clone());
         let earliest = queue.earliest(deadline);
-        let noted = self
-            .shared
-            .test
-            .as_ref()
-            .and_then(|test| test.note(from_millis(at), deadline))
-            .map_or(NOT_NOTED, |(_, noted)| noted);
-        let alarm = Alarm {
-            id: id.clone(),
-            noted,
-        };
-        queue.of(deadline).insert((at, seq), alarm);
+        if queue.covers(&key) {
+            queue.insert(id.clone(), at, deadline);
+            queue.shrink();
+        } else if let Some(waiting) = &mut queue.refilling {
+            waiting.push((at, id.clone(), deadline));
+        }
+        let kept = queue.by_id.contains_key(id.as_str());
         drop(queue);
-        if earliest.is_none_or(|earliest| at < earliest) {
+        if kept && earliest.is_none_or(|earliest| at < earliest) {
             // A permit is kept if the task is not waiting right now.
             self.shared.rearm.notify_one();
         }
@@ -179,18 +245,23 @@ impl Alarms {
         if task.is_none() {
             *task = Some(quiet.spawn(runtime, run(self.shared.clone(), ring())));
         }
-        Some(AlarmKey { at, seq, deadline })
     }
 
-    /// Stops the alarm of `key`, if it has not rung.
-    pub(crate) fn cancel(&self, key: AlarmKey) {
-        let removed = lock(&self.shared.queue)
-            .of(key.deadline)
-            .remove(&(key.at, key.seq));
-        let noted = removed.and_then(|alarm| alarm.noted(key.at));
+    /// Stops the alarm of `id` (it woke, ended or was removed), and its
+    /// count with a [`TestClock`]: whether it had either.
+    pub(crate) fn forget(&self, id: &str) -> bool {
+        let mut queue = lock(&self.shared.queue);
+        let mut had = queue.remove(id);
+        if let Some(waiting) = &mut queue.refilling {
+            waiting.retain(|(_, other, _)| other.as_str() != id);
+        }
+        let noted = queue.noted.remove(id);
+        drop(queue);
         if let (Some(test), Some(noted)) = (&self.shared.test, noted) {
+            had = true;
             test.unnote(noted);
         }
+        had
     }
 
     /// Shutdown: drops every alarm and stops the task; answers it, to
@@ -198,11 +269,10 @@ impl Alarms {
     pub(crate) fn stop(&self) -> Option<tokio::task::JoinHandle<()>> {
         let mut queue = lock(&self.shared.queue);
         queue.stopped = true;
-        let noted: Vec<(SystemTime, u64)> = std::mem::take(&mut queue.sleeps)
-            .into_iter()
-            .chain(std::mem::take(&mut queue.deadlines))
-            .filter_map(|((at, _), alarm)| alarm.noted(at))
-            .collect();
+        queue.sleeps.clear();
+        queue.deadlines.clear();
+        queue.by_id.clear();
+        let noted: Vec<(SystemTime, u64)> = queue.noted.drain().map(|(_, n)| n).collect();
         drop(queue);
         if let Some(test) = &self.shared.test {
             for noted in noted {
@@ -216,38 +286,101 @@ impl Alarms {
         task
     }
 
-    /// How many alarms are set (tests of leaks).
+    /// How many alarms are held in memory (tests of leaks).
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        let queue = lock(&self.shared.queue);
-        queue.sleeps.len() + queue.deadlines.len()
+        lock(&self.shared.queue).len()
     }
 }
 
+/// Reads the next window from the store's timer index, once the queue ran
+/// dry: the end moves to the last read, or goes (every alarm is here) when
+/// the store had fewer than [`WINDOW`].
+async fn refill(shared: &Shared, store: &Arc<dyn Store>) {
+    let end = {
+        let mut queue = lock(&shared.queue);
+        queue.refilling = Some(Vec::new());
+        queue.end.clone()
+    };
+    let Some((at, id)) = end else { return };
+    let read = store.timers_after(Some((at, id.as_str())), WINDOW).await;
+    let mut queue = lock(&shared.queue);
+    let waiting = queue.refilling.take().unwrap_or_default();
+    let read = match read {
+        Ok(read) => read,
+        Err(e) => {
+            // Every alarm is kept from now on: none is lost.
+            tracing::warn!(error = %e, "could not read the next timers; every sleeping instance stays in memory");
+            queue.end = None;
+            Vec::new()
+        }
+    };
+    if queue.end.is_some() {
+        queue.end = if read.len() < WINDOW {
+            None
+        } else {
+            read.last().map(|(at, id, _)| (*at, InstanceId::stored(id)))
+        };
+    }
+    for (at, id, deadline) in read {
+        let id = InstanceId::stored(&id);
+        if !queue.by_id.contains_key(id.as_str()) {
+            queue.insert(id, at, deadline);
+        }
+    }
+    for (at, id, deadline) in waiting {
+        if queue.covers(&(at, id.clone())) && !queue.by_id.contains_key(id.as_str()) {
+            queue.insert(id, at, deadline);
+        }
+    }
+    queue.shrink();
+}
+
 /// The task: rings what is due, then sleeps until the earliest alarm of
-/// each kind, or until one earlier comes.
-async fn run(shared: Arc<Shared>, mut ring: impl FnMut(AlarmKey, InstanceId) -> bool) {
+/// each kind, or until one earlier comes; refills the window from the
+/// store once it ran dry.
+async fn run(shared: Arc<Shared>, mut ring: impl FnMut(InstanceId, u64) -> bool) {
     // The times the clock said have come, by a sleep of each kind that
     // completed: what is at or before them is due, whatever `now()` says.
     let (mut sleeps_through, mut deadlines_through) = (0, 0);
     loop {
         let now = to_millis(shared.clock.now());
-        let due = lock(&shared.queue).take_due(now.max(sleeps_through), now.max(deadlines_through));
+        let (due, noted) = {
+            let mut queue = lock(&shared.queue);
+            let due = queue.take_due(now.max(sleeps_through), now.max(deadlines_through));
+            let noted: Vec<_> = due
+                .iter()
+                .filter_map(|(_, id)| queue.noted.remove(id.as_str()))
+                .collect();
+            (due, noted)
+        };
+        if let Some(test) = &shared.test {
+            for noted in noted {
+                test.unnote(noted);
+            }
+        }
         if !due.is_empty() {
-            for (key, id) in due {
-                if !ring(key, id) {
+            for (at, id) in due {
+                if !ring(id, at) {
                     return;
                 }
             }
             continue;
         }
-        let (next_sleep, next_deadline) = {
+        let (next_sleep, next_deadline, dry) = {
             let queue = lock(&shared.queue);
             if queue.stopped {
                 return;
             }
-            (queue.earliest(false), queue.earliest(true))
+            let dry = queue.len() == 0 && queue.end.is_some();
+            (queue.earliest(false), queue.earliest(true), dry)
         };
+        if dry && let Some(store) = shared.store.get() {
+            refill(&shared, store).await;
+            if lock(&shared.queue).len() > 0 {
+                continue;
+            }
+        }
         match &shared.test {
             // One wait, not counted: each alarm is counted by itself.
             Some(test) => {
@@ -309,8 +442,8 @@ mod tests {
 
     fn ringer(
         rung: mpsc::UnboundedSender<String>,
-    ) -> impl FnOnce() -> Box<dyn FnMut(AlarmKey, InstanceId) -> bool + Send> {
-        move || Box::new(move |_, id: InstanceId| rung.send(id.to_string()).is_ok())
+    ) -> impl FnOnce() -> Box<dyn FnMut(InstanceId, u64) -> bool + Send> {
+        move || Box::new(move |id: InstanceId, _| rung.send(id.to_string()).is_ok())
     }
 
     async fn next(rung: &mut mpsc::UnboundedReceiver<String>) -> String {
@@ -376,7 +509,7 @@ mod tests {
         let (alarms, clock, start) = alarms(true);
         let runtime = tokio::runtime::Handle::current();
         let (tx, mut rung) = mpsc::unbounded_channel();
-        let gone = alarms.set(
+        alarms.set(
             &InstanceId::stored("gone"),
             start + 1000,
             false,
@@ -393,7 +526,7 @@ mod tests {
             ringer(tx.clone()),
         );
         assert_eq!(clock.sleepers(), 2);
-        alarms.cancel(gone.expect("set"));
+        assert!(alarms.forget("gone"));
         assert_eq!(clock.sleepers(), 1);
         assert_eq!(
             clock.advance_to_next_wake(),
@@ -467,19 +600,68 @@ mod tests {
         let task = alarms.stop().expect("the task ran");
         assert!(task.await.is_err_and(|e| e.is_cancelled()));
         assert_eq!(clock.sleepers(), 0);
-        assert!(
-            alarms
-                .set(
-                    &InstanceId::stored("c"),
-                    start + 1000,
-                    false,
-                    &runtime,
-                    &Default::default(),
-                    ringer(tx.clone())
-                )
-                .is_none()
+        alarms.set(
+            &InstanceId::stored("c"),
+            start + 1000,
+            false,
+            &runtime,
+            &Default::default(),
+            ringer(tx.clone()),
         );
+        assert_eq!(alarms.len(), 0, "none is set once stopped");
         clock.advance(Duration::from_secs(1));
+        quiet(&mut rung).await;
+        assert_eq!(clock.sleepers(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_bounded_window_keeps_only_the_next_alarms_and_refills_from_the_store() {
+        let (alarms, clock, start) = alarms(true);
+        let store: Arc<dyn Store> =
+            Arc::new(crate::store::SledStore::temporary().expect("a store"));
+        alarms.bound(store.clone());
+        let runtime = tokio::runtime::Handle::current();
+        let (tx, mut rung) = mpsc::unbounded_channel();
+        let n = WINDOW * 2 + 10;
+        let ids: Vec<String> = (0..n).map(|i| format!("i{i:04}")).collect();
+        // Set latest first: each one set pushes a later one out.
+        for (i, id) in ids.iter().enumerate().rev() {
+            let at = start + 1000 + i as u64;
+            let mut row = crate::store::IndexRow::opaque(b"summary");
+            row.wake = Some((at, false));
+            store.put_index(id, &row).expect("filed");
+            alarms.set(
+                &InstanceId::stored(id),
+                at,
+                false,
+                &runtime,
+                &Default::default(),
+                ringer(tx.clone()),
+            );
+        }
+        assert!(alarms.len() <= WINDOW, "{} kept", alarms.len());
+        assert_eq!(clock.sleepers(), n, "each is counted, kept or not");
+        // One filed again later: its old place in the store is stale.
+        let moved = &ids[0];
+        let mut row = crate::store::IndexRow::opaque(b"summary");
+        row.wake = Some((start + 5000, false));
+        store.put_index(moved, &row).expect("filed");
+        alarms.set(
+            &InstanceId::stored(moved),
+            start + 5000,
+            false,
+            &runtime,
+            &Default::default(),
+            ringer(tx.clone()),
+        );
+        clock.advance(Duration::from_secs(60));
+        let mut got = Vec::new();
+        for _ in 0..n {
+            got.push(next(&mut rung).await);
+        }
+        let mut want: Vec<String> = ids[1..].to_vec();
+        want.push(moved.clone());
+        assert_eq!(got, want, "each rang once, in order");
         quiet(&mut rung).await;
         assert_eq!(clock.sleepers(), 0);
     }

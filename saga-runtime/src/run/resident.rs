@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::lock::lock;
 use crate::names::id::InstanceId;
-use crate::run::alarms::{AlarmKey, Alarms};
+use crate::run::alarms::Alarms;
 use crate::workflow::live::Live;
 
 /// One instance's entry.
@@ -25,7 +25,10 @@ pub(crate) struct Resident {
     /// here rather than with the engine's other tasks: it goes with the
     /// driver, so a finished driver's task is freed at once.
     pub(crate) task: Option<tokio::task::JoinHandle<()>>,
-    /// While it hibernates here: what wakes it.
+    /// While it hibernates here waiting for children on a store shared
+    /// by workers: the task that looks at them. (An instance that waits
+    /// for time has its alarm among the runner's, `run::alarms`, and no
+    /// entry here.)
     pub(crate) timer: Option<Timer>,
     /// Serializes the control calls that stop its driver and write what
     /// replaces it (restart, terminate), so two never interleave; held by
@@ -36,10 +39,8 @@ pub(crate) struct Resident {
     pub(crate) store_failure: Option<String>,
 }
 
-/// What wakes a hibernating instance.
+/// What wakes a hibernating instance that has an entry here.
 pub(crate) enum Timer {
-    /// Its alarm among the runner's (`run::alarms`): a sleep, a deadline.
-    Alarm(AlarmKey),
     /// A task of its own: a parent that looks at its children now and
     /// then, on a store shared by workers.
     Task(tokio::task::JoinHandle<()>),
@@ -54,25 +55,15 @@ impl Resident {
             && self.store_failure.is_none()
     }
 
-    /// Stops its hibernation timer (an alarm among `alarms`), if any:
-    /// whether it hibernated.
-    pub(crate) fn stop_timer(&mut self, alarms: &Alarms) -> bool {
+    /// Stops its hibernation timer, if any: whether it hibernated.
+    pub(crate) fn stop_timer(&mut self) -> bool {
         match self.timer.take() {
-            Some(Timer::Alarm(key)) => {
-                alarms.cancel(key);
-                true
-            }
             Some(Timer::Task(task)) => {
                 task.abort();
                 true
             }
             None => false,
         }
-    }
-
-    /// Whether its timer is the alarm of `key`.
-    pub(crate) fn has_alarm(&self, key: AlarmKey) -> bool {
-        matches!(self.timer, Some(Timer::Alarm(k)) if k == key)
     }
 }
 
@@ -114,14 +105,6 @@ impl Residents {
         }
     }
 
-    /// The id of `id` as its entry keeps it (one without an entry gets a
-    /// copy): kept by its alarm too, the id is not stored twice.
-    pub(crate) fn id(&self, id: &str) -> InstanceId {
-        lock(&self.entries)
-            .get_key_value(id)
-            .map_or_else(|| InstanceId::stored(id), |(key, _)| key.clone())
-    }
-
     /// Reads the entry of `id`, if it has one.
     pub(crate) fn read<R>(&self, id: &str, f: impl FnOnce(&Resident) -> R) -> Option<R> {
         lock(&self.entries).get(id).map(f)
@@ -130,11 +113,6 @@ impl Residents {
     /// The driver of `id` here, if one runs it.
     pub(crate) fn driver(&self, id: &str) -> Option<Arc<Live>> {
         self.read(id, |r| r.driver.clone()).flatten()
-    }
-
-    /// Whether `id` hibernates here.
-    pub(crate) fn hibernates(&self, id: &str) -> bool {
-        self.read(id, |r| r.timer.is_some()).unwrap_or(false)
     }
 
     /// Shutdown: stops every driver and timer (and the alarms' task), and

@@ -13,7 +13,7 @@ use crate::lock::lock;
 use crate::model::status::Status;
 use crate::names::id::InstanceId;
 use crate::panic::CatchUnwind;
-use crate::run::alarms::{AlarmKey, Alarms};
+use crate::run::alarms::Alarms;
 use crate::run::driver::{self, Exit};
 use crate::run::resident::{Residents, Timer};
 use crate::time::clock::TestClock;
@@ -67,9 +67,14 @@ impl Runner {
         queues: crate::queue::Queues,
         test_clock: Option<TestClock>,
     ) -> Runner {
+        let alarms = Alarms::new(core.clock.clone(), test_clock);
+        // A timer index every writer kept: only the next alarms stay here.
+        if core.journal.timers_kept() {
+            alarms.bound(core.journal.store());
+        }
         Runner {
             registry: RwLock::new(BTreeMap::new()),
-            residents: Residents::new(Alarms::new(core.clock.clone(), test_clock)),
+            residents: Residents::new(alarms),
             retention,
             sweeping: tokio::sync::Mutex::new(()),
             path,
@@ -209,7 +214,12 @@ impl Runner {
     }
 
     /// Starts a driver for every unfinished instance of `workflows`, a
-    /// batch at a time ([`RESUME_BATCH`]).
+    /// batch at a time ([`RESUME_BATCH`]). On a store whose timer index is
+    /// kept, an instance that only waits for a time to come is not loaded:
+    /// its alarm is set, and it loads when it is due (or an event or a
+    /// control call comes). On one whose index a release before did not
+    /// keep, every active instance's timer is filed again first, from its
+    /// journal, and the index is trusted from then on.
     async fn resume_instances_of(self: &Arc<Self>, workflows: &[&'static str]) {
         let summaries = match self.core.journal.active_summaries().await {
             Ok(summaries) => summaries,
@@ -218,17 +228,42 @@ impl Runner {
                 return;
             }
         };
-        let ids = summaries.into_iter().filter_map(|(id, summary)| match summary {
-            Ok(s) if workflows.contains(&s.workflow.as_str()) && s.status.resumes_on_open() => {
-                Some(id)
+        let journal = &self.core.journal;
+        let kept = journal.timers_kept();
+        if !kept && !journal.shared() && !self.core.is_closed() {
+            for (id, _) in &summaries {
+                journal.refresh_index(id).await;
             }
-            Ok(_) => None,
-            Err(e) => {
-                tracing::error!(instance = %id, error = %e, "not resuming an instance whose index entry is corrupt");
-                None
+            match journal.timers_rebuilt() {
+                Ok(()) if journal.timers_kept() => self.residents.alarms.bound(journal.store()),
+                Ok(()) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not note the timer index as rebuilt; sleeping instances stay in memory");
+                }
             }
-        });
-        let ids: Vec<String> = ids.collect();
+        }
+        let now = journal.now_millis();
+        let mut ids = Vec::new();
+        for (id, summary) in summaries {
+            match summary {
+                Ok(s) if workflows.contains(&s.workflow.as_str()) && s.status.resumes_on_open() => {
+                    if kept && s.status == Status::Waiting && self.core.journal.owns(&id) {
+                        // Loaded when it is due, not now.
+                        if let Ok(Some((at, deadline))) = journal.timer_of(&id).await
+                            && at > now
+                        {
+                            self.set_alarm(&id, at, deadline);
+                            continue;
+                        }
+                    }
+                    ids.push(id);
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::error!(instance = %id, error = %e, "not resuming an instance whose index entry is corrupt");
+                }
+            }
+        }
         for batch in ids.chunks(RESUME_BATCH) {
             if self.core.is_closed() {
                 return;
@@ -303,7 +338,7 @@ impl Runner {
         }
         let started = self.residents.with(id, |resident| {
             // A hibernating instance is woken by whatever comes first.
-            let waking = resident.stop_timer(&self.residents.alarms) || waking;
+            let waking = resident.stop_timer() || waking;
             if resident.driver.is_some() {
                 return None;
             }
@@ -317,6 +352,8 @@ impl Runner {
         let Some((live, waking)) = started else {
             return;
         };
+        // Its alarm, if it slept, and its count with a test clock go.
+        let waking = self.residents.alarms.forget(id) || waking;
         // Kept from here, so the state loaded to find the workflow is the
         // one the driver runs on; `release` undoes it all if none runs.
         self.core.journal.keep(id, true);
@@ -454,17 +491,25 @@ impl Runner {
 
     /// Like [`Runner::spawn_driver_if_runnable`], from code that must not
     /// wait (a send, a start): before it returns on a store that answers
-    /// at once, in a task otherwise. An instance that hibernates here is
-    /// woken only when an event it waits for came: its timer wakes it
-    /// otherwise, and an event it does not wait for (yet) costs no replay.
+    /// at once, in a task otherwise. An instance that waits with no driver
+    /// here (it let go, or was never loaded) is woken only when an event
+    /// it waits for came: its alarm wakes it otherwise, and an event it
+    /// does not wait for (yet) costs no replay.
     pub(crate) fn spawn_driver_if_runnable_soon(self: &Arc<Self>, id: &str) {
         let (runner, id) = (self.clone(), id.to_owned());
         let spawn = async move {
-            if runner.residents.hibernates(&id) {
+            if runner.live(&id).is_none() {
                 // The events before the newest were looked at when they
                 // came, or by the driver as it let go (`hibernate`).
-                let awaited = runner.core.journal.read(&id, newest_event_awaited).await;
-                if awaited.is_ok_and(|came| !came) {
+                let read = runner
+                    .core
+                    .journal
+                    .read(&id, |s| (s.status, newest_event_awaited(s)))
+                    .await;
+                if let Ok((Status::Waiting, awaited)) = read {
+                    if awaited {
+                        runner.start_driver(&id, true);
+                    }
                     return;
                 }
             }
@@ -534,33 +579,10 @@ impl Runner {
             }
             return false;
         }
-        let alarms = &self.residents.alarms;
-        let key = self.residents.id(id);
-        self.residents.with(id, |resident| {
-            resident.stop_timer(alarms);
-            if self.core.is_closed() {
-                return;
-            }
-            let ring = || {
-                let runner = Arc::downgrade(self);
-                move |key, id: InstanceId| match runner.upgrade() {
-                    Some(runner) => {
-                        runner.ring(id, key);
-                        true
-                    }
-                    None => false,
-                }
-            };
-            let alarm = alarms.set(
-                &key,
-                wake_at,
-                wake.deadline,
-                &self.core.runtime,
-                &self.core.quiet,
-                ring,
-            );
-            resident.timer = alarm.map(Timer::Alarm);
-        });
+        self.residents.with(id, |resident| resident.stop_timer());
+        if !self.core.is_closed() {
+            self.set_alarm(id, wake_at, wake.deadline);
+        }
         // An end written meanwhile by a call that found no timer to stop
         // (it looked before this one was set): stopped here instead. Read
         // after the set, so one of the two sees the other.
@@ -571,27 +593,60 @@ impl Runner {
         false
     }
 
-    /// The alarm of `key` rang: wakes `id` if the alarm is still its own
-    /// (an event or a control call may have woken it since).
-    fn ring(self: &Arc<Self>, id: InstanceId, key: AlarmKey) {
-        let ours = self
-            .residents
-            .read(&id, |r| r.has_alarm(key).then(|| r.driver.clone()));
-        let Some(Some(driver)) = ours else {
-            return;
+    /// Sets the alarm of `id`, which only waits, at `at` (`deadline`: an
+    /// event wait's deadline): kept in memory only if it is among the next
+    /// due (`run::alarms`).
+    fn set_alarm(self: &Arc<Self>, id: &str, at: u64, deadline: bool) {
+        let ring = || {
+            let runner = Arc::downgrade(self);
+            move |id: InstanceId, at: u64| match runner.upgrade() {
+                Some(runner) => {
+                    runner.ring(id, at);
+                    true
+                }
+                None => false,
+            }
         };
-        match driver {
+        self.residents.alarms.set(
+            &InstanceId::stored(id),
+            at,
+            deadline,
+            &self.core.runtime,
+            &self.core.quiet,
+            ring,
+        );
+    }
+
+    /// The alarm of `id` at `at` rang: wakes it if it is due by then (it
+    /// may have woken, slept again or ended since, or the alarm came from
+    /// a stale timer of the store's: then nothing happens).
+    fn ring(self: &Arc<Self>, id: InstanceId, at: u64) {
+        let runner = self.clone();
+        let wake = async move {
             // Due at once, it may ring before the driver that set it let
             // go: wait for that, without holding up the other alarms.
-            Some(live) => {
-                let runner = self.clone();
-                let task = self.core.spawn(async move {
-                    live.wait_stopped().await;
-                    runner.start_driver(&id, true);
-                });
-                self.core.track(task);
+            if let Some(live) = runner.live(&id) {
+                live.wait_stopped().await;
             }
-            None => self.start_driver(&id, true),
+            let now = runner.core.journal.now_millis().max(at);
+            let due = runner
+                .core
+                .journal
+                .read(&id, |s| match s.status {
+                    // A paused one wakes too: its sleep ends, and the pause
+                    // holds it after.
+                    Status::Waiting | Status::Paused => {
+                        crate::journal::waits_until(s).is_some_and(|(wake, _)| wake <= now)
+                    }
+                    status => status.resumes_on_open(),
+                })
+                .await;
+            if due.unwrap_or(false) {
+                runner.start_driver(&id, true);
+            }
+        };
+        if let Some(task) = crate::store::now_or_spawn(&self.core.runtime, &self.core.quiet, wake) {
+            self.core.track(task);
         }
     }
 
@@ -639,7 +694,7 @@ impl Runner {
             }
         });
         self.residents.with(id, |resident| {
-            resident.stop_timer(&self.residents.alarms);
+            resident.stop_timer();
             if self.core.is_closed() {
                 task.abort();
             }
@@ -663,8 +718,8 @@ impl Runner {
 
     /// Stops the timer of an instance that hibernates here (it was removed).
     pub(crate) fn forget_timer(&self, id: &str) {
-        self.residents
-            .with(id, |resident| resident.stop_timer(&self.residents.alarms));
+        self.residents.with(id, |resident| resident.stop_timer());
+        self.residents.alarms.forget(id);
     }
 
     /// Called after a driver let go of a paused instance: if a user resumed

@@ -105,6 +105,12 @@ pub struct IndexRow<'a> {
     /// Whether a worker must drive it (it is not finished, paused or parked
     /// for good).
     pub active: bool,
+    /// When it is due if it only waits (milliseconds since the Unix epoch;
+    /// 0: due now, an event it waits for came), and whether that is an
+    /// event wait's deadline rather than a durable sleep: a store that
+    /// keeps a timer index ([`Store::timers_after`]) files it there.
+    /// `None`: no time wakes it (it runs, ended, or waits for a child).
+    pub wake: Option<(u64, bool)>,
     /// What `list()` filters on beyond status and workflow (`None`: an
     /// entry of a store test, which has none).
     pub facts: Option<IndexFacts<'a>>,
@@ -118,6 +124,7 @@ impl<'a> IndexRow<'a> {
             workflow: "",
             status: "",
             active: true,
+            wake: None,
             facts: None,
         }
     }
@@ -278,6 +285,37 @@ pub trait Store: Send + Sync + 'static {
     /// the repair of a store scanned whole. Writes of the index keep it
     /// otherwise. The default keeps nothing.
     fn set_active(&self, _id: &str, _active: bool) -> Result<()> {
+        Ok(())
+    }
+    /// Whether this store keeps a timer index that every writer since it
+    /// was built kept ([`IndexRow::wake`] of each entry, filed by time):
+    /// then an instance that only waits need not stay in memory, and
+    /// start-up resumes only the sleepers that are due. The default keeps
+    /// none.
+    fn timers_kept(&self) -> bool {
+        false
+    }
+    /// The timer of `id` as its entry filed it (`None`: none; also when
+    /// the store keeps no timer index).
+    fn timer_of<'a>(&'a self, _id: &'a str) -> StoreFuture<'a, Option<(u64, bool)>> {
+        answered(Ok(None))
+    }
+    /// Up to `limit` timers after `after` (`(wake, id)`, exclusive; `None`:
+    /// from the first), in wake then id order: `(wake, id, deadline)`. A
+    /// store may skip and drop an entry it finds stale (the instance's
+    /// entry no longer files it).
+    fn timers_after<'a>(
+        &'a self,
+        _after: Option<(u64, &'a str)>,
+        _limit: usize,
+    ) -> StoreFuture<'a, Vec<(u64, String, bool)>> {
+        answered(Ok(Vec::new()))
+    }
+    /// Every active instance's timer was filed again from its journal
+    /// (the rebuild of a timer index that a release before did not keep):
+    /// [`Store::timers_kept`] answers `true` from now on, until a release
+    /// that does not keep it writes the store.
+    fn timers_rebuilt(&self) -> Result<()> {
         Ok(())
     }
     /// The instances whose index entry may lag their journal (written by

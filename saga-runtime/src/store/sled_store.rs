@@ -15,7 +15,8 @@
 //!   changed by compare-and-swap.
 //! - `queues`: key `<queue name>`, its limits (`queue::stored`), changed
 //!   by compare-and-swap.
-//! - `active`: key `<id>`, empty: the instances whose index entry says a
+//! - `active`: key `<id>`, value its timer (see `timers`; empty when it
+//!   has none, and as a release before writes it): the instances whose index entry says a
 //!   driver must run them (`IndexRow::active`), so start-up finds them
 //!   without reading the ended ones. Written before an entry becomes
 //!   active and removed after it stops being so: a crash leaves at most an
@@ -26,6 +27,22 @@
 //!   clean close clears it. An instance's mark goes once its end is
 //!   durable (`Store::clear_lagging`), so a crash repairs the instances
 //!   that were running and those that ended just before.
+//!
+//! - `timers`: key `<big-endian u64 ms wake><id>`, value one byte (1: an
+//!   event wait's deadline, 0: a durable sleep): the active instances
+//!   that only wait for time (`IndexRow::wake`), in the order they are
+//!   due, so the engine keeps only the next ones in memory and start-up
+//!   resumes only those due. The value of an instance's key in `active`
+//!   is its timer (the same 9 bytes, or empty), so a new timer replaces
+//!   the old: the new key is written before the entry, the old one
+//!   removed after. A crash leaves at most a stale key, which
+//!   [`Store::timers_after`] drops when it finds the instance files
+//!   another (or none).
+//!
+//! The timers are trusted only when the marker's value is
+//! [`TIMERS_KEPT`]: a release before writes the marker empty (or removes
+//! it), and the engine then files every active instance's timer again
+//! before it trusts them ([`Store::timers_rebuilt`]).
 //!
 //! The two new trees are kept only by releases that know them: a release
 //! before writes without them. So a marker that they are kept sits in
@@ -62,6 +79,10 @@ pub struct SledStore {
     queues: sled::Tree,
     active: sled::Tree,
     dirty: sled::Tree,
+    timers: sled::Tree,
+    /// Whether `timers` is kept by every writer since it was built (the
+    /// marker said so at open, or the engine rebuilt it since).
+    timers_trusted: std::sync::atomic::AtomicBool,
     /// The instances marked in `dirty` by this process.
     marked: std::sync::Mutex<std::collections::HashSet<String>>,
     path: Option<PathBuf>,
@@ -102,6 +123,36 @@ impl Drop for OpenHere {
 /// by every writer since it was set. No instance id has a NUL byte (and
 /// none sorts before it); the index walks of this release skip it.
 const KEPT_MARKER: &[u8] = b"\0saga:active-and-dirty-kept";
+
+/// The value of [`KEPT_MARKER`] that says the `timers` tree was kept too
+/// (a release before writes it empty).
+const TIMERS_KEPT: &[u8] = b"timers";
+
+/// An instance's timer as `active` and `timers` keep it: wake time (big
+/// endian), then 1 for an event wait's deadline; empty for none.
+fn timer_bytes(wake: Option<(u64, bool)>) -> Vec<u8> {
+    match wake {
+        Some((at, deadline)) => {
+            let mut bytes = at.to_be_bytes().to_vec();
+            bytes.push(u8::from(deadline));
+            bytes
+        }
+        None => Vec::new(),
+    }
+}
+
+/// The timer in `bytes` (see [`timer_bytes`]), if any.
+fn timer_of_bytes(bytes: &[u8]) -> Option<(u64, bool)> {
+    let at: [u8; 8] = bytes.get(..8)?.try_into().ok()?;
+    Some((u64::from_be_bytes(at), bytes.get(8) == Some(&1)))
+}
+
+/// The key in `timers` of `id`'s timer at `at`.
+fn timer_key(at: u64, id: &str) -> Vec<u8> {
+    let mut key = at.to_be_bytes().to_vec();
+    key.extend_from_slice(id.as_bytes());
+    key
+}
 
 /// Whether `key` of the `index` tree is an instance's (not the marker).
 fn is_instance_key(key: &[u8]) -> bool {
@@ -153,7 +204,7 @@ impl SledStore {
     }
 
     fn with_db(db: sled::Db, path: Option<PathBuf>) -> Result<Self> {
-        Ok(SledStore {
+        let store = SledStore {
             journal: db.open_tree("journal").map_err(sled_error)?,
             index: db.open_tree("index").map_err(sled_error)?,
             facts: db.open_tree("facts").map_err(sled_error)?,
@@ -162,12 +213,20 @@ impl SledStore {
             queues: db.open_tree("queues").map_err(sled_error)?,
             active: db.open_tree("active").map_err(sled_error)?,
             dirty: db.open_tree("dirty").map_err(sled_error)?,
+            timers: db.open_tree("timers").map_err(sled_error)?,
+            timers_trusted: std::sync::atomic::AtomicBool::new(false),
             marked: std::sync::Mutex::default(),
             db,
             path,
             read_only: false,
             _open_here: None,
-        })
+        };
+        let marker = store.index.get(KEPT_MARKER).map_err(sled_error)?;
+        let trusted = marker.is_some_and(|value| value.as_ref() == TIMERS_KEPT);
+        store
+            .timers_trusted
+            .store(trusted, std::sync::atomic::Ordering::SeqCst);
+        Ok(store)
     }
 
     /// The store, to read only: the journal writes nothing through it.
@@ -262,6 +321,34 @@ impl SledStore {
         Ok(())
     }
 
+    /// Adds `id` to `active` with its timer `wake` (before its entry says
+    /// so), its timer key in `timers` first; the timer it had before goes
+    /// afterwards, from `timers` ([`SledStore::drop_old_timer`]). Answers
+    /// that old timer.
+    fn add_active_with(&self, id: &str, wake: Option<(u64, bool)>) -> Result<Option<(u64, bool)>> {
+        let old = self.active.get(id.as_bytes()).map_err(sled_error)?;
+        let new = timer_bytes(wake);
+        if old
+            .as_ref()
+            .is_some_and(|old| old.as_ref() == new.as_slice())
+        {
+            return Ok(None);
+        }
+        if let Some((at, deadline)) = wake {
+            Self::insert(&self.timers, &timer_key(at, id), &[u8::from(deadline)])?;
+        }
+        Self::insert(&self.active, id.as_bytes(), &new)?;
+        Ok(old.and_then(|old| timer_of_bytes(&old)))
+    }
+
+    /// Removes the timer key of `id` at `old` (it files another now).
+    fn drop_old_timer(&self, id: &str, old: Option<(u64, bool)>) -> Result<()> {
+        if let Some((at, _)) = old {
+            self.timers.remove(timer_key(at, id)).map_err(sled_error)?;
+        }
+        Ok(())
+    }
+
     /// Adds `id` to `active` (before its entry says so) unless it is there.
     fn add_active(&self, id: &str) -> Result<()> {
         if self
@@ -274,16 +361,48 @@ impl SledStore {
         Self::insert(&self.active, id.as_bytes(), &[])
     }
 
-    /// Removes `id` from `active` (after its entry no longer says so).
+    /// Removes `id` from `active` (after its entry no longer says so),
+    /// and then its timer.
     fn drop_active(&self, id: &str) -> Result<()> {
-        if self
-            .active
-            .contains_key(id.as_bytes())
-            .map_err(sled_error)?
-        {
-            self.active.remove(id.as_bytes()).map_err(sled_error)?;
+        if let Some(old) = self.active.remove(id.as_bytes()).map_err(sled_error)? {
+            self.drop_old_timer(id, timer_of_bytes(&old))?;
         }
         Ok(())
+    }
+
+    /// See [`Store::timers_after`].
+    fn timers_after_now(
+        &self,
+        after: Option<(u64, &str)>,
+        limit: usize,
+    ) -> Result<Vec<(u64, String, bool)>> {
+        use std::ops::Bound;
+        let from = match after {
+            Some((at, id)) => Bound::Excluded(timer_key(at, id)),
+            None => Bound::Unbounded,
+        };
+        let mut out = Vec::new();
+        for entry in self.timers.range::<Vec<u8>, _>((from, Bound::Unbounded)) {
+            if out.len() >= limit {
+                break;
+            }
+            let (key, value) = entry.map_err(sled_error)?;
+            let Some(at) = key.get(..8).and_then(|at| <[u8; 8]>::try_from(at).ok()) else {
+                self.timers.remove(&key).map_err(sled_error)?;
+                continue;
+            };
+            let at = u64::from_be_bytes(at);
+            let id = String::from_utf8_lossy(&key[8..]).into_owned();
+            let deadline = value.first() == Some(&1);
+            let filed = self.active.get(id.as_bytes()).map_err(sled_error)?;
+            if filed.and_then(|f| timer_of_bytes(&f)) != Some((at, deadline)) {
+                // Stale: the instance files another timer, or none.
+                self.timers.remove(&key).map_err(sled_error)?;
+                continue;
+            }
+            out.push((at, id, deadline));
+        }
+        Ok(out)
     }
 
     /// The index entries of the instances in `active`; a key left there
@@ -325,7 +444,19 @@ impl SledStore {
         let mut marked = crate::lock::lock(&self.marked);
         self.dirty.clear().map_err(sled_error)?;
         marked.clear();
-        Self::insert(&self.index, KEPT_MARKER, &[])
+        Self::insert(&self.index, KEPT_MARKER, self.marker_value())
+    }
+
+    /// What [`KEPT_MARKER`] says: the timers are kept too, once trusted.
+    fn marker_value(&self) -> &'static [u8] {
+        if self
+            .timers_trusted
+            .load(std::sync::atomic::Ordering::SeqCst)
+        {
+            TIMERS_KEPT
+        } else {
+            &[]
+        }
     }
 
     fn create_now(&self, id: &str, row: &IndexRow<'_>, record: &[u8]) -> Result<bool> {
@@ -346,9 +477,12 @@ impl SledStore {
             // way. This one takes its place.
             Self::insert(&self.index, id.as_bytes(), index)?;
         }
-        if row.active {
-            self.add_active(id)?;
-        }
+        let old = if row.active {
+            self.add_active_with(id, row.wake)?
+        } else {
+            None
+        };
+        self.drop_old_timer(id, old)?;
         self.put_facts(id, row)?;
         Self::insert(&self.journal, &key(id, 0), record)?;
         Ok(true)
@@ -623,14 +757,47 @@ impl Store for SledStore {
 
     fn put_index(&self, id: &str, index: &IndexRow<'_>) -> Result<()> {
         self.refuse_if_read_only()?;
-        if index.active {
-            self.add_active(id)?;
-        }
+        let old = if index.active {
+            self.add_active_with(id, index.wake)?
+        } else {
+            None
+        };
         Self::insert(&self.index, id.as_bytes(), index.summary)?;
-        if !index.active {
+        if index.active {
+            self.drop_old_timer(id, old)?;
+        } else {
             self.drop_active(id)?;
         }
         self.put_facts(id, index)
+    }
+
+    fn timers_kept(&self) -> bool {
+        self.timers_trusted
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn timer_of<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<(u64, bool)>> {
+        let filed = self.active.get(id.as_bytes()).map_err(sled_error);
+        answered(filed.map(|filed| filed.and_then(|f| timer_of_bytes(&f))))
+    }
+
+    fn timers_after<'a>(
+        &'a self,
+        after: Option<(u64, &'a str)>,
+        limit: usize,
+    ) -> StoreFuture<'a, Vec<(u64, String, bool)>> {
+        answered(self.timers_after_now(after, limit))
+    }
+
+    fn timers_rebuilt(&self) -> Result<()> {
+        self.timers_trusted
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        // Said by the marker only where the marker says the other trees
+        // are kept too (else the repair on the next open sets it).
+        if self.index.contains_key(KEPT_MARKER).map_err(sled_error)? {
+            Self::insert(&self.index, KEPT_MARKER, TIMERS_KEPT)?;
+        }
+        Ok(())
     }
 
     fn active_entries(&self) -> StoreFuture<'_, Vec<(String, Vec<u8>)>> {
@@ -713,7 +880,7 @@ impl Store for SledStore {
                 .map_err(sled_error)?;
         }
         self.index.remove(id.as_bytes()).map_err(sled_error)?;
-        self.active.remove(id.as_bytes()).map_err(sled_error)?;
+        self.drop_active(id)?;
         failpoint::after(Call::Write, n)
     }
 

@@ -22,9 +22,21 @@ pub(crate) struct Reads {
     pub(crate) whole_index: usize,
     /// Reads of the active instances' entries.
     pub(crate) active_set: usize,
+    /// Per instance: how many reads of its journal alone (its state was
+    /// loaded).
+    pub(crate) journals: BTreeMap<String, usize>,
 }
 
 impl Reads {
+    /// The instances whose journal was read, whose id starts with `prefix`.
+    pub(crate) fn journals_of(&self, prefix: &str) -> Vec<&str> {
+        self.journals
+            .keys()
+            .filter(|id| id.starts_with(prefix))
+            .map(String::as_str)
+            .collect()
+    }
+
     /// The instances read whose id starts with `prefix`.
     pub(crate) fn of_prefix(&self, prefix: &str) -> Vec<&str> {
         self.of
@@ -74,6 +86,17 @@ impl CountingStore {
             .or_default() += 1;
     }
 
+    fn read_journal(&self, id: &str) {
+        self.read(id);
+        *self
+            .reads
+            .lock()
+            .unwrap()
+            .journals
+            .entry(id.to_owned())
+            .or_default() += 1;
+    }
+
     fn read_all(&self, entries: &[(String, Vec<u8>)]) {
         for (id, _) in entries {
             self.read(id);
@@ -94,7 +117,7 @@ impl Store for CountingStore {
         self.inner.append(id, seq, record)
     }
     fn journal<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Vec<(u64, Vec<u8>)>> {
-        self.read(id);
+        self.read_journal(id);
         self.inner.journal(id)
     }
     fn journal_range<'a>(
@@ -102,7 +125,7 @@ impl Store for CountingStore {
         id: &'a str,
         seqs: Range<u64>,
     ) -> StoreFuture<'a, Vec<(u64, Vec<u8>)>> {
-        self.read(id);
+        self.read_journal(id);
         self.inner.journal_range(id, seqs)
     }
     fn last_seq<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<u64>> {
@@ -134,6 +157,22 @@ impl Store for CountingStore {
     }
     fn set_active(&self, id: &str, active: bool) -> Result<(), Error> {
         self.inner.set_active(id, active)
+    }
+    fn timers_kept(&self) -> bool {
+        self.inner.timers_kept()
+    }
+    fn timer_of<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<(u64, bool)>> {
+        self.inner.timer_of(id)
+    }
+    fn timers_after<'a>(
+        &'a self,
+        after: Option<(u64, &'a str)>,
+        limit: usize,
+    ) -> StoreFuture<'a, Vec<(u64, String, bool)>> {
+        self.inner.timers_after(after, limit)
+    }
+    fn timers_rebuilt(&self) -> Result<(), Error> {
+        self.inner.timers_rebuilt()
     }
     fn lagging(&self) -> StoreFuture<'_, Option<Vec<String>>> {
         self.inner.lagging()
