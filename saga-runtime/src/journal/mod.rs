@@ -609,6 +609,29 @@ impl Journal {
         }
     }
 
+    /// The driver let go of `id`, which only waits: like an instance that
+    /// ended, its mark in the store (its entry may lag its journal) goes
+    /// once what it wrote is durable, unless it writes again before. So a
+    /// process holds no mark of each sleeper for as long as it sleeps, and
+    /// a crash repairs only what ran since.
+    pub(crate) fn note_waiting(&self, id: &str) {
+        if self.store.shared() {
+            return;
+        }
+        let Ok(held) = self.hold_loaded_now(id) else {
+            return;
+        };
+        let last = held
+            .cached()
+            .loaded
+            .as_ref()
+            .map(|l| l.next_seq.saturating_sub(1));
+        drop(held);
+        if let Some(seq) = last {
+            self.note_settling(id, Some(seq));
+        }
+    }
+
     /// Clears the store's marks of the instances whose end (record `seq`)
     /// or removal (`None`) is durable now, with its index entry (written
     /// before the flush), unless a record came after it: a crash from here

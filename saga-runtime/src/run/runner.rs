@@ -573,6 +573,7 @@ impl Runner {
         }
         // Only a child's end wakes it (`tell_child_ended`): no timer, but
         // on a store shared by workers a look at its children now and then.
+        self.core.journal.note_waiting(id);
         if wake_at == crate::workflow::child::NEVER {
             if self.core.journal.shared() {
                 self.watch_children(id);
