@@ -453,6 +453,12 @@ fn a_tampered_stored_output_blocks_its_instance_with_a_decode_error() {
 
             let engine = open_when_released(&store).await.expect("open");
             engine.register(corruptible).unwrap();
+            // A waiting instance is replayed when it wakes: its event
+            // wakes it, and the replay meets the tampered output.
+            engine
+                .send_event("wait-1", "go", &1u64)
+                .await
+                .expect("send");
             let failed = engine.instance("wait-1").await.expect("handle");
             let error = within("the instance parked, not hanging", failed.result::<u64>())
                 .await

@@ -61,7 +61,10 @@ pub(crate) fn next_wake(state: &InstanceState) -> Option<(u64, bool)> {
         .slots
         .values()
         .any(|slot| matches!(slot.state, SlotState::ChildRunning { .. }));
-    if !state.status.resumes_on_open() || child {
+    // Only an instance all of whose branches wait: one that is `Running`
+    // with a branch asleep has a step to resume at start-up, which skips
+    // the instances whose timer is filed (`Store::active_entries_by`).
+    if state.status != Status::Waiting || child {
         return None;
     }
     waits_until(state)

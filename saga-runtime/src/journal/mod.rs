@@ -668,11 +668,6 @@ impl Journal {
         !self.store.read_only() && self.store.timers_kept()
     }
 
-    /// The timer the store filed for `id` ([`Store::timer_of`]).
-    pub(crate) async fn timer_of(&self, id: &str) -> Result<Option<(u64, bool)>> {
-        self.store.timer_of(id).await
-    }
-
     /// Every active instance's timer was filed again ([`Store::timers_rebuilt`]).
     pub(crate) fn timers_rebuilt(&self) -> Result<()> {
         self.store.timers_rebuilt()

@@ -30,6 +30,18 @@ impl Journal {
         Ok(self.summaries_of(entries).await)
     }
 
+    /// Like [`Journal::active_summaries`], on a store whose timer index is
+    /// kept: the summaries of the instances that may run by `now`, and
+    /// apart the timers of those that only wait for later, unread
+    /// (`Store::active_entries_by`).
+    pub(crate) async fn active_summaries_by(
+        &self,
+        now: u64,
+    ) -> Result<(Vec<(String, Result<Summary>)>, Vec<(String, u64, bool)>)> {
+        let set = self.store.active_entries_by(now).await?;
+        Ok((self.summaries_of(set.may_run).await, set.asleep))
+    }
+
     /// Like [`Journal::summaries`], of the instances that may be in
     /// `status` and run `workflow` (`None`: any): the store may leave out
     /// the others, and the caller filters what it answers again.

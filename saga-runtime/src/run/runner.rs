@@ -221,15 +221,24 @@ impl Runner {
     /// keep, every active instance's timer is filed again first, from its
     /// journal, and the index is trusted from then on.
     async fn resume_instances_of(self: &Arc<Self>, workflows: &[&'static str]) {
-        let summaries = match self.core.journal.active_summaries().await {
-            Ok(summaries) => summaries,
+        let journal = &self.core.journal;
+        let kept = journal.timers_kept();
+        let now = journal.now_millis();
+        let listed = if kept {
+            journal.active_summaries_by(now).await
+        } else {
+            journal
+                .active_summaries()
+                .await
+                .map(|all| (all, Vec::new()))
+        };
+        let (summaries, asleep) = match listed {
+            Ok(listed) => listed,
             Err(e) => {
                 tracing::error!(error = %e, "could not list instances to resume");
                 return;
             }
         };
-        let journal = &self.core.journal;
-        let kept = journal.timers_kept();
         if !kept && !journal.shared() && !self.core.is_closed() {
             for (id, _) in &summaries {
                 journal.refresh_index(id).await;
@@ -242,20 +251,17 @@ impl Runner {
                 }
             }
         }
-        let now = journal.now_millis();
+        // Loaded when they are due, not now; their entries were not read,
+        // so whatever their workflow: an alarm that rings for one not
+        // registered here finds no workflow to drive it, and the next
+        // registration resumes it.
+        for (id, at, deadline) in asleep {
+            self.set_alarm(&id, at, deadline);
+        }
         let mut ids = Vec::new();
         for (id, summary) in summaries {
             match summary {
                 Ok(s) if workflows.contains(&s.workflow.as_str()) && s.status.resumes_on_open() => {
-                    if kept && s.status == Status::Waiting && self.core.journal.owns(&id) {
-                        // Loaded when it is due, not now.
-                        if let Ok(Some((at, deadline))) = journal.timer_of(&id).await
-                            && at > now
-                        {
-                            self.set_alarm(&id, at, deadline);
-                            continue;
-                        }
-                    }
                     ids.push(id);
                 }
                 Ok(_) => {}

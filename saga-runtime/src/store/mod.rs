@@ -48,6 +48,17 @@ use std::pin::Pin;
 
 use crate::error::Result;
 
+/// The active instances, as start-up reads them
+/// ([`Store::active_entries_by`]).
+#[derive(Debug, Default)]
+pub struct ActiveSet {
+    /// The index entries of the instances that may run now, in id order.
+    pub may_run: Vec<(String, Vec<u8>)>,
+    /// The instances that only wait for a later time, their entries
+    /// unread: `(id, wake, deadline)`, as [`Store::timer_of`] answers.
+    pub asleep: Vec<(String, u64, bool)>,
+}
+
 /// What a store call that may wait for a server answers: a future that
 /// async code awaits, so a slow database parks no thread of the
 /// application's runtime. A store of one process answers at once
@@ -280,6 +291,21 @@ pub trait Store: Send + Sync + 'static {
     /// reads every entry, as a store without such an index must.
     fn active_entries(&self) -> StoreFuture<'_, Vec<(String, Vec<u8>)>> {
         self.index_entries()
+    }
+    /// Like [`Store::active_entries`], on a store whose timer index is
+    /// kept ([`Store::timers_kept`]): the entries of the active instances
+    /// that may run by `now` (stored milliseconds), and apart, their
+    /// entries unread, those whose filed timer ([`Store::timer_of`]) is
+    /// later: they only wait, and are loaded when due, so start-up reads
+    /// nothing of a sleeper but its timer. The default answers every
+    /// active entry as one that may run.
+    fn active_entries_by(&self, _now: u64) -> StoreFuture<'_, ActiveSet> {
+        Box::pin(async move {
+            Ok(ActiveSet {
+                may_run: self.active_entries().await?,
+                asleep: Vec::new(),
+            })
+        })
     }
     /// Notes whether `id` needs a driver, for [`Store::active_entries`]:
     /// the repair of a store scanned whole. Writes of the index keep it

@@ -61,7 +61,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use super::{
-    Accept, IndexEntry, IndexPage, IndexQuery, IndexRow, PageOrder, PagePosition, Store,
+    Accept, ActiveSet, IndexEntry, IndexPage, IndexQuery, IndexRow, PageOrder, PagePosition, Store,
     StoreFuture, answered,
 };
 use crate::error::{Error, Result};
@@ -423,6 +423,32 @@ impl SledStore {
         Ok(out)
     }
 
+    /// Like [`SledStore::active_entries_now`], leaving unread the entries
+    /// of the instances whose timer (their value in `active`) is after
+    /// `now`.
+    fn active_entries_by_now(&self, now: u64) -> Result<ActiveSet> {
+        let mut set = ActiveSet::default();
+        for pair in self.active.iter() {
+            let (key, timer) = pair.map_err(sled_error)?;
+            if let Some((at, deadline)) = timer_of_bytes(&timer)
+                && at > now
+            {
+                let id = String::from_utf8_lossy(&key).into_owned();
+                set.asleep.push((id, at, deadline));
+                continue;
+            }
+            match self.index.get(&key).map_err(sled_error)? {
+                Some(summary) => set
+                    .may_run
+                    .push((String::from_utf8_lossy(&key).into_owned(), summary.to_vec())),
+                None => {
+                    self.active.remove(&key).map_err(sled_error)?;
+                }
+            }
+        }
+        Ok(set)
+    }
+
     /// The ids marked in `dirty`, if the marks were kept since the marker
     /// was set (`None`: a release before wrote the store since, or none
     /// set it yet).
@@ -774,6 +800,16 @@ impl Store for SledStore {
     fn timers_kept(&self) -> bool {
         self.timers_trusted
             .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn active_entries_by(&self, now: u64) -> StoreFuture<'_, ActiveSet> {
+        if !self.timers_kept() {
+            return answered(self.active_entries_now().map(|may_run| ActiveSet {
+                may_run,
+                asleep: Vec::new(),
+            }));
+        }
+        answered(self.active_entries_by_now(now))
     }
 
     fn timer_of<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<(u64, bool)>> {

@@ -10,7 +10,9 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use saga_runtime::Error;
-use saga_runtime::store::{Accept, IndexPage, IndexQuery, IndexRow, SledStore, Store, StoreFuture};
+use saga_runtime::store::{
+    Accept, ActiveSet, IndexPage, IndexQuery, IndexRow, SledStore, Store, StoreFuture,
+};
 
 /// What the engine read through a [`CountingStore`].
 #[derive(Clone, Debug, Default)]
@@ -153,6 +155,14 @@ impl Store for CountingStore {
             self.reads.lock().unwrap().active_set += 1;
             self.read_all(&entries);
             Ok(entries)
+        })
+    }
+    fn active_entries_by(&self, now: u64) -> StoreFuture<'_, ActiveSet> {
+        Box::pin(async move {
+            let set = self.inner.active_entries_by(now).await?;
+            self.reads.lock().unwrap().active_set += 1;
+            self.read_all(&set.may_run);
+            Ok(set)
         })
     }
     fn set_active(&self, id: &str, active: bool) -> Result<(), Error> {
