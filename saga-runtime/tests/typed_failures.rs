@@ -390,10 +390,12 @@ async fn the_typed_error_is_sealed_like_a_step_output() {
     );
 
     // Without the error's key the replay cannot give the workflow what the
-    // first run gave it: the instance is parked, naming the key.
+    // first run gave it: the instance is parked, naming the key. (It is
+    // replayed when its event wakes it; the event is kept for later.)
     let engine = store.open(with(&["main"])).await;
     engine.register(checkout_later).unwrap();
     let run = engine.instance("sealed-1").await.unwrap();
+    engine.send_event("sealed-1", "go-on", &true).await.unwrap();
     until_status(&run, Status::Blocked).await;
     let blocked = within("the block", run.result::<String>()).await;
     match &blocked {
@@ -405,13 +407,15 @@ async fn the_typed_error_is_sealed_like_a_step_output() {
     drop(run);
     engine.close().await;
 
-    // With it, the parked instance resumes (it says `running` until it
-    // ends, as any instance resumed from `Blocked`) and the error reads back.
+    // With it, the parked instance resumes, takes the event it was sent
+    // while parked, and the error reads back.
     let engine = store.open(with(&["main", "bank"])).await;
     engine.register(checkout_later).unwrap();
     let run = engine.instance("sealed-1").await.unwrap();
-    until_status(&run, Status::Running).await;
-    engine.send_event("sealed-1", "go-on", &true).await.unwrap();
+    helpers::wait_until("sealed-1 resumed", || async {
+        run.status().await.unwrap() != Status::Blocked
+    })
+    .await;
     assert_eq!(
         within("the checkout", run.result::<String>())
             .await
