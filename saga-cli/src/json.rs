@@ -130,6 +130,11 @@ pub(crate) fn instance(i: &Inspection, info: &InstanceInfo) -> Value {
                 "version": p.version,
                 "published_at": rfc3339(p.published_at),
             })).collect::<Vec<_>>(),
+            "event_ids": i.event_ids.iter().map(|e| json!({
+                "id": e.id,
+                "event_type": e.event_type,
+                "sent_at": rfc3339(e.sent_at),
+            })).collect::<Vec<_>>(),
             "tags": info.tags,
             "parent": info.parent,
             "failed_compensation": info.failed_compensation,

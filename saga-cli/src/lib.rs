@@ -93,10 +93,12 @@
 //!   "input", "output", "error", "error_value" (the workflow's own error as
 //!   stored, a payload like "output"), "rollback_cause", "rollback_error", "slots",
 //!   "compensations", "pending_events", "rejected_events", "published",
-//!   "tags", "parent", "failed_compensation", "owner"}}`. Each of
+//!   "event_ids", "tags", "parent", "failed_compensation", "owner"}}`. Each of
 //!   `"published"` is the latest value of a name the workflow published
 //!   (`ctx.publish`): `"name"`, `"value"` (a payload like "output"),
-//!   `"version"`, `"published_at"`. Each slot has `"kind"`
+//!   `"version"`, `"published_at"`. Each of `"event_ids"` is an event id
+//!   the instance remembers (a send with it again is a duplicate):
+//!   `"id"`, `"event_type"`, `"sent_at"`. Each slot has `"kind"`
 //!   (`"step"`, `"sleep"`, `"wait"` or `"child"`), `"name"`, `"occurrence"`,
 //!   `"generation"`, `"started_at"`, `"ended_at"`, `"duration_ms"`; a step
 //!   adds `"key"`, `"state"` (`running`, `completed`, `failed`, `cancelled`),

@@ -463,6 +463,28 @@ fn show_lists_an_event_the_wait_set_aside() {
 }
 
 #[test]
+fn show_lists_the_event_ids_an_instance_remembers() {
+    let store = waiting_store();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let engine = saga_runtime::Engine::builder()
+            .clock(saga_runtime::TestClock::new())
+            .register(support::fulfil())
+            .open(store.path())
+            .unwrap();
+        let sent = engine.event("order-7", "note").id("evt-1").send(&1).await;
+        assert_eq!(sent.unwrap(), saga_runtime::Sent::Delivered);
+        engine.close().await;
+    });
+    let shown = json(store.path(), &["show", "order-7"]);
+    let remembered = &shown["instance"]["event_ids"];
+    assert_eq!(remembered.as_array().map(Vec::len), Some(1), "{remembered}");
+    assert_eq!(remembered[0]["id"], "evt-1");
+    assert_eq!(remembered[0]["event_type"], "note");
+    assert!(remembered[0]["sent_at"].is_string(), "{remembered}");
+}
+
+#[test]
 fn show_lists_the_latest_value_of_each_published_name() {
     let store = support::TempDir::new("published");
     let runtime = tokio::runtime::Runtime::new().unwrap();

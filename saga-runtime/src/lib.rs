@@ -103,8 +103,8 @@ pub use crate::engine::listing::{InstancePage, UnreadableInstance};
 pub use crate::engine::start::{StartOn, StartOptions};
 pub use crate::engine::subscription::{RecvError, Subscription};
 pub use crate::engine::{
-    DEFAULT_MAX_JOURNAL_RECORDS, DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_MAX_PENDING_EVENTS,
-    DEFAULT_RETENTION, DEFAULT_STORE_TIMEOUT, Engine, EngineBuilder,
+    DEFAULT_EVENT_DEDUP_WINDOW, DEFAULT_MAX_JOURNAL_RECORDS, DEFAULT_MAX_PAYLOAD_BYTES,
+    DEFAULT_MAX_PENDING_EVENTS, DEFAULT_RETENTION, DEFAULT_STORE_TIMEOUT, Engine, EngineBuilder,
 };
 pub use crate::error::failure::{
     Failure, FailureKind, Permanent, StepError, StepFailed, WaitError, WorkflowError,
@@ -150,7 +150,7 @@ pub mod inspect {
     pub use crate::instance::inspect::{
         CompensationOutcome, InspectedChild, InspectedCompensation, InspectedSleep, InspectedSlot,
         InspectedStep, InspectedWait, Inspection, PayloadView, PendingEvent, PublishedValue,
-        REDACTED, RejectedEvent, StepState, WaitState,
+        REDACTED, RejectedEvent, RememberedEventId, StepState, WaitState,
     };
 }
 

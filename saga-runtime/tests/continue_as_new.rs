@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use saga_runtime::prelude::*;
-use saga_runtime::{Engine, Error, EventKind, TestClock};
+use saga_runtime::{Clock, Engine, Error, EventKind, TestClock};
 
 use helpers::{Reopenable, fresh, on_postgres, until_status, wait_until, within};
 
@@ -328,5 +328,189 @@ async fn a_failing_run_compensates_its_own_steps_only() {
         ]
     );
     assert_eq!(run.inspect().await.unwrap().run, 1);
+    engine.close().await;
+}
+
+/// An entity that takes `ITEMS_PER_RUN` items, then continues as new: it
+/// loops for ever, one run per batch of items.
+#[workflow(name = "inbox")]
+async fn inbox(ctx: WorkflowContext, batch: u32) -> Result<(), WorkflowError> {
+    for _ in 0..ITEMS_PER_RUN {
+        let _: u32 = ctx.wait_for_event("wait-item", "item", "30 days").await?;
+    }
+    ctx.continue_as_new(inbox, batch + 1).await
+}
+
+const ITEMS_PER_RUN: u32 = 20;
+const MINUTE: Duration = Duration::from_secs(60);
+
+/// An engine on `clock` that remembers event ids for an hour across runs.
+async fn inbox_engine(clock: &TestClock) -> Engine {
+    let engine = fresh(
+        Engine::builder()
+            .clock(clock.clone())
+            .event_dedup_window(Duration::from_secs(HOUR)),
+    )
+    .await;
+    engine.register(inbox).unwrap();
+    engine
+}
+
+/// Sends item `n` to `id` with the event id `item-{n}` (payload `n`, or
+/// `payload` when given).
+async fn send_item(engine: &Engine, id: &str, n: u32, payload: Option<u32>) -> Result<Sent, Error> {
+    engine
+        .event(id, "item")
+        .id(format!("item-{n:04}"))
+        .send(&payload.unwrap_or(n))
+        .await
+}
+
+/// The event ids the instance remembers, in id order.
+async fn remembered(engine: &Engine, id: &str) -> Vec<String> {
+    let instance = engine.instance(id).await.unwrap();
+    let inspection = instance.inspect().await.unwrap();
+    inspection.event_ids.into_iter().map(|e| e.id).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_duplicate_inside_the_window_is_recognised_after_several_hand_overs() {
+    let clock = TestClock::new();
+    let engine = inbox_engine(&clock).await;
+    engine.start(inbox, "inbox-1", 0).await.unwrap();
+    until_waiting_in(&engine, "inbox-1", 0).await;
+
+    // Within a run every id is remembered, however long ago it was sent.
+    assert_eq!(
+        send_item(&engine, "inbox-1", 0, None).await.unwrap(),
+        Sent::Delivered
+    );
+    clock.advance(Duration::from_secs(2 * HOUR));
+    assert_eq!(
+        send_item(&engine, "inbox-1", 0, None).await.unwrap(),
+        Sent::Duplicate
+    );
+    // The rest of run 0's batch, then three more runs, ten minutes apart.
+    for n in 1..ITEMS_PER_RUN {
+        send_item(&engine, "inbox-1", n, None).await.unwrap();
+    }
+    until_waiting_in(&engine, "inbox-1", 1).await;
+    for run in 1..=3 {
+        clock.advance(10 * MINUTE);
+        for n in run * ITEMS_PER_RUN..(run + 1) * ITEMS_PER_RUN {
+            send_item(&engine, "inbox-1", n, None).await.unwrap();
+        }
+        until_waiting_in(&engine, "inbox-1", run + 1).await;
+    }
+
+    // Run 4 began 30 minutes after run 0's last items: still remembered
+    // through four hand-overs, with their send times. Item 0, sent two
+    // hours before run 0 ended, was not handed over.
+    let item = ITEMS_PER_RUN - 1;
+    assert_eq!(
+        send_item(&engine, "inbox-1", item, None).await.unwrap(),
+        Sent::Duplicate
+    );
+    let conflict = send_item(&engine, "inbox-1", item, Some(7)).await;
+    assert!(
+        matches!(conflict, Err(Error::EventIdConflict { .. })),
+        "{conflict:?}"
+    );
+    let instance = engine.instance("inbox-1").await.unwrap();
+    let inspection = instance.inspect().await.unwrap();
+    assert_eq!(inspection.run, 4);
+    assert!(
+        inspection.pending_events.is_empty(),
+        "nothing was stored again"
+    );
+    let ids: Vec<&str> = inspection.event_ids.iter().map(|e| e.id.as_str()).collect();
+    assert_eq!(ids.len(), 4 * ITEMS_PER_RUN as usize - 1, "{ids:?}");
+    assert_eq!(ids.first(), Some(&"item-0001"));
+    let oldest = inspection
+        .event_ids
+        .iter()
+        .map(|e| e.sent_at)
+        .min()
+        .unwrap();
+    assert_eq!(clock.now().duration_since(oldest).unwrap(), 30 * MINUTE);
+
+    // An hour on, the next hand-over drops what was sent before it.
+    clock.advance(Duration::from_secs(HOUR) + MINUTE);
+    for n in 4 * ITEMS_PER_RUN..5 * ITEMS_PER_RUN {
+        send_item(&engine, "inbox-1", n, None).await.unwrap();
+    }
+    until_waiting_in(&engine, "inbox-1", 5).await;
+    let carried = remembered(&engine, "inbox-1").await;
+    assert_eq!(carried.len(), ITEMS_PER_RUN as usize, "{carried:?}");
+    assert_eq!(carried.first().map(String::as_str), Some("item-0080"));
+    // A send of a dropped id is a new event, even with another payload,
+    // and is remembered again.
+    assert_eq!(
+        send_item(&engine, "inbox-1", item, Some(7)).await.unwrap(),
+        Sent::Delivered
+    );
+    let now_remembered = remembered(&engine, "inbox-1").await;
+    assert_eq!(
+        now_remembered.first().map(String::as_str),
+        Some("item-0019")
+    );
+    assert_eq!(
+        send_item(&engine, "inbox-1", item, Some(7)).await.unwrap(),
+        Sent::Duplicate
+    );
+    engine.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loop_sent_a_thousand_ids_hands_over_one_window_of_them() {
+    const IDS: u32 = 1000;
+    let clock = TestClock::new();
+    let engine = inbox_engine(&clock).await;
+    engine.start(inbox, "inbox-2", 0).await.unwrap();
+    // Id `n` is sent at minute `n`; each run ends on its batch's last id,
+    // its hand-over written before the clock moves on.
+    let window_ids = (HOUR / 60) as usize;
+    for n in 0..IDS {
+        assert_eq!(
+            send_item(&engine, "inbox-2", n, None).await.unwrap(),
+            Sent::Delivered
+        );
+        if n % ITEMS_PER_RUN == ITEMS_PER_RUN - 1 {
+            let run = n / ITEMS_PER_RUN + 1;
+            until_waiting_in(&engine, "inbox-2", run).await;
+            let carried = remembered(&engine, "inbox-2").await;
+            assert!(carried.len() <= window_ids, "run {run}: {}", carried.len());
+        }
+        clock.advance(MINUTE);
+    }
+    let last_run = IDS / ITEMS_PER_RUN;
+    // The last hand-over came at id 999's minute: it carried the ids sent
+    // less than an hour before, not the thousand.
+    let carried = remembered(&engine, "inbox-2").await;
+    let first = IDS - window_ids as u32;
+    let expected: Vec<String> = (first..IDS).map(|n| format!("item-{n:04}")).collect();
+    assert_eq!(carried, expected);
+    assert_eq!(
+        engine
+            .instance("inbox-2")
+            .await
+            .unwrap()
+            .history()
+            .await
+            .unwrap()[0]
+            .kind,
+        EventKind::ContinuedAsNew { run: last_run }
+    );
+    // Inside the window a repeat is still a duplicate; before it, new.
+    assert_eq!(
+        send_item(&engine, "inbox-2", first, None).await.unwrap(),
+        Sent::Duplicate
+    );
+    assert_eq!(
+        send_item(&engine, "inbox-2", first - 1, None)
+            .await
+            .unwrap(),
+        Sent::Delivered
+    );
     engine.close().await;
 }

@@ -525,9 +525,9 @@ async fn a_published_value_is_sealed_and_reads_back_with_the_key() {
         !place.holds(CARD).await,
         "the published card is in the store in the clear"
     );
-    // On PostgreSQL its row needs the 43 kinds of record this release
-    // knows (a published value is kind 42): the release before, which
-    // knows 42, does not claim it.
+    // On PostgreSQL its row needs the first 43 kinds of record (a
+    // published value is kind 42): the release before, which knows 42,
+    // does not claim it.
     if let Some(needs) = place.needs("a-1").await {
         assert_eq!(needs & 0xFFFF, 43, "needs {needs}");
     }

@@ -46,6 +46,10 @@ pub const DEFAULT_MAX_JOURNAL_RECORDS: u64 = 50_000;
 pub const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long finished instances are kept by default.
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 60 * 60);
+/// How long an event id is remembered across runs of an instance that
+/// continues as new, by default (7 days); see
+/// [`EngineBuilder::event_dedup_window`].
+pub const DEFAULT_EVENT_DEDUP_WINDOW: Duration = crate::journal::runs::DEFAULT_EVENT_DEDUP_WINDOW;
 
 /// How often an engine on a store shared by workers looks at what other
 /// processes did, besides being told (see `EngineBuilder::poll_interval`).
@@ -114,6 +118,7 @@ pub struct EngineBuilder {
     max_payload: usize,
     caps: InstanceCaps,
     retention: Duration,
+    event_dedup_window: Duration,
     store_timeout: Duration,
     workflows: Vec<Arc<dyn ErasedWorkflow>>,
     services: Services,
@@ -261,6 +266,39 @@ impl EngineBuilder {
     /// How long finished instances are kept (default 7 days).
     pub fn retention(mut self, retention: Duration) -> Self {
         self.retention = retention;
+        self
+    }
+
+    /// How long an event id ([`EventSender::id`](crate::EventSender::id))
+    /// is remembered across runs of an instance that continues as new
+    /// (default [`DEFAULT_EVENT_DEDUP_WINDOW`], 7 days, as long as ended
+    /// instances are kept).
+    ///
+    /// Within one run every id is remembered: a second send with it is
+    /// [`Sent::Duplicate`](crate::Sent::Duplicate) (or
+    /// [`Error::EventIdConflict`] with another payload). When the run
+    /// continues as new, it hands over only the ids sent less than
+    /// `window` before, with their send times on the engine's clock, so
+    /// a loop that runs for years carries one window of ids, not every
+    /// id it was ever sent. A send of an id that was dropped is a new
+    /// event. Make it longer than the longest a sender of yours may retry
+    /// a send; shorter when an instance is sent so many events that one
+    /// window of ids (each with its payload) weighs on every hand-over.
+    ///
+    /// ```
+    /// # use saga_runtime::prelude::*;
+    /// # use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), saga_runtime::Error> {
+    /// // The webhooks this service takes are retried for at most 3 days.
+    /// let engine = Engine::builder()
+    ///     .event_dedup_window(Duration::from_secs(4 * 24 * 60 * 60))
+    ///     .temporary()?;
+    /// # drop(engine);
+    /// # Ok(()) }
+    /// ```
+    pub fn event_dedup_window(mut self, window: Duration) -> Self {
+        self.event_dedup_window = window;
         self
     }
 
@@ -557,7 +595,10 @@ impl EngineBuilder {
         schedules: Arc<crate::schedule::Declared>,
     ) -> Result<Engine> {
         let queues = self.checked_queues()?;
-        let journal = journal.with_caps(self.caps).with_sealer(self.sealer);
+        let journal = journal
+            .with_caps(self.caps)
+            .with_sealer(self.sealer)
+            .with_event_dedup_window(self.event_dedup_window);
         // On a store shared by workers, an index entry is repaired by the
         // worker that claims its instance, and its facts backfilled on
         // connect (and a reader repairs nothing). Likewise the queues'
@@ -650,6 +691,7 @@ impl Engine {
                 journal_records: DEFAULT_MAX_JOURNAL_RECORDS,
             },
             retention: DEFAULT_RETENTION,
+            event_dedup_window: DEFAULT_EVENT_DEDUP_WINDOW,
             store_timeout: DEFAULT_STORE_TIMEOUT,
             workflows: Vec::new(),
             services: Services::default(),

@@ -64,12 +64,18 @@ impl<'a> EventSender<'a> {
     }
 
     /// The event's id (1–200 characters, counted as `str::chars` counts
-    /// them, so at most 800 bytes), scoped to the instance for its
-    /// whole life, across restarts of the process and of the instance: a
-    /// second send with this id and an equal payload (compared as JSON
-    /// values, so map key order does not matter) stores nothing and
-    /// answers [`Sent::Duplicate`]; with another type or payload it is
+    /// them, so at most 800 bytes), scoped to the instance, across
+    /// restarts of the process and of the instance: a second send with
+    /// this id and an equal payload (compared as JSON values, so map key
+    /// order does not matter) stores nothing and answers
+    /// [`Sent::Duplicate`]; with another type or payload it is
     /// [`Error::EventIdConflict`].
+    ///
+    /// An instance remembers an id for the rest of its run, and until it
+    /// is removed once it ended. An instance that continues as new hands
+    /// over to its next run only the ids sent within the engine's
+    /// [`event_dedup_window`](crate::EngineBuilder::event_dedup_window)
+    /// (default 7 days): a send of an older id is a new event.
     pub fn id(mut self, event_id: impl Into<String>) -> Self {
         self.event_id = Some(event_id.into());
         self

@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::handover::Continued;
+use super::handover::{Continued, ContinuedUndated};
 pub(crate) use super::state::EventId;
 use super::state::SlotKind;
 use super::upgrade::legacy::Imported;
@@ -75,6 +75,7 @@ impl Change {
                 | Change::StepFailureValue { .. }
                 | Change::ContinuedAsNew(_)
                 | Change::Published { .. }
+                | Change::ContinuedAsNewDated(_)
         )
     }
 }
@@ -136,6 +137,7 @@ impl CarriesPayloads for Entry {
             // The next run's input, and the events it carries over.
             Change::ContinuedAsNew(continued) => continued.payloads_mut(),
             Change::Published { value, .. } => vec![value],
+            Change::ContinuedAsNewDated(continued) => continued.payloads_mut(),
         }
     }
 }
@@ -372,7 +374,10 @@ pub(crate) enum Change {
     /// a new input and an empty journal (see `runs`). Written twice with
     /// the same content: the last record of the run that ends (the
     /// hand-over), then the first of the next run, at `handover::start(run)`.
-    ContinuedAsNew(Box<Continued>),
+    /// The release before wrote it, carrying every event id ever sent, with
+    /// no send time; this release reads it (the ids count as sent at the
+    /// record's time) and writes `ContinuedAsNewDated`.
+    ContinuedAsNew(Box<ContinuedUndated>),
     /// `ctx.publish(name, value)`: the latest value of `name` is `value`
     /// for readers outside (`Instance::published`). Takes no slot: the
     /// state counts a generation's publishes of each name, so a replay
@@ -382,6 +387,11 @@ pub(crate) enum Change {
         name: String,
         value: Payload,
     },
+    /// The hand-over of `ContinuedAsNew`, written as it is (twice), whose
+    /// event ids carry when each was sent: a run hands over only the ids
+    /// sent within the engine's deduplication window, so a loop that
+    /// continues for ever carries a bounded set (see `runs`).
+    ContinuedAsNewDated(Box<Continued>),
 }
 
 /// How an instance ended.
@@ -415,7 +425,7 @@ mod tests {
     /// variant appended without counting it fails here.
     #[test]
     fn the_last_kind_of_record_is_counted() {
-        let last = bytes(published());
+        let last = bytes(Change::ContinuedAsNewDated(Box::new(continued_dated())));
         // The version, `at` (1000 as a varint: 251, 232, 3), then the kind.
         assert_eq!(u32::from(last[4]), Change::KINDS - 1);
         assert!(!crate::codec::from_newer_release(&last, 1, Change::KINDS));
@@ -438,6 +448,46 @@ mod tests {
     #[test]
     fn the_release_before_takes_a_published_value_for_a_newer_releases_record() {
         assert!(crate::codec::from_newer_release(&bytes(published()), 1, 42));
+    }
+
+    /// The release before knew 43 kinds: a hand-over with dated event ids
+    /// is a newer release's record to it, so it leaves the instance alone
+    /// (and meets it before the gap to the next run).
+    #[test]
+    fn the_release_before_takes_a_dated_hand_over_for_a_newer_releases_record() {
+        let hand_over = bytes(Change::ContinuedAsNewDated(Box::new(continued_dated())));
+        assert!(crate::codec::from_newer_release(&hand_over, 1, 43));
+        assert!(!crate::codec::from_newer_release(&hand_over, 1, 44));
+    }
+
+    /// A hand-over the release before wrote still reads, byte for byte
+    /// (the golden bytes below), and its event ids count as sent when the
+    /// record was written.
+    #[test]
+    fn a_hand_over_of_the_release_before_reads_with_its_ids_sent_at_its_time() {
+        let written_before = [
+            2, 251, 232, 3, 41, 1, 1, b'w', 1, 1, b'7', 9, 1, 1, b'p', 1, 1, b'k', 1, b'v', 1, 1,
+            b'q', 0, 2, 3, 1, 1, 1, b'e', 1, 1, b'8', 5, 1, 1, b'i', 1, b'e', 1, 1, b'8',
+        ];
+        let entry: Entry = decode_record(&written_before).expect("decodes");
+        let Change::ContinuedAsNew(undated) = &entry.change else {
+            panic!("{entry:?}");
+        };
+        let dated = undated.dated(entry.at);
+        assert_eq!(dated.run, 1);
+        assert_eq!(
+            dated.pending,
+            [("e".into(), Payload::Json(b"8".to_vec()), 5)]
+        );
+        let [carried] = dated.event_ids.as_slice() else {
+            panic!("{:?}", dated.event_ids);
+        };
+        assert_eq!(
+            (carried.id.as_str(), carried.event_type.as_str()),
+            ("i", "e")
+        );
+        assert_eq!(carried.payload, Payload::Json(b"8".to_vec()));
+        assert_eq!(carried.sent_at, 1000);
     }
 
     /// A published value, `"p"` = `7`.
@@ -511,6 +561,11 @@ mod tests {
                 change: published(),
             });
             assert_eq!(kinds_needed(&published), 43, "at {at}");
+            let dated = encode_record(&Entry {
+                at,
+                change: Change::ContinuedAsNewDated(Box::new(continued_dated())),
+            });
+            assert_eq!(kinds_needed(&dated), 44, "at {at}");
             let started = encode_record(&Entry {
                 at,
                 change: Change::DriverStarted,
@@ -642,11 +697,22 @@ mod tests {
             bytes(published()),
             [2, 251, 232, 3, 42, 1, b'p', 1, 1, b'7']
         );
+        // As `ContinuedAsNew`, each event id followed by when it was sent
+        // (600_000 as a varint: 252, then 4 bytes).
+        assert_eq!(
+            bytes(Change::ContinuedAsNewDated(Box::new(continued_dated()))),
+            [
+                2, 251, 232, 3, 43, 1, 1, b'w', 1, 1, b'7', 9, 1, 1, b'p', 1, 1, b'k', 1, b'v', 1,
+                1, b'q', 0, 2, 3, 1, 1, 1, b'e', 1, 1, b'8', 5, 1, 1, b'i', 1, b'e', 1, 1, b'8',
+                252, 0xC0, 0x27, 0x09, 0x00
+            ]
+        );
     }
 
-    /// A hand-over from run 0, with one of everything it carries.
-    fn continued() -> crate::journal::handover::Continued {
-        crate::journal::handover::Continued {
+    /// A hand-over from run 0 as the release before wrote it, with one of
+    /// everything it carries.
+    fn continued() -> ContinuedUndated {
+        ContinuedUndated {
             run: 1,
             workflow: "w".into(),
             input: Payload::Json(b"7".to_vec()),
@@ -663,6 +729,11 @@ mod tests {
             pending: vec![("e".into(), Payload::Json(b"8".to_vec()), 5)],
             event_ids: vec![("i".into(), "e".into(), Payload::Json(b"8".to_vec()))],
         }
+    }
+
+    /// [`continued`] as this release writes it: its id sent at 600 s.
+    fn continued_dated() -> Continued {
+        continued().dated(600_000)
     }
 
     /// The kinds this release adds are written with the index entry, which
@@ -714,6 +785,7 @@ mod tests {
             },
             Change::ContinuedAsNew(Box::new(continued())),
             published(),
+            Change::ContinuedAsNewDated(Box::new(continued_dated())),
         ];
         for change in new_kinds {
             assert!(change.reindexes(), "{change:?}");

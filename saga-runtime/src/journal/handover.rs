@@ -1,6 +1,8 @@
-//! The hand-over record of a run to the next (`Change::ContinuedAsNew`)
-//! and how runs number their records: what `journal::runs` writes, and
-//! what the fold (`machine::run`) and the stores' ranges read.
+//! The hand-over record of a run to the next
+//! (`Change::ContinuedAsNewDated`, and the release before's
+//! `Change::ContinuedAsNew`) and how runs number their records: what
+//! `journal::runs` writes, and what the fold (`machine::run`) and the
+//! stores' ranges read.
 
 use serde::{Deserialize, Serialize};
 
@@ -43,8 +45,74 @@ pub(crate) struct Continued {
     pub(crate) queue: Option<CarriedSpot>,
     /// Events no wait took yet: type, payload, when sent.
     pub(crate) pending: Vec<(String, Payload, u64)>,
+    /// The ids of events sent within the deduplication window before the
+    /// hand-over (`runs`), each with when it was sent.
+    pub(crate) event_ids: Vec<CarriedEventId>,
+}
+
+/// An event id a run hands over, so a send repeated in the next run is
+/// still recognised.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct CarriedEventId {
+    pub(crate) id: String,
+    pub(crate) event_type: String,
+    pub(crate) payload: Payload,
+    /// When it was sent (milliseconds, the engine's clock).
+    pub(crate) sent_at: u64,
+}
+
+/// The hand-over as the release before wrote it (`Change::ContinuedAsNew`):
+/// its event ids carry no send time, and it carried every id ever sent.
+/// Read only: this release writes [`Continued`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct ContinuedUndated {
+    pub(crate) run: u32,
+    pub(crate) workflow: String,
+    pub(crate) input: Payload,
+    pub(crate) created_at: u64,
+    pub(crate) parent: Option<String>,
+    pub(crate) tags: Vec<(String, String)>,
+    pub(crate) queue: Option<CarriedSpot>,
+    pub(crate) pending: Vec<(String, Payload, u64)>,
     /// Events sent with an id: id, type, payload.
     pub(crate) event_ids: Vec<(String, String, Payload)>,
+}
+
+impl ContinuedUndated {
+    /// The hand-over read as this release's, its record written at `at`:
+    /// its ids count as sent then (their send times were never stored), so
+    /// each is remembered one more window from the hand-over, and an id
+    /// a sender may still retry is not forgotten at the upgrade.
+    pub(crate) fn dated(&self, at: u64) -> Continued {
+        Continued {
+            run: self.run,
+            workflow: self.workflow.clone(),
+            input: self.input.clone(),
+            created_at: self.created_at,
+            parent: self.parent.clone(),
+            tags: self.tags.clone(),
+            queue: self.queue.clone(),
+            pending: self.pending.clone(),
+            event_ids: self
+                .event_ids
+                .iter()
+                .map(|(id, event_type, payload)| CarriedEventId {
+                    id: id.clone(),
+                    event_type: event_type.clone(),
+                    payload: payload.clone(),
+                    sent_at: at,
+                })
+                .collect(),
+        }
+    }
+
+    /// The user values it holds, for the engine's codec.
+    pub(crate) fn payloads_mut(&mut self) -> Vec<&mut Payload> {
+        std::iter::once(&mut self.input)
+            .chain(self.pending.iter_mut().map(|(_, p, _)| p))
+            .chain(self.event_ids.iter_mut().map(|(_, _, p)| p))
+            .collect()
+    }
 }
 
 /// An instance's place in its queue, carried over (see `queued`).
@@ -62,7 +130,7 @@ impl Continued {
     pub(crate) fn payloads_mut(&mut self) -> Vec<&mut Payload> {
         std::iter::once(&mut self.input)
             .chain(self.pending.iter_mut().map(|(_, p, _)| p))
-            .chain(self.event_ids.iter_mut().map(|(_, _, p)| p))
+            .chain(self.event_ids.iter_mut().map(|e| &mut e.payload))
             .collect()
     }
 }

@@ -85,6 +85,8 @@ pub(crate) struct Journal {
     /// came after), and the store's mark that it may lag goes
     /// ([`Journal::clear_settled_marks`]).
     ended_marks: Mutex<Vec<(InstanceId, Option<u64>)>>,
+    /// How long an event id is remembered across runs (`runs`).
+    event_dedup_window: std::time::Duration,
 }
 
 #[derive(Default)]
@@ -213,6 +215,7 @@ impl Journal {
             sealer: Sealer::default(),
             places: queued::Places::default(),
             ended_marks: Mutex::default(),
+            event_dedup_window: runs::DEFAULT_EVENT_DEDUP_WINDOW,
         })
     }
 
@@ -225,6 +228,18 @@ impl Journal {
     /// The engine's codec, for the records that carry user values.
     pub(crate) fn sealer(&self) -> &Sealer {
         &self.sealer
+    }
+
+    /// Hands over to the next run only the event ids sent less than
+    /// `window` before (`runs`).
+    pub(crate) fn with_event_dedup_window(mut self, window: std::time::Duration) -> Journal {
+        self.event_dedup_window = window;
+        self
+    }
+
+    /// How long an event id is remembered across runs.
+    pub(crate) fn event_dedup_window(&self) -> std::time::Duration {
+        self.event_dedup_window
     }
 
     /// Refuses events to an instance that holds as much as `caps` allows.

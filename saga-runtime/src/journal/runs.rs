@@ -29,21 +29,48 @@
 //! What a run carries over: the workflow, its new input, when the
 //! instance was created, its tags and parent, its place in its queue (it
 //! keeps its slot), the events sent to it that no wait took yet, and the
-//! ids of events sent with an id (a send repeated across runs is still
-//! recognised). What it does not: its steps, their compensations, its
-//! generation (restarts) and patches.
+//! ids of events sent with an id within the deduplication window (a send
+//! repeated across runs is still recognised). What it does not: its
+//! steps, their compensations, its generation (restarts) and patches.
+//!
+//! **The deduplication window.** Each remembered event id keeps when it
+//! was sent, on the engine's clock. A hand-over carries only the ids sent
+//! less than the window ago ([`DEFAULT_EVENT_DEDUP_WINDOW`] unless the
+//! engine says otherwise), so an entity that loops for ever hands over
+//! what its senders sent in one window, not all it was ever sent. Within
+//! a run nothing is dropped: an id is remembered until the run ends. A
+//! send of an id that was dropped is a new event. A hand-over the
+//! release before wrote (`ContinuedAsNew`, no send times) counts its ids
+//! as sent at its own time: they are kept one more window.
 
 use super::change::{Change, Entry};
-use super::handover::{CarriedSpot, Continued, LAST_RUN, run_of, start};
+use super::handover::{CarriedEventId, CarriedSpot, Continued, LAST_RUN, run_of, start};
 use super::machine;
 use super::state::InstanceState;
 use super::{Cached, Indexed, Journal, Loaded, corrupt};
 use crate::codec::Payload;
 use crate::error::{Error, Result};
 
+/// How long an event id is remembered across runs by default: 7 days, as
+/// long as an ended instance is kept (the default retention), so a send
+/// retried late is recognised as long by an instance that loops as by one
+/// that ended. Senders that retry sit well inside it (webhook providers
+/// retry for up to about three days; payment APIs keep idempotency keys
+/// from 24 hours to 7 days). The cost: each hand-over carries the ids sent
+/// in one window, with their payloads.
+pub(crate) const DEFAULT_EVENT_DEDUP_WINDOW: std::time::Duration =
+    std::time::Duration::from_secs(7 * 24 * 60 * 60);
+
 impl Continued {
-    /// The hand-over of the run of `state` to the next, with `input`.
-    pub(crate) fn of(state: &InstanceState, input: Payload) -> Result<Continued> {
+    /// The hand-over of the run of `state` to the next, with `input`,
+    /// written `now`: it carries the event ids sent less than `window`
+    /// before.
+    pub(crate) fn of(
+        state: &InstanceState,
+        input: Payload,
+        now: u64,
+        window: std::time::Duration,
+    ) -> Result<Continued> {
         if state.run >= LAST_RUN {
             return Err(Error::InvalidArgument(format!(
                 "the instance is in run {}, the last a store can key: start a new instance instead of continuing this one",
@@ -76,19 +103,33 @@ impl Continued {
             event_ids: state
                 .event_ids
                 .iter()
-                .map(|(id, e)| (id.clone(), e.event_type.clone(), e.payload.clone()))
+                .filter(|(_, e)| within(e.sent_at, now, window))
+                .map(|(id, e)| CarriedEventId {
+                    id: id.clone(),
+                    event_type: e.event_type.clone(),
+                    payload: e.payload.clone(),
+                    sent_at: e.sent_at,
+                })
                 .collect(),
         })
     }
+}
+
+/// Whether an id sent at `sent_at` was sent less than `window` before
+/// `now` (one sent after `now`, by a clock that moved back, is).
+fn within(sent_at: u64, now: u64, window: std::time::Duration) -> bool {
+    let window = u64::try_from(window.as_millis()).unwrap_or(u64::MAX);
+    now.saturating_sub(sent_at) < window
 }
 
 impl Journal {
     /// `ctx.continue_as_new(input)`: ends the current run of `id` (a
     /// driver keeps it) and begins the next with `input` (see the module).
     pub(crate) fn continue_as_new(&self, id: &str, input: Payload) -> Result<()> {
+        let now = self.now_millis();
         self.write_kept(id, |state| {
-            let continued = Continued::of(state, input)?;
-            Ok((Some(Change::ContinuedAsNew(Box::new(continued))), ()))
+            let continued = Continued::of(state, input, now, self.event_dedup_window())?;
+            Ok((Some(Change::ContinuedAsNewDated(Box::new(continued))), ()))
         })
     }
 
@@ -109,7 +150,7 @@ impl Journal {
         let seq = start(next.run);
         let record = Entry {
             at: self.now_millis(),
-            change: Change::ContinuedAsNew(next),
+            change: Change::ContinuedAsNewDated(next),
         };
         let mut begun = None;
         let events = machine::apply(&mut begun, seq, &record).map_err(|e| corrupt(id, seq, e))?;
@@ -218,11 +259,12 @@ mod tests {
             .await
             .unwrap();
         let state = journal.state("i").await.unwrap().unwrap();
-        let next = Continued::of(&state, Payload::Json(b"2".to_vec())).unwrap();
+        let window = super::DEFAULT_EVENT_DEDUP_WINDOW;
+        let next = Continued::of(&state, Payload::Json(b"2".to_vec()), 5, window).unwrap();
         // The hand-over alone, as a crash right after it leaves it.
         let record = Entry {
             at: 5,
-            change: Change::ContinuedAsNew(Box::new(next)),
+            change: Change::ContinuedAsNewDated(Box::new(next)),
         };
         store
             .append("i", 1, &journal.sealer().encode_record(&record).unwrap())
@@ -243,6 +285,91 @@ mod tests {
         );
         // Run 0 is kept whole, and ends with the hand-over.
         assert_eq!(store.journal_range("i", seqs_of(0)).await.unwrap().len(), 2);
+    }
+
+    /// A hand-over the release before wrote (no send times), after which
+    /// it crashed: this release begins the next run from it, dated, its
+    /// ids counted as sent at the hand-over.
+    #[tokio::test]
+    async fn a_hand_over_of_the_release_before_begins_its_run_with_dated_ids() {
+        use crate::journal::handover::ContinuedUndated;
+        let store: Arc<dyn Store> = Arc::new(SledStore::temporary().unwrap());
+        let clock = Arc::new(crate::time::clock::TestClock::new());
+        let patience = std::time::Duration::from_secs(5);
+        let journal = Journal::new(store.clone(), clock.clone(), patience).unwrap();
+        journal
+            .create_then(
+                "i",
+                "w",
+                Payload::Json(b"1".to_vec()),
+                None,
+                false,
+                |_, _| Ok((None, ())),
+            )
+            .await
+            .unwrap();
+        let undated = ContinuedUndated {
+            run: 1,
+            workflow: "w".into(),
+            input: Payload::Json(b"2".to_vec()),
+            created_at: 0,
+            parent: None,
+            tags: Vec::new(),
+            queue: None,
+            pending: Vec::new(),
+            event_ids: vec![("evt".into(), "e".into(), Payload::Json(b"8".to_vec()))],
+        };
+        let record = Entry {
+            at: 7,
+            change: Change::ContinuedAsNew(Box::new(undated)),
+        };
+        store
+            .append("i", 1, &journal.sealer().encode_record(&record).unwrap())
+            .unwrap();
+        store.flush().unwrap();
+        drop(journal);
+
+        let journal = Journal::new(store.clone(), clock, patience).unwrap();
+        let state = journal.state("i").await.unwrap().unwrap();
+        assert_eq!(state.run, 1);
+        let sent = &state.event_ids["evt"];
+        assert_eq!((sent.event_type.as_str(), sent.sent_at), ("e", 7));
+        // The run it began is this release's record.
+        let first = store.journal_range("i", seqs_of(1)).await.unwrap();
+        let entry: Entry = journal.sealer().decode_record(&first[0].1).unwrap();
+        let Change::ContinuedAsNewDated(begun) = entry.change else {
+            panic!("{entry:?}");
+        };
+        assert_eq!(begun.event_ids[0].sent_at, 7);
+    }
+
+    /// A hand-over carries the ids sent less than the window before it,
+    /// with their send times, and drops the older ones.
+    #[test]
+    fn a_hand_over_carries_only_the_ids_sent_within_the_window() {
+        use crate::journal::state::SentEvent;
+        let mut state = InstanceState::created("w", &Payload::Json(b"1".to_vec()), 0);
+        let hour = 60 * 60 * 1000;
+        for (id, sent_at) in [("old", 0), ("edge", hour), ("new", 2 * hour)] {
+            let sent = SentEvent {
+                event_type: "e".into(),
+                payload: Payload::Json(b"8".to_vec()),
+                sent_at,
+            };
+            state.event_ids.insert(id.into(), sent);
+        }
+        let window = std::time::Duration::from_secs(60 * 60);
+        let next = Continued::of(&state, Payload::Json(b"2".to_vec()), 2 * hour, window).unwrap();
+        let carried: Vec<_> = next
+            .event_ids
+            .iter()
+            .map(|e| (e.id.as_str(), e.sent_at))
+            .collect();
+        // Sent exactly one window before: out.
+        assert_eq!(carried, [("new", 2 * hour)]);
+        // A clock that moved back keeps what it cannot date as old.
+        let next = Continued::of(&state, Payload::Json(b"2".to_vec()), 0, window).unwrap();
+        assert_eq!(next.event_ids.len(), 3);
     }
 
     #[test]

@@ -50,8 +50,10 @@ pub(crate) struct InstanceState {
     /// `failure_value`.
     #[serde(skip)]
     pub(crate) step_failure_values: BTreeMap<u32, Payload>,
-    /// The events sent with an id, by id, for the whole life of the
-    /// instance (restarts included). Never encoded, as `failure_value`.
+    /// The events sent with an id, by id: every one sent in this run
+    /// (restarts included), and those the hand-over that began it carried
+    /// (sent within the deduplication window, see `runs`). Never encoded,
+    /// as `failure_value`.
     #[serde(skip)]
     pub(crate) event_ids: BTreeMap<String, SentEvent>,
     /// Its tags, by key (`Described` records). Never encoded, as
@@ -203,6 +205,9 @@ impl InstanceState {
 pub(crate) struct SentEvent {
     pub(crate) event_type: String,
     pub(crate) payload: Payload,
+    /// When it was sent (milliseconds, the engine's clock): a hand-over
+    /// carries it to the next run only within the deduplication window.
+    pub(crate) sent_at: u64,
 }
 
 /// Set when compensation begins, so recovery knows why and how the

@@ -172,6 +172,15 @@ fn inspection(id: &str, state: &InstanceState, times: &Times) -> Inspection {
                 published_at: from_millis(p.at),
             })
             .collect(),
+        event_ids: state
+            .event_ids
+            .iter()
+            .map(|(id, sent)| RememberedEventId {
+                id: id.clone(),
+                event_type: sent.event_type.clone(),
+                sent_at: from_millis(sent.sent_at),
+            })
+            .collect(),
     }
 }
 

@@ -64,6 +64,25 @@ pub struct Inspection {
     /// The latest value of each name the workflow published
     /// (`ctx.publish`) this run, by name.
     pub published: Vec<PublishedValue>,
+    /// The event ids it remembers, by id: a second send with one of them
+    /// is a duplicate. Every id sent this run, and those its run began
+    /// with: the ids sent within the engine's
+    /// [`event_dedup_window`](crate::EngineBuilder::event_dedup_window)
+    /// before it continued as new.
+    pub event_ids: Vec<RememberedEventId>,
+}
+
+/// An event id an instance remembers (see [`Inspection::event_ids`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RememberedEventId {
+    /// The id.
+    pub id: String,
+    /// The type of the event sent with it.
+    pub event_type: String,
+    /// When it was sent (for an id a release before this one handed over,
+    /// when it was handed over).
+    pub sent_at: SystemTime,
 }
 
 /// The latest value of a name the workflow published (`ctx.publish`).

@@ -58,6 +58,7 @@ fn route(s: &mut InstanceState, seq: u64, at: u64, change: &Change) -> Applied {
             Err(format!("record {seq} creates an instance that exists"))
         }
         C::ContinuedAsNew(_)
+        | C::ContinuedAsNewDated(_)
         | C::DriverStarted
         | C::Ended(_)
         | C::Blocked { .. }

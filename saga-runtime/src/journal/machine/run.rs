@@ -57,9 +57,13 @@ pub(super) fn create(
             (created, events)
         }
         // The first record of a run after the first.
-        Change::ContinuedAsNew(continued) => (
+        Change::ContinuedAsNewDated(continued) => (
             begin_run(continued, seq, at)?,
             vec![EventKind::ContinuedAsNew { run: continued.run }],
+        ),
+        Change::ContinuedAsNew(undated) => (
+            begin_run(&undated.dated(at), seq, at)?,
+            vec![EventKind::ContinuedAsNew { run: undated.run }],
         ),
         _ => {
             return Err(format!(
@@ -75,16 +79,8 @@ pub(super) fn apply(s: &mut InstanceState, seq: u64, at: u64, change: &Change) -
     match change {
         // The hand-over: the run ends here, `Running`, and the next one
         // begins from it.
-        Change::ContinuedAsNew(continued) => {
-            if continued.run != s.run + 1 || run_of(seq) != s.run {
-                return Err(format!(
-                    "record {seq} hands run {} over to run {}",
-                    s.run, continued.run
-                ));
-            }
-            s.handed_over = Some(continued.clone());
-            one(EventKind::ContinuedAsNew { run: continued.run })
-        }
+        Change::ContinuedAsNewDated(continued) => hand_over(s, seq, continued.clone()),
+        Change::ContinuedAsNew(undated) => hand_over(s, seq, Box::new(undated.dated(at))),
         Change::DriverStarted => {
             // A value written before a crash belongs to no failure: the
             // run that wrote it did not get to record its end.
@@ -153,6 +149,19 @@ pub(super) fn apply(s: &mut InstanceState, seq: u64, at: u64, change: &Change) -
     }
 }
 
+/// The run of `s` ends with the hand-over `continued`, record `seq`.
+fn hand_over(s: &mut InstanceState, seq: u64, continued: Box<Continued>) -> Applied {
+    if continued.run != s.run + 1 || run_of(seq) != s.run {
+        return Err(format!(
+            "record {seq} hands run {} over to run {}",
+            s.run, continued.run
+        ));
+    }
+    let run = continued.run;
+    s.handed_over = Some(continued);
+    one(EventKind::ContinuedAsNew { run })
+}
+
 /// The state the run `continued` hands over to begins with, its first
 /// record `seq` written at `at`.
 fn begin_run(continued: &Continued, seq: u64, at: u64) -> Result<InstanceState, String> {
@@ -188,12 +197,13 @@ fn begin_run(continued: &Continued, seq: u64, at: u64) -> Result<InstanceState, 
             },
         );
     }
-    for (id, event_type, payload) in &continued.event_ids {
+    for carried in &continued.event_ids {
         s.event_ids.insert(
-            id.clone(),
+            carried.id.clone(),
             SentEvent {
-                event_type: event_type.clone(),
-                payload: payload.clone(),
+                event_type: carried.event_type.clone(),
+                payload: carried.payload.clone(),
+                sent_at: carried.sent_at,
             },
         );
     }

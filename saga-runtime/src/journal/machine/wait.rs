@@ -56,6 +56,7 @@ pub(super) fn apply(s: &mut InstanceState, seq: u64, at: u64, change: &Change) -
                 SentEvent {
                     event_type: event_type.clone(),
                     payload: payload.clone(),
+                    sent_at: at,
                 },
             );
             one(receive(s, seq, at, event_type, payload))
