@@ -63,6 +63,8 @@ struct Template {
     created_at: u64,
     status: &'static str,
     active: bool,
+    /// Its timer, as the engine filed it (a sleeper's wake).
+    wake: Option<(u64, bool)>,
 }
 
 impl Template {
@@ -89,6 +91,7 @@ impl Template {
             created_at,
             status,
             active,
+            wake: store.timer_of(id).await.expect("the template's timer"),
         }
     }
 
@@ -99,7 +102,7 @@ impl Template {
             workflow: "",
             status: self.status,
             active: self.active,
-            wake: None,
+            wake: self.wake,
             facts: Some(IndexFacts {
                 encoded: &self.facts,
                 created_at: self.created_at,
