@@ -129,12 +129,16 @@ async fn open(store: &Reopenable, keys: &Arc<Keys>) -> Engine {
     engine
 }
 
-/// Waits until instance `id` waits in run `run`.
+/// Waits until instance `id` waits for its event in run `run` (not for
+/// its child, which it waits for first: `Waiting` too).
 async fn until_waiting_in(engine: &Engine, id: &str, run: u32) {
     let instance = engine.instance(id).await.unwrap();
     wait_until(&format!("run {run} waiting"), || async {
         let inspection = instance.inspect().await.unwrap();
-        inspection.run == run && inspection.status == Status::Waiting
+        let for_the_event = inspection.slots.iter().any(|slot| {
+            matches!(slot, saga_runtime::inspect::InspectedSlot::Wait(wait) if wait.state == saga_runtime::inspect::WaitState::Waiting)
+        });
+        inspection.run == run && inspection.status == Status::Waiting && for_the_event
     })
     .await;
 }
