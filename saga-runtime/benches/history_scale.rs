@@ -333,9 +333,9 @@ fn measure_size(ended: usize, rounds: usize) -> Size {
     );
     row(
         &workload,
-        "memory once resumed",
+        "memory once settled",
         &mib(size.saga.settled),
-        "(sleepers resumed in the background)",
+        "(what resumed in the background)",
     );
     size
 }
@@ -417,6 +417,18 @@ fn main() {
             ratio(last.saga.bytes as f64, first.saga.bytes as f64)
         ),
         &compared(over_bytes(last), over_bytes(first), &mib),
+    );
+    // Per sleeping instance: what the settled process holds over the bare
+    // open, between the two sizes, divided by the sleepers added (the
+    // fixed cost of a process cancels out). The ended instances grew ten
+    // for one with them, so this bounds a sleeper's cost from above.
+    let settled_over = |size: &Size| size.saga.settled as f64 - size.sled.bytes as f64;
+    let sleepers_added = (last.ended / 10 - first.ended / 10) as f64;
+    row(
+        &format!("ratio {times} ended"),
+        "resident bytes per sleeper",
+        &thousands(((settled_over(last) - settled_over(first)) / sleepers_added).max(0.0)),
+        "settled, over bare sled, with its 10 ended (target < 256)",
     );
     row(
         &format!("ratio {times} ended"),

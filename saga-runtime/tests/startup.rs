@@ -183,6 +183,17 @@ async fn after_a_crash_open_repairs_only_what_was_running() {
     engine.close().await;
 }
 
+/// The key of the marker that says the active and dirty trees are kept
+/// (the one key of `index` that starts with a zero byte).
+fn marker_key(index: &sled::Tree) -> Vec<u8> {
+    index
+        .iter()
+        .keys()
+        .map(|k| k.unwrap().to_vec())
+        .find(|k| k.first() == Some(&0))
+        .expect("the store carries the marker")
+}
+
 /// What the repair on open of a release before does to a store of this
 /// one: it removes the marker, an index entry without a journal. Then it
 /// writes as it knows: here, an instance it started that sleeps is missing
@@ -190,12 +201,7 @@ async fn after_a_crash_open_repairs_only_what_was_running() {
 fn as_written_by_the_release_before(dir: &Path) {
     let db = sled::open(dir).unwrap();
     let index = db.open_tree("index").unwrap();
-    let marker: Vec<u8> = index
-        .iter()
-        .keys()
-        .map(|k| k.unwrap().to_vec())
-        .find(|k| k.first() == Some(&0))
-        .expect("the store carries the marker");
+    let marker = marker_key(&index);
     index.remove(marker).unwrap();
     db.open_tree("active").unwrap().remove("asleep-0").unwrap();
     db.flush().unwrap();
@@ -337,12 +343,7 @@ async fn a_sleeper_that_was_never_loaded_can_be_terminated() {
 fn as_written_by_a_release_without_timers(dir: &Path) {
     let db = sled::open(dir).unwrap();
     let index = db.open_tree("index").unwrap();
-    let marker: Vec<u8> = index
-        .iter()
-        .keys()
-        .map(|k| k.unwrap().to_vec())
-        .find(|k| k.first() == Some(&0))
-        .expect("the store carries the marker");
+    let marker = marker_key(&index);
     index.insert(marker, &[] as &[u8]).unwrap();
     let (active, timers) = (
         db.open_tree("active").unwrap(),
