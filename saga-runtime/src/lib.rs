@@ -102,10 +102,7 @@ pub use crate::engine::counts::{InstanceCounts, QueueDepth};
 pub use crate::engine::listing::{InstancePage, UnreadableInstance};
 pub use crate::engine::start::{StartOn, StartOptions};
 pub use crate::engine::subscription::{RecvError, Subscription};
-pub use crate::engine::{
-    DEFAULT_EVENT_DEDUP_WINDOW, DEFAULT_MAX_JOURNAL_RECORDS, DEFAULT_MAX_PAYLOAD_BYTES,
-    DEFAULT_MAX_PENDING_EVENTS, DEFAULT_RETENTION, DEFAULT_STORE_TIMEOUT, Engine, EngineBuilder,
-};
+pub use crate::engine::{Engine, EngineBuilder};
 pub use crate::error::failure::{
     Failure, FailureKind, Permanent, StepError, StepFailed, WaitError, WorkflowError,
 };

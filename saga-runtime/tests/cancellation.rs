@@ -475,7 +475,7 @@ async fn sweep_expired() {
     let setup = |id: String| async move {
         let i = finished(w, &id).await;
         w.clock
-            .advance(saga_runtime::DEFAULT_RETENTION + Duration::from_secs(1));
+            .advance(saga_runtime::EngineBuilder::DEFAULT_RETENTION + Duration::from_secs(1));
         i
     };
     let call = |_: Instance| async { w.engine.sweep_expired().await };

@@ -10,7 +10,7 @@ mod helpers;
 use std::time::Duration;
 
 use saga_runtime::prelude::*;
-use saga_runtime::{DEFAULT_RETENTION, Error, EventKind, Instance, TestClock};
+use saga_runtime::{EngineBuilder, Error, EventKind, Instance, TestClock};
 
 use helpers::{wait_until, within};
 
@@ -214,7 +214,10 @@ async fn the_engine_sweeps_on_its_own_every_hour_of_its_clock() {
 
 #[tokio::test]
 async fn the_default_retention_is_seven_days() {
-    assert_eq!(DEFAULT_RETENTION, Duration::from_secs(7 * DAY));
+    assert_eq!(
+        EngineBuilder::DEFAULT_RETENTION,
+        Duration::from_secs(7 * DAY)
+    );
     let clock = TestClock::new();
     let engine = helpers::fresh(Engine::builder().clock(clock.clone())).await;
     let run = engine.start(echo, "week", 1).await.unwrap();

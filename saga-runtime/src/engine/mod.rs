@@ -32,25 +32,6 @@ use crate::workflow::engine_core::Core;
 use crate::workflow::service::Services;
 use crate::workflow::{ErasedWorkflow, Workflow};
 
-/// The default limit on an encoded workflow input, step output or event payload.
-pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 1024 * 1024;
-/// The default cap on an instance's pending events (sent, not yet taken
-/// by a wait); see [`EngineBuilder::max_pending_events`].
-pub const DEFAULT_MAX_PENDING_EVENTS: usize = 10_000;
-/// The default cap on the records of an instance's journal before events
-/// sent to it are refused; see [`EngineBuilder::max_journal_records`].
-/// Temporal caps a history at 50 Ki events.
-pub const DEFAULT_MAX_JOURNAL_RECORDS: u64 = 50_000;
-/// How long a durable write may wait for the store by default before it
-/// fails with [`Error::Store`].
-pub const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long finished instances are kept by default.
-pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 60 * 60);
-/// How long an event id is remembered across runs of an instance that
-/// continues as new, by default (7 days); see
-/// [`EngineBuilder::event_dedup_window`].
-pub const DEFAULT_EVENT_DEDUP_WINDOW: Duration = crate::journal::runs::DEFAULT_EVENT_DEDUP_WINDOW;
-
 /// How often an engine on a store shared by workers looks at what other
 /// processes did, besides being told (see `EngineBuilder::poll_interval`).
 const DEFAULT_POLL: Duration = Duration::from_millis(200);
@@ -244,7 +225,7 @@ impl EngineBuilder {
     }
 
     /// How many events sent to one instance may wait, not yet taken by a
-    /// `wait_for_event` (default [`DEFAULT_MAX_PENDING_EVENTS`]). One more
+    /// `wait_for_event` (default [`EngineBuilder::DEFAULT_MAX_PENDING_EVENTS`]). One more
     /// is refused with [`Error::InstanceFull`] at the sender, before
     /// anything is stored: they are held in memory while the instance
     /// runs.
@@ -255,7 +236,7 @@ impl EngineBuilder {
 
     /// How many records one instance's journal may hold before events sent
     /// to it are refused with [`Error::InstanceFull`] (default
-    /// [`DEFAULT_MAX_JOURNAL_RECORDS`]). The instance's own steps are
+    /// [`EngineBuilder::DEFAULT_MAX_JOURNAL_RECORDS`]). The instance's own steps are
     /// still recorded, so it can finish; a loop that runs for ever should
     /// continue as a new instance.
     pub fn max_journal_records(mut self, records: u64) -> Self {
@@ -271,7 +252,7 @@ impl EngineBuilder {
 
     /// How long an event id ([`EventSender::id`](crate::EventSender::id))
     /// is remembered across runs of an instance that continues as new
-    /// (default [`DEFAULT_EVENT_DEDUP_WINDOW`], 7 days, as long as ended
+    /// (default [`EngineBuilder::DEFAULT_EVENT_DEDUP_WINDOW`], 7 days, as long as ended
     /// instances are kept).
     ///
     /// Within one run every id is remembered: a second send with it is
@@ -302,6 +283,9 @@ impl EngineBuilder {
         self
     }
 
+    /// The default limit on an encoded workflow input, step output or
+    /// event payload; see [`EngineBuilder::max_payload_bytes`].
+    pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 1024 * 1024;
     /// The default cap on an instance's pending events (sent, not yet taken
     /// by a wait); see [`EngineBuilder::max_pending_events`].
     pub const DEFAULT_MAX_PENDING_EVENTS: usize = 10_000;
@@ -309,6 +293,17 @@ impl EngineBuilder {
     /// sent to it are refused; see [`EngineBuilder::max_journal_records`].
     /// Temporal caps a history at 50 Ki events.
     pub const DEFAULT_MAX_JOURNAL_RECORDS: u64 = 50_000;
+    /// How long a durable write may wait for the store by default before it
+    /// fails with [`Error::Store`]; see [`EngineBuilder::store_timeout`].
+    pub const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_secs(30);
+    /// How long finished instances are kept by default; see
+    /// [`EngineBuilder::retention`].
+    pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 60 * 60);
+    /// How long an event id is remembered across runs of an instance that
+    /// continues as new, by default (7 days); see
+    /// [`EngineBuilder::event_dedup_window`].
+    pub const DEFAULT_EVENT_DEDUP_WINDOW: Duration =
+        crate::journal::runs::DEFAULT_EVENT_DEDUP_WINDOW;
     /// How long a durable write may wait for the store (default 30 s, real
     /// time). A full or unresponsive disk then gives [`Error::Store`] naming
     /// the cause instead of a hang; nothing stored is lost.
@@ -685,14 +680,14 @@ impl Engine {
         EngineBuilder {
             clock: Arc::new(SystemClock),
             test_clock: None,
-            max_payload: DEFAULT_MAX_PAYLOAD_BYTES,
+            max_payload: EngineBuilder::DEFAULT_MAX_PAYLOAD_BYTES,
             caps: InstanceCaps {
-                pending_events: DEFAULT_MAX_PENDING_EVENTS,
-                journal_records: DEFAULT_MAX_JOURNAL_RECORDS,
+                pending_events: EngineBuilder::DEFAULT_MAX_PENDING_EVENTS,
+                journal_records: EngineBuilder::DEFAULT_MAX_JOURNAL_RECORDS,
             },
-            retention: DEFAULT_RETENTION,
-            event_dedup_window: DEFAULT_EVENT_DEDUP_WINDOW,
-            store_timeout: DEFAULT_STORE_TIMEOUT,
+            retention: EngineBuilder::DEFAULT_RETENTION,
+            event_dedup_window: EngineBuilder::DEFAULT_EVENT_DEDUP_WINDOW,
+            store_timeout: EngineBuilder::DEFAULT_STORE_TIMEOUT,
             workflows: Vec::new(),
             services: Services::default(),
             #[cfg(feature = "postgres")]

@@ -35,7 +35,7 @@
 //!
 //! **The deduplication window.** Each remembered event id keeps when it
 //! was sent, on the engine's clock. A hand-over carries only the ids sent
-//! less than the window ago ([`DEFAULT_EVENT_DEDUP_WINDOW`] unless the
+//! less than the window ago (`EngineBuilder::DEFAULT_EVENT_DEDUP_WINDOW` unless the
 //! engine says otherwise), so an entity that loops for ever hands over
 //! what its senders sent in one window, not all it was ever sent. Within
 //! a run nothing is dropped: an id is remembered until the run ends. A

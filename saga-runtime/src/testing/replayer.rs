@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use crate::engine::{DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_STORE_TIMEOUT, Engine};
+use crate::engine::{Engine, EngineBuilder};
 use crate::error::Error;
 use crate::error::failure::{Failure, FailureKind};
 use crate::journal::Journal;
@@ -256,13 +256,17 @@ impl Replayer {
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
         let store: Arc<dyn Store> = Arc::new(SledStore::temporary()?);
         let clock: Arc<dyn Clock> = Arc::new(TestClock::new());
-        let journal = Journal::new(store.clone(), clock.clone(), DEFAULT_STORE_TIMEOUT)?
-            .with_sealer(self.sealer.clone());
+        let journal = Journal::new(
+            store.clone(),
+            clock.clone(),
+            EngineBuilder::DEFAULT_STORE_TIMEOUT,
+        )?
+        .with_sealer(self.sealer.clone());
         let mut core = Core::new(
             journal,
             clock,
             runtime,
-            DEFAULT_MAX_PAYLOAD_BYTES,
+            EngineBuilder::DEFAULT_MAX_PAYLOAD_BYTES,
             Services::default(),
             std::time::Duration::from_secs(1),
         );
