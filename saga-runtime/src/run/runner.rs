@@ -577,9 +577,11 @@ impl Runner {
         if awaited_event_came.unwrap_or(true) {
             return true;
         }
+        // What it wrote settles: its mark that its entry may lag goes once
+        // durable (`Journal::note_waiting`).
+        self.core.journal.note_waiting(id);
         // Only a child's end wakes it (`tell_child_ended`): no timer, but
         // on a store shared by workers a look at its children now and then.
-        self.core.journal.note_waiting(id);
         if wake_at == crate::workflow::child::NEVER {
             if self.core.journal.shared() {
                 self.watch_children(id);
