@@ -245,10 +245,13 @@ mod tests {
     use crate::journal::handover::seqs_of;
     use crate::store::{SledStore, Store};
 
-    /// A crash between the hand-over and the next run's first record: the
-    /// next load begins the run from the hand-over alone, once.
-    #[tokio::test]
-    async fn a_hand_over_without_its_next_run_begins_it_on_load() {
+    /// Instance "i" (input 1) whose journal ends with `hand_over` (made
+    /// from its state), written at `at` alone, as a crash right after it
+    /// leaves it; and a journal opened on the store again.
+    async fn reopened_after_a_lone_hand_over(
+        at: u64,
+        hand_over: impl FnOnce(&InstanceState) -> Change,
+    ) -> (Arc<dyn Store>, Journal) {
         let store: Arc<dyn Store> = Arc::new(SledStore::temporary().unwrap());
         let clock = Arc::new(crate::time::clock::TestClock::new());
         let patience = std::time::Duration::from_secs(5);
@@ -259,20 +262,29 @@ mod tests {
             .await
             .unwrap();
         let state = journal.state("i").await.unwrap().unwrap();
-        let window = super::DEFAULT_EVENT_DEDUP_WINDOW;
-        let next = Continued::of(&state, Payload::Json(b"2".to_vec()), 5, window).unwrap();
-        // The hand-over alone, as a crash right after it leaves it.
         let record = Entry {
-            at: 5,
-            change: Change::ContinuedAsNewDated(Box::new(next)),
+            at,
+            change: hand_over(&state),
         };
         store
             .append("i", 1, &journal.sealer().encode_record(&record).unwrap())
             .unwrap();
         store.flush().unwrap();
         drop(journal);
-
         let journal = Journal::new(store.clone(), clock, patience).unwrap();
+        (store, journal)
+    }
+
+    /// A crash between the hand-over and the next run's first record: the
+    /// next load begins the run from the hand-over alone, once.
+    #[tokio::test]
+    async fn a_hand_over_without_its_next_run_begins_it_on_load() {
+        let (store, journal) = reopened_after_a_lone_hand_over(5, |state| {
+            let window = super::DEFAULT_EVENT_DEDUP_WINDOW;
+            let next = Continued::of(state, Payload::Json(b"2".to_vec()), 5, window).unwrap();
+            Change::ContinuedAsNewDated(Box::new(next))
+        })
+        .await;
         let state = journal.state("i").await.unwrap().unwrap();
         assert_eq!(state.run, 1);
         assert_eq!(state.input.decode::<u32>(), Ok(2));
@@ -293,43 +305,21 @@ mod tests {
     #[tokio::test]
     async fn a_hand_over_of_the_release_before_begins_its_run_with_dated_ids() {
         use crate::journal::handover::ContinuedUndated;
-        let store: Arc<dyn Store> = Arc::new(SledStore::temporary().unwrap());
-        let clock = Arc::new(crate::time::clock::TestClock::new());
-        let patience = std::time::Duration::from_secs(5);
-        let journal = Journal::new(store.clone(), clock.clone(), patience).unwrap();
-        journal
-            .create_then(
-                "i",
-                "w",
-                Payload::Json(b"1".to_vec()),
-                None,
-                false,
-                |_, _| Ok((None, ())),
-            )
-            .await
-            .unwrap();
-        let undated = ContinuedUndated {
-            run: 1,
-            workflow: "w".into(),
-            input: Payload::Json(b"2".to_vec()),
-            created_at: 0,
-            parent: None,
-            tags: Vec::new(),
-            queue: None,
-            pending: Vec::new(),
-            event_ids: vec![("evt".into(), "e".into(), Payload::Json(b"8".to_vec()))],
-        };
-        let record = Entry {
-            at: 7,
-            change: Change::ContinuedAsNew(Box::new(undated)),
-        };
-        store
-            .append("i", 1, &journal.sealer().encode_record(&record).unwrap())
-            .unwrap();
-        store.flush().unwrap();
-        drop(journal);
-
-        let journal = Journal::new(store.clone(), clock, patience).unwrap();
+        let (store, journal) = reopened_after_a_lone_hand_over(7, |_| {
+            let undated = ContinuedUndated {
+                run: 1,
+                workflow: "w".into(),
+                input: Payload::Json(b"2".to_vec()),
+                created_at: 0,
+                parent: None,
+                tags: Vec::new(),
+                queue: None,
+                pending: Vec::new(),
+                event_ids: vec![("evt".into(), "e".into(), Payload::Json(b"8".to_vec()))],
+            };
+            Change::ContinuedAsNew(Box::new(undated))
+        })
+        .await;
         let state = journal.state("i").await.unwrap().unwrap();
         assert_eq!(state.run, 1);
         let sent = &state.event_ids["evt"];
