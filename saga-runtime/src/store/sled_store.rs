@@ -39,10 +39,18 @@
 //!   [`Store::timers_after`] drops when it finds the instance files
 //!   another (or none).
 //!
-//! The timers are trusted only when the marker's value is
-//! [`TIMERS_KEPT`]: a release before writes the marker empty (or removes
-//! it), and the engine then files every active instance's timer again
-//! before it trusts them ([`Store::timers_rebuilt`]).
+//! - `ended`: key `<big-endian u64 ms ended><id>`, empty: the ended
+//!   instances by end time, which retention walks (`ended`).
+//!
+//! The marker's value says which of the later trees are kept: its words,
+//! joined by `+` (`timers`, `timers+ended`). The timers are trusted only
+//! when it says `timers`: a release before writes the marker empty or
+//! `timers` alone (or removes it), and the engine then files every active
+//! instance's timer again before it trusts them
+//! ([`Store::timers_rebuilt`]); likewise `ended` ([`Store::ended_rebuilt`]).
+//! A release before rewrites the marker on open, before it writes
+//! anything else, so a word is never kept past a writer that did not
+//! keep its tree.
 //!
 //! The two new trees are kept only by releases that know them: a release
 //! before writes without them. So a marker that they are kept sits in
@@ -67,6 +75,8 @@ use super::{
 use crate::error::{Error, Result};
 use crate::store::failpoint::{self, Call};
 
+mod ended;
+
 /// The sled store. Not yet a stable API (see [`Store`]).
 #[doc(hidden)]
 pub struct SledStore {
@@ -80,9 +90,12 @@ pub struct SledStore {
     active: sled::Tree,
     dirty: sled::Tree,
     timers: sled::Tree,
+    ended: sled::Tree,
     /// Whether `timers` is kept by every writer since it was built (the
     /// marker said so at open, or the engine rebuilt it since).
     timers_trusted: std::sync::atomic::AtomicBool,
+    /// Whether `ended` is kept by every writer since it was built.
+    ended_trusted: std::sync::atomic::AtomicBool,
     /// The instances marked in `dirty` by this process.
     marked: std::sync::Mutex<std::collections::HashSet<String>>,
     path: Option<PathBuf>,
@@ -124,9 +137,14 @@ impl Drop for OpenHere {
 /// none sorts before it); the index walks of this release skip it.
 const KEPT_MARKER: &[u8] = b"\0saga:active-and-dirty-kept";
 
-/// The value of [`KEPT_MARKER`] that says the `timers` tree was kept too
-/// (a release before writes it empty).
-const TIMERS_KEPT: &[u8] = b"timers";
+/// The word of [`KEPT_MARKER`]'s value that says the `timers` tree was
+/// kept too (a release before writes it empty, or this word alone).
+const TIMERS_KEPT: &str = "timers";
+
+/// Whether the marker's value `value` has the word `word`.
+fn marker_says(value: &[u8], word: &str) -> bool {
+    value.split(|b| *b == b'+').any(|w| w == word.as_bytes())
+}
 
 /// An instance's timer as `active` and `timers` keep it: wake time (big
 /// endian), then 1 for an event wait's deadline; empty for none.
@@ -214,7 +232,9 @@ impl SledStore {
             active: db.open_tree("active").map_err(sled_error)?,
             dirty: db.open_tree("dirty").map_err(sled_error)?,
             timers: db.open_tree("timers").map_err(sled_error)?,
+            ended: db.open_tree("ended").map_err(sled_error)?,
             timers_trusted: std::sync::atomic::AtomicBool::new(false),
+            ended_trusted: std::sync::atomic::AtomicBool::new(false),
             marked: std::sync::Mutex::default(),
             db,
             path,
@@ -222,10 +242,18 @@ impl SledStore {
             _open_here: None,
         };
         let marker = store.index.get(KEPT_MARKER).map_err(sled_error)?;
-        let trusted = marker.is_some_and(|value| value.as_ref() == TIMERS_KEPT);
+        let says = |word| marker.as_ref().is_some_and(|v| marker_says(v, word));
+        // A store without instances has nothing to file.
+        let empty = store
+            .index
+            .iter()
+            .keys()
+            .all(|k| k.is_ok_and(|k| !is_instance_key(&k)));
+        let ordering = std::sync::atomic::Ordering::SeqCst;
+        store.timers_trusted.store(says(TIMERS_KEPT), ordering);
         store
-            .timers_trusted
-            .store(trusted, std::sync::atomic::Ordering::SeqCst);
+            .ended_trusted
+            .store(empty || says(ended::ENDED), ordering);
         Ok(store)
     }
 
@@ -459,19 +487,27 @@ impl SledStore {
         let mut marked = crate::lock::lock(&self.marked);
         self.dirty.clear().map_err(sled_error)?;
         marked.clear();
-        Self::insert(&self.index, KEPT_MARKER, self.marker_value())
+        Self::insert(&self.index, KEPT_MARKER, &self.marker_value())
     }
 
-    /// What [`KEPT_MARKER`] says: the timers are kept too, once trusted.
-    fn marker_value(&self) -> &'static [u8] {
-        if self
-            .timers_trusted
-            .load(std::sync::atomic::Ordering::SeqCst)
-        {
-            TIMERS_KEPT
-        } else {
-            &[]
+    /// What [`KEPT_MARKER`] says: the later trees that are trusted.
+    fn marker_value(&self) -> Vec<u8> {
+        let ordering = std::sync::atomic::Ordering::SeqCst;
+        let words = [
+            (self.timers_trusted.load(ordering), TIMERS_KEPT),
+            (self.ended_trusted.load(ordering), ended::ENDED),
+        ];
+        let kept: Vec<&str> = words.iter().filter(|w| w.0).map(|w| w.1).collect();
+        kept.join("+").into_bytes()
+    }
+
+    /// Writes what the marker says now, where the marker says the other
+    /// trees are kept too (else the repair on the next open sets it).
+    fn note_marker(&self) -> Result<()> {
+        if self.index.contains_key(KEPT_MARKER).map_err(sled_error)? {
+            Self::insert(&self.index, KEPT_MARKER, &self.marker_value())?;
         }
+        Ok(())
     }
 
     fn create_now(&self, id: &str, row: &IndexRow<'_>, record: &[u8]) -> Result<bool> {
@@ -772,6 +808,10 @@ impl Store for SledStore {
 
     fn put_index(&self, id: &str, index: &IndexRow<'_>) -> Result<()> {
         self.refuse_if_read_only()?;
+        // Filed before the entry says it ended.
+        if let Some(at) = ended::ended_at(index) {
+            self.file_ended_now(id, at)?;
+        }
         let old = if index.active {
             self.add_active_with(id, index.wake)?
         } else {
@@ -817,12 +857,34 @@ impl Store for SledStore {
     fn timers_rebuilt(&self) -> Result<()> {
         self.timers_trusted
             .store(true, std::sync::atomic::Ordering::SeqCst);
-        // Said by the marker only where the marker says the other trees
-        // are kept too (else the repair on the next open sets it).
-        if self.index.contains_key(KEPT_MARKER).map_err(sled_error)? {
-            Self::insert(&self.index, KEPT_MARKER, TIMERS_KEPT)?;
-        }
-        Ok(())
+        self.note_marker()
+    }
+
+    fn ended_kept(&self) -> bool {
+        self.ended_trusted.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn ended_until<'a>(
+        &'a self,
+        until: u64,
+        after: Option<(u64, &'a str)>,
+        limit: usize,
+    ) -> StoreFuture<'a, Vec<(u64, String)>> {
+        answered(self.ended_until_now(until, after, limit))
+    }
+
+    fn file_ended(&self, id: &str, ended: u64) -> Result<()> {
+        self.file_ended_now(id, ended)
+    }
+
+    fn drop_ended(&self, id: &str, ended: u64) -> Result<()> {
+        self.drop_ended_now(id, ended)
+    }
+
+    fn ended_rebuilt(&self) -> Result<()> {
+        self.ended_trusted
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.note_marker()
     }
 
     fn active_entries(&self) -> StoreFuture<'_, Vec<(String, Vec<u8>)>> {

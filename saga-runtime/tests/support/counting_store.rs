@@ -27,6 +27,8 @@ pub(crate) struct Reads {
     /// Per instance: how many reads of its journal alone (its state was
     /// loaded).
     pub(crate) journals: BTreeMap<String, usize>,
+    /// Keys read from the index of ended instances (retention).
+    pub(crate) ended_keys: usize,
 }
 
 impl Reads {
@@ -183,6 +185,30 @@ impl Store for CountingStore {
     }
     fn timers_rebuilt(&self) -> Result<(), Error> {
         self.inner.timers_rebuilt()
+    }
+    fn ended_kept(&self) -> bool {
+        self.inner.ended_kept()
+    }
+    fn ended_until<'a>(
+        &'a self,
+        until: u64,
+        after: Option<(u64, &'a str)>,
+        limit: usize,
+    ) -> StoreFuture<'a, Vec<(u64, String)>> {
+        Box::pin(async move {
+            let keys = self.inner.ended_until(until, after, limit).await?;
+            self.reads.lock().unwrap().ended_keys += keys.len();
+            Ok(keys)
+        })
+    }
+    fn file_ended(&self, id: &str, ended: u64) -> Result<(), Error> {
+        self.inner.file_ended(id, ended)
+    }
+    fn drop_ended(&self, id: &str, ended: u64) -> Result<(), Error> {
+        self.inner.drop_ended(id, ended)
+    }
+    fn ended_rebuilt(&self) -> Result<(), Error> {
+        self.inner.ended_rebuilt()
     }
     fn lagging(&self) -> StoreFuture<'_, Option<Vec<String>>> {
         self.inner.lagging()
