@@ -39,6 +39,7 @@ pub(crate) use postgres::{DEFAULT_LEASE, DEFAULT_SCHEMA};
 pub use postgres::{PgOptions, PgStore};
 pub use query::{
     Accept, IndexEntry, IndexFacts, IndexPage, IndexQuery, PageOrder, PagePosition, QueueFacts,
+    RowOf,
 };
 pub use sled_store::SledStore;
 pub(crate) use sled_store::{LegacyInstance, wait_until_released};
@@ -415,6 +416,25 @@ pub trait Store: Send + Sync + 'static {
             let entries = self.index_entries().await?;
             query::page_of_all(entries, query, accept).await
         })
+    }
+    /// Whether the store keeps indexes of its own for `list()`'s filters
+    /// that a release before did not keep: then the engine refiles every
+    /// entry, a batch at a time ([`Store::rebuild_lists`]), and pages walk
+    /// as without them meanwhile. The default keeps none.
+    fn lists_to_rebuild(&self) -> bool {
+        false
+    }
+    /// Refiles up to `limit` entries after `after` (id order; `None`: from
+    /// the first) in the store's indexes for `list()`'s filters, each row
+    /// made by `row_of`; answers the last id refiled, or `None` when no
+    /// entry is left, and then the indexes are trusted.
+    fn rebuild_lists<'a>(
+        &'a self,
+        _after: Option<&'a str>,
+        _limit: usize,
+        _row_of: RowOf<'a>,
+    ) -> StoreFuture<'a, Option<String>> {
+        answered(Ok(None))
     }
     /// The plan the store's own query of `query`'s page runs with
     /// (PostgreSQL's `EXPLAIN`), for operators and tests; `None` for a

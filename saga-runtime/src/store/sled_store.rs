@@ -41,9 +41,12 @@
 //!
 //! - `ended`: key `<big-endian u64 ms ended><id>`, empty: the ended
 //!   instances by end time, which retention walks (`ended`).
+//! - `lists` and `lists_of`: the instances by the facts `list()` filters
+//!   on (workflow, queue, parent, tag, ended or not), which a filtered
+//!   page walks (`lists`).
 //!
 //! The marker's value says which of the later trees are kept: its words,
-//! joined by `+` (`timers`, `timers+ended`). The timers are trusted only
+//! joined by `+` (`timers+ended+lists`). The timers are trusted only
 //! when it says `timers`: a release before writes the marker empty or
 //! `timers` alone (or removes it), and the engine then files every active
 //! instance's timer again before it trusts them
@@ -69,13 +72,14 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use super::{
-    Accept, ActiveSet, IndexEntry, IndexPage, IndexQuery, IndexRow, PageOrder, PagePosition, Store,
-    StoreFuture, answered,
+    Accept, ActiveSet, IndexEntry, IndexPage, IndexQuery, IndexRow, PageOrder, PagePosition, RowOf,
+    Store, StoreFuture, answered,
 };
 use crate::error::{Error, Result};
 use crate::store::failpoint::{self, Call};
 
 mod ended;
+mod lists;
 
 /// The sled store. Not yet a stable API (see [`Store`]).
 #[doc(hidden)]
@@ -91,6 +95,12 @@ pub struct SledStore {
     dirty: sled::Tree,
     timers: sled::Tree,
     ended: sled::Tree,
+    lists: sled::Tree,
+    lists_of: sled::Tree,
+    /// Held while the list indexes of an entry and the entry are written.
+    lists_lock: std::sync::Mutex<()>,
+    /// Whether `lists` is kept by every writer since it was built.
+    lists_trusted: std::sync::atomic::AtomicBool,
     /// Whether `timers` is kept by every writer since it was built (the
     /// marker said so at open, or the engine rebuilt it since).
     timers_trusted: std::sync::atomic::AtomicBool,
@@ -233,6 +243,10 @@ impl SledStore {
             dirty: db.open_tree("dirty").map_err(sled_error)?,
             timers: db.open_tree("timers").map_err(sled_error)?,
             ended: db.open_tree("ended").map_err(sled_error)?,
+            lists: db.open_tree("lists").map_err(sled_error)?,
+            lists_of: db.open_tree("lists_of").map_err(sled_error)?,
+            lists_lock: std::sync::Mutex::new(()),
+            lists_trusted: std::sync::atomic::AtomicBool::new(false),
             timers_trusted: std::sync::atomic::AtomicBool::new(false),
             ended_trusted: std::sync::atomic::AtomicBool::new(false),
             marked: std::sync::Mutex::default(),
@@ -254,6 +268,9 @@ impl SledStore {
         store
             .ended_trusted
             .store(empty || says(ended::ENDED), ordering);
+        store
+            .lists_trusted
+            .store(empty || says(lists::LISTS), ordering);
         Ok(store)
     }
 
@@ -496,6 +513,7 @@ impl SledStore {
         let words = [
             (self.timers_trusted.load(ordering), TIMERS_KEPT),
             (self.ended_trusted.load(ordering), ended::ENDED),
+            (self.lists_trusted.load(ordering), lists::LISTS),
         ];
         let kept: Vec<&str> = words.iter().filter(|w| w.0).map(|w| w.1).collect();
         kept.join("+").into_bytes()
@@ -534,6 +552,10 @@ impl SledStore {
             None
         };
         self.drop_old_timer(id, old)?;
+        {
+            let _lock = crate::lock::lock(&self.lists_lock);
+            self.file_lists(id, row)?;
+        }
         self.put_facts(id, row)?;
         Self::insert(&self.journal, &key(id, 0), record)?;
         Ok(true)
@@ -588,6 +610,11 @@ impl SledStore {
     /// A page: walks `by_start` (or `index`, in id order) from the
     /// query's cursor, and stops once the page is full.
     fn page_now(&self, query: &IndexQuery<'_>, accept: Accept<'_>) -> Result<IndexPage> {
+        if self.lists_trusted.load(std::sync::atomic::Ordering::SeqCst)
+            && let Some(fact) = lists::walked_fact(query)
+        {
+            return self.page_by_fact(query, accept, &fact);
+        }
         let mut page = IndexPage::default();
         let mut take = |entry: IndexEntry| {
             if accept(&entry) {
@@ -817,7 +844,11 @@ impl Store for SledStore {
         } else {
             None
         };
-        Self::insert(&self.index, id.as_bytes(), index.summary)?;
+        {
+            let _lock = crate::lock::lock(&self.lists_lock);
+            self.file_lists(id, index)?;
+            Self::insert(&self.index, id.as_bytes(), index.summary)?;
+        }
         if index.active {
             self.drop_old_timer(id, old)?;
         } else {
@@ -879,6 +910,19 @@ impl Store for SledStore {
 
     fn drop_ended(&self, id: &str, ended: u64) -> Result<()> {
         self.drop_ended_now(id, ended)
+    }
+
+    fn lists_to_rebuild(&self) -> bool {
+        !self.read_only && !self.lists_trusted.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn rebuild_lists<'a>(
+        &'a self,
+        after: Option<&'a str>,
+        limit: usize,
+        row_of: RowOf<'a>,
+    ) -> StoreFuture<'a, Option<String>> {
+        answered(self.rebuild_lists_now(after, limit, row_of))
     }
 
     fn ended_rebuilt(&self) -> Result<()> {
@@ -968,6 +1012,7 @@ impl Store for SledStore {
         }
         self.index.remove(id.as_bytes()).map_err(sled_error)?;
         self.drop_active(id)?;
+        self.drop_lists(id)?;
         failpoint::after(Call::Write, n)
     }
 

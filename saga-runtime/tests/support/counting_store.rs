@@ -11,7 +11,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use saga_runtime::Error;
 use saga_runtime::store::{
-    Accept, ActiveSet, IndexPage, IndexQuery, IndexRow, SledStore, Store, StoreFuture,
+    Accept, ActiveSet, IndexEntry, IndexPage, IndexQuery, IndexRow, RowOf, SledStore, Store,
+    StoreFuture,
 };
 
 /// What the engine read through a [`CountingStore`].
@@ -29,6 +30,8 @@ pub(crate) struct Reads {
     pub(crate) journals: BTreeMap<String, usize>,
     /// Keys read from the index of ended instances (retention).
     pub(crate) ended_keys: usize,
+    /// Entries read by the walks of `list()`'s pages.
+    pub(crate) page_entries: usize,
 }
 
 impl Reads {
@@ -224,7 +227,25 @@ impl Store for CountingStore {
         query: &'a IndexQuery<'a>,
         accept: Accept<'a>,
     ) -> StoreFuture<'a, IndexPage> {
-        self.inner.index_page(query, accept)
+        Box::pin(async move {
+            // Every entry the walk reads is put to the engine's test.
+            let counted = |entry: &IndexEntry| {
+                self.reads.lock().unwrap().page_entries += 1;
+                accept(entry)
+            };
+            self.inner.index_page(query, &counted).await
+        })
+    }
+    fn lists_to_rebuild(&self) -> bool {
+        self.inner.lists_to_rebuild()
+    }
+    fn rebuild_lists<'a>(
+        &'a self,
+        after: Option<&'a str>,
+        limit: usize,
+        row_of: RowOf<'a>,
+    ) -> StoreFuture<'a, Option<String>> {
+        self.inner.rebuild_lists(after, limit, row_of)
     }
     fn unindexed(&self, limit: usize) -> StoreFuture<'_, Vec<String>> {
         self.reads.lock().unwrap().whole_index += 1;
