@@ -552,6 +552,9 @@ impl SledStore {
             None
         };
         self.drop_old_timer(id, old)?;
+        if let Some(at) = ended::ended_at(row) {
+            self.file_ended_now(id, at)?;
+        }
         {
             let _lock = crate::lock::lock(&self.lists_lock);
             self.file_lists(id, row)?;
