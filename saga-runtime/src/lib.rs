@@ -64,6 +64,45 @@
 //!   says which it needs.
 //! - **The `saga` command** to see and control instances: the `saga-cli`
 //!   crate.
+//!
+//! # Words
+//!
+//! The docs, the errors and the `saga` command use these words in one
+//! sense each.
+//!
+//! - **Workflow**: the code, registered under its name
+//!   (`#[workflow(name = "checkout")]`).
+//! - **Instance**: one execution of a workflow under an id you choose
+//!   (`"order-7"`), from its start to its end; [`Instance`] is a handle on
+//!   one, [`Run`] the handle `start` returns, which also knows the output
+//!   type. An id names one instance for good: starting it again returns the
+//!   same one.
+//! - **Run** (of an instance): an instance that continues as new
+//!   (`ctx.continue_as_new`) keeps its id and begins run 1, 2, ... with a
+//!   fresh journal; [`inspect::Inspection::run`] says which run is read.
+//! - **Journal**: an instance's records, in order, the only durable truth
+//!   about it. **Replay** re-runs the workflow code against its journal after
+//!   a restart: completed steps answer their stored output and do not run.
+//! - **Slot**: one durable call in the workflow code (a step, a sleep, an
+//!   event wait, a child), named by its literal name and its occurrence (the
+//!   second call of `"charge"` is occurrence 1); [`inspect::InspectedSlot`]
+//!   shows one. A **queue slot** is another thing: one of the places a
+//!   [`Queue`]'s limits allow, which an instance takes before its first step
+//!   and holds until it ends.
+//! - **Driver**: the task that runs an instance's workflow code in this
+//!   process. An instance has at most one, and at most one **owner**: the
+//!   worker whose driver may write its journal (on PostgreSQL, the worker
+//!   that created or claimed it).
+//! - **Resident**: an instance held in memory by this process (it has a
+//!   driver, or waits with its state loaded). An instance that only sleeps
+//!   is not resident: it stays in the store until it is due, an event
+//!   comes for it, or it is controlled.
+//! - **Worker**: a process that runs workflows on a store ([`Engine::open`],
+//!   [`EngineBuilder::connect`]); a **reader** only looks and posts
+//!   (`open_read_only`, `connect_read_only`, the `saga` command).
+//! - **Rollback**: the compensations of the steps an instance started, run
+//!   in reverse start order when it fails for good; a **compensation** is
+//!   one step's undo (`#[rollback]`).
 #![deny(clippy::too_many_lines)]
 // On docs.rs, each feature-gated item says which feature it needs.
 #![cfg_attr(docsrs, feature(doc_cfg))]
