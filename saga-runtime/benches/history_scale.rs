@@ -23,7 +23,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use saga_runtime::ListFilter;
+use saga_runtime::inspect::ListFilter;
 use saga_runtime::prelude::*;
 use saga_runtime::store::{IndexFacts, IndexQuery, IndexRow, SledStore, Store};
 use support::{Scratch, charge, header, row, thousands};

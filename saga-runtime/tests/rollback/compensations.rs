@@ -24,7 +24,7 @@ async fn refund_service_down(
     probe: Service<Probe>,
 ) -> Result<(), StepError> {
     probe.log("second", &ctx);
-    let now = saga_runtime::Clock::now(&probe.clock);
+    let now = saga_runtime::time::Clock::now(&probe.clock);
     probe.attempt_times.lock().unwrap().push(now);
     Err(StepError::retryable("refund service down"))
 }

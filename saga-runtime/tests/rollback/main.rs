@@ -23,8 +23,10 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
+use saga_runtime::inspect::{EventKind, ListFilter};
 use saga_runtime::prelude::*;
-use saga_runtime::{BoxFuture, Error, EventKind, FailureKind, Instance, ListFilter, TestClock};
+use saga_runtime::testing::TestClock;
+use saga_runtime::{BoxFuture, Error, FailureKind, Instance};
 use tokio::sync::{Notify, mpsc};
 
 use helpers::{kinds, wait_until, within};
