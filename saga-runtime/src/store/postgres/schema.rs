@@ -213,6 +213,24 @@ const MIGRATIONS: &[&str] = &[
          limits bytea NOT NULL,
          updated_at timestamptz NOT NULL DEFAULT now()
      );",
+    // 11: the timers of the instances that only wait (`IndexRow::wake`),
+    // in a table of their own (`timers`), so a status change never
+    // rewrites them: one row per waiting instance, its wake on the
+    // engine's clock, whether that is an event wait's deadline, and the
+    // digest of the index entry that filed it (a writer of a release
+    // before changes the entry without the timer: the timer is then not
+    // trusted). And each worker's release (its schema version), so the
+    // others tell whether a worker that keeps no timers is alive. Only
+    // additive, and no index on a table that may be large: compatible
+    // from version 10.
+    "CREATE TABLE {s}.timers (
+         id text PRIMARY KEY,
+         wake bigint NOT NULL,
+         deadline boolean NOT NULL,
+         filed_by bytea NOT NULL
+     );
+     CREATE INDEX timers_wake ON {s}.timers (wake, id COLLATE \"C\");
+     ALTER TABLE {s}.workers ADD COLUMN release integer;",
 ];
 
 /// The newest schema version this release knows.
@@ -223,7 +241,7 @@ pub(super) const VERSION: i32 = MIGRATIONS.len() as i32;
 /// write the schema at that version: `(version, compatible_from)`. A
 /// version missing here (every one before the rule) is compatible from
 /// itself only.
-const COMPATIBLE_FROM: &[(i32, i32)] = &[];
+const COMPATIBLE_FROM: &[(i32, i32)] = &[(11, 10)];
 
 /// The `compatible_from` that migration `version` declares.
 fn compatible_from(version: i32) -> i32 {
