@@ -300,7 +300,14 @@ pub(super) async fn migrate(client: &mut Client, schema: &str) -> Result<(), PgF
              version integer PRIMARY KEY,
              applied_at timestamptz NOT NULL DEFAULT now()
          );
-         ALTER TABLE {schema}.migrations ADD COLUMN IF NOT EXISTS compatible_from integer;"
+         DO $$ BEGIN
+             -- Looked up first: an ALTER locks the table even when it adds nothing.
+             IF NOT EXISTS (SELECT 1 FROM pg_attribute
+                            WHERE attrelid = '{schema}.migrations'::regclass
+                              AND attname = 'compatible_from' AND NOT attisdropped) THEN
+                 ALTER TABLE {schema}.migrations ADD COLUMN compatible_from integer;
+             END IF;
+         END $$;"
     ))
     .await?;
     let have = version(&tx, schema).await?;
