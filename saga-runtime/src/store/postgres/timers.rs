@@ -7,7 +7,10 @@
 //!   index entry (`append_indexed`, `put_index`) files its timer in the
 //!   same statement, fenced by the same update of the instance's row
 //!   ([`filing`]): the row is upserted while the entry files a wake, and
-//!   deleted otherwise; a removal deletes it with the instance.
+//!   deleted otherwise; a removal deletes it with the instance. A create
+//!   files none: an instance's first entry never only waits (the engine
+//!   writes it before the instance runs), and an active instance without
+//!   a timer is one that may run, so the worst is a replay.
 //! - **Trusted only as filed.** `filed_by` is the digest (`sha256`) of the
 //!   index entry that filed the timer. A worker of a release before keeps
 //!   no timers: when it changes an instance, the entry's digest changes and
