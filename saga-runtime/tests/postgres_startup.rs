@@ -277,3 +277,44 @@ async fn while_a_worker_of_a_release_before_lives_every_claimed_sleeper_is_loade
     engine.close().await;
     postgres::drop_schema(&schema).await;
 }
+
+/// More sleepers than the engine's window of alarms (256): the worker that
+/// claims them keeps only the next ones in memory and reads on from the
+/// `timers` table (in wake, then id order), and every one wakes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_sleepers_than_the_window_all_wake() {
+    const MANY: usize = 300;
+    let clock = TestClock::new();
+    let schema = postgres::fresh_schema("pgstartwindow").await;
+    let url = postgres::database_url();
+    let engine = builder(&clock, &schema)
+        .connect(&url)
+        .await
+        .unwrap_or_else(|e| postgres::missing(e));
+    for i in 0..MANY {
+        engine.start(nap, &format!("nap-{i:03}"), 1).await.unwrap();
+    }
+    within("every instance sleeps", clock.wait_for_sleepers(MANY)).await;
+    helpers::quiet(&engine).await;
+    engine.close().await;
+
+    let mut options = PgOptions::new(&url);
+    options.schema = schema.clone();
+    let store = Arc::new(CountingStore::new(PgStore::connect(options).await.unwrap()));
+    let engine = builder(&clock, &schema).open_store(store.clone()).unwrap();
+    within("every sleeper is claimed", clock.wait_for_sleepers(MANY)).await;
+    helpers::quiet(&engine).await;
+    let reads = store.take_reads();
+    assert_eq!(reads.journals_of("nap-"), Vec::<&str>::new(), "{reads:?}");
+    clock.advance(Duration::from_secs(24 * 60 * 60));
+    for i in 0..MANY {
+        let run = engine.instance(&format!("nap-{i:03}")).await.unwrap();
+        assert_eq!(
+            within("a sleeper ends", run.result::<u64>()).await.unwrap(),
+            2
+        );
+    }
+    assert_eq!(clock.sleepers(), 0);
+    engine.close().await;
+    postgres::drop_schema(&schema).await;
+}
