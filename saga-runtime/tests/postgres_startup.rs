@@ -17,9 +17,10 @@ mod helpers;
 use std::sync::Arc;
 use std::time::Duration;
 
+use saga_runtime::EngineBuilder;
 use saga_runtime::prelude::*;
 use saga_runtime::store::{PgOptions, PgStore};
-use saga_runtime::{EngineBuilder, TestClock};
+use saga_runtime::testing::TestClock;
 
 use counting_store::CountingStore;
 use helpers::{postgres, within};
