@@ -16,8 +16,8 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{LazyLock, Mutex};
 
-use saga_runtime::TestClock;
 use saga_runtime::prelude::*;
+use saga_runtime::testing::TestClock;
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 struct Topic {

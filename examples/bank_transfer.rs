@@ -39,8 +39,10 @@ use std::fmt;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use saga_runtime::inspect::EventKind;
 use saga_runtime::prelude::*;
-use saga_runtime::{EventKind, Queue, TestClock};
+use saga_runtime::queue::Queue;
+use saga_runtime::testing::TestClock;
 
 /// The queue every transfer goes through.
 const BANK_API: &str = "bank-api";

@@ -108,7 +108,7 @@ pub(crate) struct ListArgs {
     pub(crate) limit: Option<usize>,
     /// The page after this cursor (printed by the page before).
     #[arg(long, value_name = "CURSOR")]
-    pub(crate) after: Option<saga_runtime::Cursor>,
+    pub(crate) after: Option<saga_runtime::inspect::Cursor>,
     /// The order of pages: started (start time, then id) or id.
     #[arg(long, value_enum, value_name = "ORDER")]
     pub(crate) order: Option<ListOrder>,
@@ -308,7 +308,7 @@ pub(crate) struct QueueSet {
 }
 
 fn parse_window(text: &str) -> Result<std::time::Duration, String> {
-    use saga_runtime::IntoDuration;
+    use saga_runtime::time::IntoDuration;
     text.into_duration().map_err(|e| e.to_string())
 }
 

@@ -16,7 +16,7 @@ use crate::args::CheckArgs;
 use crate::json;
 use crate::output::{Paint, Style, escape};
 use saga_runtime::Engine;
-use saga_runtime::ListFilter;
+use saga_runtime::inspect::ListFilter;
 use saga_runtime::inspect::{InspectedSlot, Inspection};
 
 /// The names a `saga.lock` keeps (its format is documented in

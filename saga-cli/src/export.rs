@@ -8,8 +8,9 @@ use std::path::Path;
 use crate::CliError;
 use crate::args::ExportArgs;
 use crate::output::escape;
+use saga_runtime::Engine;
+use saga_runtime::inspect::ListFilter;
 use saga_runtime::testing::History;
-use saga_runtime::{Engine, ListFilter};
 
 pub(crate) async fn run(
     engine: &Engine,

@@ -9,8 +9,8 @@ use serde_json::{Value, json};
 
 use crate::CliError;
 use crate::output::{between, rfc3339};
-use saga_runtime::Event;
-use saga_runtime::InstanceInfo;
+use saga_runtime::inspect::Event;
+use saga_runtime::inspect::InstanceInfo;
 use saga_runtime::inspect::{
     CompensationOutcome, InspectedCompensation, InspectedSlot, Inspection, PayloadView, StepState,
     WaitState,

@@ -113,7 +113,7 @@
 //!   included), `"error"`, `"started_at"`, `"ended_at"`.
 //! - `history`: per event, one line as `watch --json` prints it.
 //! - `watch`: per event `{"schema": 1, "instance", "seq", "at", "event",
-//!   "text"}`: `event` is the [`EventKind`](saga_runtime::EventKind) variant's name
+//!   "text"}`: `event` is the [`EventKind`](saga_runtime::inspect::EventKind) variant's name
 //!   (`"StepCompleted"`), `text` the sentence it reads as.
 //! - `check`: `{"schema": 1, "lock", "stale": [{"id", "workflow", "status",
 //!   "missing": [{"kind", "name"}]}], "unreadable": [{"id", "error"}]}`;

@@ -13,7 +13,7 @@ use crate::json;
 use crate::output::{Cell, Paint, Style, Table, escape, short, time};
 use saga_runtime::Engine;
 use saga_runtime::inspect::{CompensationOutcome, InspectedSlot, Inspection, StepState, WaitState};
-use saga_runtime::{InstanceInfo, ListFilter, Page};
+use saga_runtime::inspect::{InstanceInfo, ListFilter, Page};
 
 pub(crate) async fn run(
     engine: &Engine,

@@ -9,7 +9,8 @@ use crate::CliError;
 use crate::args::{QueueAction, QueueSet, QueuesArgs};
 use crate::json;
 use crate::output::{Cell, Paint, Style, Table, rfc3339, time};
-use saga_runtime::{Engine, Queue, QueueDepth, QueueLimits};
+use saga_runtime::Engine;
+use saga_runtime::queue::{Queue, QueueDepth, QueueLimits};
 
 pub(crate) async fn run(
     engine: &Engine,

@@ -14,8 +14,9 @@ use serde_json::{Map, Value, json};
 
 use crate::CliError;
 use crate::output::{Paint, Style, escape};
+use saga_runtime::Engine;
+use saga_runtime::inspect::ListFilter;
 use saga_runtime::testing::{History, ReplayError, Replayer};
-use saga_runtime::{Engine, ListFilter};
 
 /// What the replay of one instance found.
 enum Found {

@@ -15,7 +15,8 @@ use crate::CliError;
 use crate::args::{ScheduleAction, SchedulesArgs};
 use crate::json;
 use crate::output::{Cell, Paint, Style, Table, escape, rfc3339, time};
-use saga_runtime::{CatchUp, Engine, Overlap, ScheduleInfo};
+use saga_runtime::Engine;
+use saga_runtime::schedule::{CatchUp, Overlap, ScheduleInfo};
 
 pub(crate) async fn run(
     engine: &Engine,

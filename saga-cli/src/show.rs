@@ -14,12 +14,13 @@ use crate::list::place;
 use crate::output::{
     Cell, Paint, Style, Table, bar, between, duration, escape, pad, short, size, time,
 };
+use saga_runtime::inspect::InstanceInfo;
 use saga_runtime::inspect::{
     CompensationOutcome, InspectedCompensation, InspectedSlot, Inspection, PayloadView, StepState,
     WaitState,
 };
 use saga_runtime::{Codec, Keyring};
-use saga_runtime::{Engine, InstanceInfo, Status};
+use saga_runtime::{Engine, Status};
 use unicode_width::UnicodeWidthStr;
 
 /// The width of a step's bar, in cells.

@@ -9,7 +9,7 @@ use crate::args::WatchArgs;
 use crate::json;
 use crate::output::{escape, time};
 use saga_runtime::Engine;
-use saga_runtime::RecvError;
+use saga_runtime::inspect::RecvError;
 
 pub(crate) async fn run(
     engine: &Engine,

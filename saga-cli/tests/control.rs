@@ -8,7 +8,8 @@ mod support;
 use std::path::Path;
 use std::time::Duration;
 
-use saga_runtime::{Engine, Error, Status, TestClock};
+use saga_runtime::testing::TestClock;
+use saga_runtime::{Engine, Error, Status};
 use std::sync::atomic::Ordering;
 
 use support::{

@@ -11,7 +11,9 @@ mod support;
 use std::time::Duration;
 
 use saga_runtime::prelude::*;
-use saga_runtime::{Engine, Queue, Schedule, Status, Tick};
+use saga_runtime::queue::Queue;
+use saga_runtime::schedule::{Schedule, Tick};
+use saga_runtime::{Engine, Status};
 
 use support::webdriver::Browser;
 use support::{serve_with_token, wait_until};

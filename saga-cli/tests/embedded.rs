@@ -6,7 +6,8 @@ mod support;
 
 use std::time::Duration;
 
-use saga_runtime::{Engine, Status, TestClock};
+use saga_runtime::testing::TestClock;
+use saga_runtime::{Engine, Status};
 use support::{Order, fulfil};
 
 async fn saga(engine: &Engine, args: &[&str]) -> String {

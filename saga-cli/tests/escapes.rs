@@ -9,8 +9,9 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use saga_runtime::Engine;
 use saga_runtime::prelude::*;
-use saga_runtime::{Engine, TestClock};
+use saga_runtime::testing::TestClock;
 use support::TempDir;
 
 /// Clears the screen, homes the cursor, then draws a row that says the
@@ -34,7 +35,7 @@ async fn evil_order(ctx: WorkflowContext, note: String) -> Result<u64, WorkflowE
 }
 
 /// Runs `order-13` of [`evil_order`] on `engine` until it has failed.
-async fn fail_order(engine: &Engine) -> Vec<saga_runtime::Event> {
+async fn fail_order(engine: &Engine) -> Vec<saga_runtime::inspect::Event> {
     let run = engine
         .start(evil_order, "order-13", EVIL_NOTE.to_owned())
         .await

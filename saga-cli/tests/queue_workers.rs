@@ -44,8 +44,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use saga_runtime::Engine;
 use saga_runtime::prelude::*;
-use saga_runtime::{Engine, Queue};
+use saga_runtime::queue::Queue;
 
 const QUEUE: &str = "bank-api";
 const CONCURRENCY: usize = 5;

@@ -3,7 +3,9 @@
 
 mod support;
 
-use saga_runtime::{Engine, Queue, TestClock};
+use saga_runtime::Engine;
+use saga_runtime::queue::Queue;
+use saga_runtime::testing::TestClock;
 use support::{json, ok, queued_store, tagged_store};
 
 #[test]

@@ -433,7 +433,7 @@ fn show_lists_an_event_the_wait_set_aside() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
         let engine = saga_runtime::Engine::builder()
-            .clock(saga_runtime::TestClock::new())
+            .clock(saga_runtime::testing::TestClock::new())
             .register(support::fulfil())
             .open(store.path())
             .unwrap();
@@ -468,7 +468,7 @@ fn show_lists_the_event_ids_an_instance_remembers() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
         let engine = saga_runtime::Engine::builder()
-            .clock(saga_runtime::TestClock::new())
+            .clock(saga_runtime::testing::TestClock::new())
             .register(support::fulfil())
             .open(store.path())
             .unwrap();

@@ -17,9 +17,11 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
 use orders::{approve, charge_card, fraud_check, inserted, order, patched_insertion, ran, reserve};
+use saga_runtime::Engine;
+use saga_runtime::inspect::EventKind;
 use saga_runtime::prelude::*;
+use saga_runtime::testing::TestClock;
 use saga_runtime::testing::{History, Replayed, replay};
-use saga_runtime::{Engine, EventKind, TestClock};
 use support::{TempDir, fails, ok, wait_until, waiting_store};
 
 /// Runs `saga <args..>` on `engine` as an application embeds it: its exit

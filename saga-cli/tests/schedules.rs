@@ -8,7 +8,8 @@ mod support;
 
 use std::path::Path;
 
-use saga_runtime::{Engine, TestClock};
+use saga_runtime::Engine;
+use saga_runtime::testing::TestClock;
 
 use support::{fails, json, ok, reminders, schedules_store, tagged_store};
 

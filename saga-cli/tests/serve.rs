@@ -12,8 +12,9 @@ mod postgres;
 use std::process::Command;
 use std::time::Duration;
 
+use saga_runtime::Engine;
 use saga_runtime::prelude::*;
-use saga_runtime::{Engine, TestClock};
+use saga_runtime::testing::TestClock;
 
 use support::{Order, TempDir, fulfil, reminders, serve_with_token};
 
@@ -702,7 +703,7 @@ async fn saga_url_queues_set_changes_a_queues_limits_with_the_token_only() {
     let schema = postgres::fresh_schema("clilimits").await;
     let engine = Engine::builder()
         .postgres_schema(&schema)
-        .queue(saga_runtime::Queue::new("bank-api").concurrency(2))
+        .queue(saga_runtime::queue::Queue::new("bank-api").concurrency(2))
         .connect(&postgres::database_url())
         .await
         .unwrap_or_else(|e| postgres::missing(e));

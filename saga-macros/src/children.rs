@@ -80,26 +80,26 @@ pub(crate) fn children_fn(children: &[ChildUse], local: &[String]) -> TokenStrea
         .collect();
     if needs.is_empty() {
         return quote! {
-            fn children(&self) -> ::std::vec::Vec<::saga_runtime::ChildNeed> {
+            fn children(&self) -> ::std::vec::Vec<::saga_runtime::__private::ChildNeed> {
                 ::std::vec::Vec::new()
             }
         };
     }
     quote! {
-        fn children(&self) -> ::std::vec::Vec<::saga_runtime::ChildNeed> {
+        fn children(&self) -> ::std::vec::Vec<::saga_runtime::__private::ChildNeed> {
             struct __SagaChild<'__saga, __SagaW>(&'__saga __SagaW);
             #[allow(dead_code)]
             trait __SagaWorkflowChild {
                 fn __saga_need(
                     &self,
                     call: &'static str,
-                ) -> ::core::option::Option<::saga_runtime::ChildNeed>;
+                ) -> ::core::option::Option<::saga_runtime::__private::ChildNeed>;
             }
             impl<__SagaW: #private::Workflow> __SagaWorkflowChild for __SagaChild<'_, __SagaW> {
                 fn __saga_need(
                     &self,
                     call: &'static str,
-                ) -> ::core::option::Option<::saga_runtime::ChildNeed> {
+                ) -> ::core::option::Option<::saga_runtime::__private::ChildNeed> {
                     ::core::option::Option::Some(#private::child_need(call, self.0))
                 }
             }
@@ -108,7 +108,7 @@ pub(crate) fn children_fn(children: &[ChildUse], local: &[String]) -> TokenStrea
                 fn __saga_need(
                     &self,
                     _: &'static str,
-                ) -> ::core::option::Option<::saga_runtime::ChildNeed> {
+                ) -> ::core::option::Option<::saga_runtime::__private::ChildNeed> {
                     ::core::option::Option::None
                 }
             }

@@ -28,9 +28,10 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use saga_runtime::StartOptions;
+use saga_runtime::inspect::{ListFilter, Page};
 use saga_runtime::prelude::*;
 use saga_runtime::store::{IndexFacts, IndexQuery, IndexRow, SledStore, Store};
-use saga_runtime::{ListFilter, Page, StartOptions};
 use support::{Scratch, charge, header, row, thousands};
 
 /// Ended instances that carry the tag `batch=b7`, at every size.

@@ -20,7 +20,8 @@ mod support;
 use std::time::{Duration, Instant};
 
 use saga_runtime::prelude::*;
-use saga_runtime::{Queue, workflow};
+use saga_runtime::queue::Queue;
+use saga_runtime::workflow;
 use support::postgres::{Workers, admin, drop_schema, fresh_schema, next_order, raw_commits, url};
 use support::{charge, confirm, header, reserve, row, thousands};
 

@@ -10,7 +10,8 @@ mod support;
 use std::time::Instant;
 
 use saga_runtime::prelude::*;
-use saga_runtime::{Queue, workflow};
+use saga_runtime::queue::Queue;
+use saga_runtime::workflow;
 use support::{Scratch, charge, confirm, header, reserve, row, thousands};
 
 /// Concurrent callers, and workflows each round.

@@ -13,8 +13,10 @@ mod support;
 
 use std::time::{Duration, Instant, SystemTime};
 
+use saga_runtime::Instance;
+use saga_runtime::inspect::ListFilter;
 use saga_runtime::prelude::*;
-use saga_runtime::{Instance, ListFilter, TestClock};
+use saga_runtime::testing::TestClock;
 use support::{Scratch, header, row, thousands};
 
 const INSTANCES: usize = 10_000;
@@ -66,7 +68,7 @@ async fn start_all(engine: &Engine, ids: impl Iterator<Item = String>) -> Vec<In
 
 async fn wake_all(clock: &TestClock, runs: &[Instance]) -> Duration {
     let woke_at = Instant::now();
-    let expected = saga_runtime::Clock::now(clock) + Duration::from_secs(60 * 60);
+    let expected = saga_runtime::time::Clock::now(clock) + Duration::from_secs(60 * 60);
     clock.advance(Duration::from_secs(60 * 60));
     for run in runs {
         let at: SystemTime = run.result().await.expect("a woken instance completes");

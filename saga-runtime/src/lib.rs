@@ -9,7 +9,7 @@
 //!
 //! ```
 //! use saga_runtime::prelude::*;
-//! use saga_runtime::TestClock;
+//! use saga_runtime::testing::TestClock;
 //!
 //! #[step(name = "charge-card", rollback = refund, retries = 3)]
 //! async fn charge_card(key: IdempotencyKey, cents: u64) -> Result<String, StepError> {
@@ -56,7 +56,8 @@
 //!   workflows, start and find instances), [`WorkflowContext`] (what a
 //!   workflow calls), the attribute macros [`workflow`], [`step`] and
 //!   [`rollback`] (every attribute key is documented on its macro),
-//!   [`Instance`] (control one instance), [`Queue`], [`Schedule`], and
+//!   [`Instance`] (control one instance), [`queue`], [`schedule`],
+//!   [`inspect`] (find and look at instances), [`time`] (clocks) and
 //!   [`testing`]. `use saga_runtime::prelude::*;` brings what a workflow
 //!   file needs.
 //! - **Features**: `macros` (default), `postgres` (`EngineBuilder::connect`),
@@ -64,6 +65,45 @@
 //!   says which it needs.
 //! - **The `saga` command** to see and control instances: the `saga-cli`
 //!   crate.
+//!
+//! # Words
+//!
+//! The docs, the errors and the `saga` command use these words in one
+//! sense each.
+//!
+//! - **Workflow**: the code, registered under its name
+//!   (`#[workflow(name = "checkout")]`).
+//! - **Instance**: one execution of a workflow under an id you choose
+//!   (`"order-7"`), from its start to its end; [`Instance`] is a handle on
+//!   one, [`Run`] the handle `start` returns, which also knows the output
+//!   type. An id names one instance for good: starting it again returns the
+//!   same one.
+//! - **Run** (of an instance): an instance that continues as new
+//!   (`ctx.continue_as_new`) keeps its id and begins run 1, 2, ... with a
+//!   fresh journal; [`inspect::Inspection::run`] says which run is read.
+//! - **Journal**: an instance's records, in order, the only durable truth
+//!   about it. **Replay** re-runs the workflow code against its journal after
+//!   a restart: completed steps answer their stored output and do not run.
+//! - **Slot**: one durable call in the workflow code (a step, a sleep, an
+//!   event wait, a child), named by its literal name and its occurrence (the
+//!   second call of `"charge"` is occurrence 1); [`inspect::InspectedSlot`]
+//!   shows one. A **queue slot** is another thing: one of the places a
+//!   [`Queue`](queue::Queue)'s limits allow, which an instance takes before its first step
+//!   and holds until it ends.
+//! - **Driver**: the task that runs an instance's workflow code in this
+//!   process. An instance has at most one, and at most one **owner**: the
+//!   worker whose driver may write its journal (on PostgreSQL, the worker
+//!   that created or claimed it).
+//! - **Resident**: an instance held in memory by this process (it has a
+//!   driver, or waits with its state loaded). An instance that only sleeps
+//!   is not resident: it stays in the store until it is due, an event
+//!   comes for it, or it is controlled.
+//! - **Worker**: a process that runs workflows on a store ([`Engine::open`],
+//!   [`EngineBuilder::connect`]); a **reader** only looks and posts
+//!   (`open_read_only`, `connect_read_only`, the `saga` command).
+//! - **Rollback**: the compensations of the steps an instance started, run
+//!   in reverse start order when it fails for good; a **compensation** is
+//!   one step's undo (`#[rollback]`).
 #![deny(clippy::too_many_lines)]
 // On docs.rs, each feature-gated item says which feature it needs.
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -85,90 +125,93 @@ mod metrics;
 mod model;
 mod names;
 mod panic;
-mod queue;
+pub mod queue;
 mod quiet;
 mod random;
 mod run;
-mod schedule;
+pub mod schedule;
 mod seal;
 mod seeded;
 #[doc(hidden)]
 pub mod store;
 pub mod testing;
-mod time;
+pub mod time;
 mod workflow;
 
-pub use crate::engine::counts::{InstanceCounts, QueueDepth};
-pub use crate::engine::listing::{InstancePage, UnreadableInstance};
 pub use crate::engine::start::{StartOn, StartOptions};
-pub use crate::engine::subscription::{RecvError, Subscription};
 pub use crate::engine::{Engine, EngineBuilder};
 pub use crate::error::failure::{
     Failure, FailureKind, Permanent, StepError, StepFailed, WaitError, WorkflowError,
 };
 pub use crate::error::{Error, Result};
-pub use crate::instance::filter::{Cursor, ListFilter, MAX_PAGE, Page};
-pub use crate::instance::published::Published;
 pub use crate::instance::send::{EventSender, Sent};
-pub use crate::instance::{Instance, InstanceInfo, Owner, Run};
-pub use crate::journal::tags::{MAX_TAG_VALUE_BYTES, MAX_TAGS};
+pub use crate::instance::{Instance, Run};
 #[cfg(feature = "encryption")]
 pub use crate::keyring::{KEY_BYTES, Keyring};
-pub use crate::model::history::{Event, EventKind};
 pub use crate::model::status::Status;
 pub use crate::names::id::InstanceId;
-pub use crate::queue::{Queue, QueueLimits};
-pub use crate::schedule::control::{NEXT_FIRES_LISTED, ScheduleInfo, Schedules};
-pub use crate::schedule::{CatchUp, MAX_SCHEDULE_NAME, Overlap, Schedule, Tick};
 pub use crate::seal::{Codec, CodecError, Sealed};
-pub use crate::store::PageOrder;
-pub use crate::time::clock::{Clock, Sleep, SystemClock, TestClock};
-pub use crate::time::duration::IntoDuration;
-pub use crate::workflow::child::{ChildCall, ChildFailed, ChildNeed};
+pub use crate::workflow::child::ChildFailed;
 pub use crate::workflow::compensation::{
     BoxFuture, RollbackContext, RollbackInput, RollbackRegistration,
 };
 pub use crate::workflow::config::{Backoff, MAX_RETRIES, StepConfig};
 pub use crate::workflow::context::WorkflowContext;
-pub use crate::workflow::continuation::ContinueAsNew;
 pub use crate::workflow::key::{IdempotencyKey, StepContext};
 pub use crate::workflow::service::Service;
-pub use crate::workflow::step::StepFuture;
-pub use crate::workflow::wait::EventWaitCall;
 pub use crate::workflow::{FnWorkflow, RollbackOrder, Workflow, WorkflowFuture, workflow_fn};
 
 #[cfg(feature = "macros")]
 pub use saga_macros::{rollback, step, workflow};
 
-/// What [`Instance::inspect`] reads of an instance, for tools (`saga
-/// show`, a dashboard): its steps, sleeps, waits and compensations with
-/// their inputs and outputs, and its pending events.
+/// Finding and looking at instances: listing with filters and pages,
+/// counts, an instance's history, published values and inspection, and
+/// subscriptions to lifecycle events.
 pub mod inspect {
+    pub use crate::engine::counts::InstanceCounts;
+    pub use crate::engine::listing::{InstancePage, UnreadableInstance};
+    pub use crate::engine::subscription::{RecvError, Subscription};
+    pub use crate::instance::filter::{Cursor, ListFilter, MAX_PAGE, Page};
     pub use crate::instance::inspect::{
         CompensationOutcome, InspectedChild, InspectedCompensation, InspectedSleep, InspectedSlot,
         InspectedStep, InspectedWait, Inspection, PayloadView, PendingEvent, PublishedValue,
         REDACTED, RejectedEvent, RememberedEventId, StepState, WaitState,
     };
+    pub use crate::instance::published::Published;
+    pub use crate::instance::{InstanceInfo, Owner};
+    pub use crate::journal::tags::{MAX_TAG_VALUE_BYTES, MAX_TAGS};
+    pub use crate::model::history::{Event, EventKind};
+    pub use crate::store::PageOrder;
 }
 
-/// Everything a workflow file needs: `use saga_runtime::prelude::*;`.
+/// The futures that [`WorkflowContext`]'s durable calls return, for code
+/// that names their types (to store one, or to pass it on).
+pub mod context {
+    pub use crate::workflow::child::ChildCall;
+    pub use crate::workflow::continuation::ContinueAsNew;
+    pub use crate::workflow::step::StepFuture;
+    pub use crate::workflow::wait::EventWaitCall;
+}
+
+/// What a workflow file needs: `use saga_runtime::prelude::*;`.
 pub mod prelude {
+    pub use crate::inspect::{ListFilter, Page};
+    pub use crate::queue::Queue;
+    pub use crate::schedule::Schedule;
     pub use crate::{
         Backoff, ChildFailed, Engine, Error, Failure, FailureKind, IdempotencyKey, Instance,
-        ListFilter, Page, Permanent, Queue, RollbackContext, RollbackInput, RollbackRegistration,
-        Schedule, Sent, Service, Status, StepConfig, StepContext, StepError, StepFailed, WaitError,
-        Workflow, WorkflowContext, WorkflowError, WorkflowFuture, workflow_fn,
+        Permanent, RollbackContext, RollbackInput, RollbackRegistration, Sent, Service, Status,
+        StepConfig, StepContext, StepError, StepFailed, WaitError, Workflow, WorkflowContext,
+        WorkflowError, WorkflowFuture, workflow_fn,
     };
     #[cfg(feature = "macros")]
     pub use saga_macros::{rollback, step, workflow};
     pub use serde::{Deserialize, Serialize};
 }
 
-/// Support for the code the macros generate. Not a public API: it changes
-/// without notice.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::workflow::child::child_need;
+    pub use crate::workflow::child::{ChildNeed, child_need};
     pub use crate::workflow::macro_support::*;
     pub use ::core;
     pub use ::serde;
@@ -185,7 +228,7 @@ pub mod __private {
         inputs: StepInputs,
         body: F,
         rollback: Option<crate::RollbackRegistration<T>>,
-    ) -> crate::StepFuture<T>
+    ) -> crate::context::StepFuture<T>
     where
         T: ::serde::Serialize + ::serde::de::DeserializeOwned + Send + 'static,
         F: FnMut(crate::StepContext) -> Fut + Send + 'static,
@@ -208,12 +251,12 @@ fn compile_time_assertions() {
     send_sync::<IdempotencyKey>();
     send_sync::<StepContext>();
     send_sync::<Error>();
-    send::<StepFuture<u64>>();
-    send::<ChildCall<u64>>();
-    send::<EventWaitCall<u64>>();
-    send::<ContinueAsNew<u64>>();
-    send::<Subscription>();
-    send_sync::<TestClock>();
-    send::<Schedule>();
-    send_sync::<Tick>();
+    send::<context::StepFuture<u64>>();
+    send::<context::ChildCall<u64>>();
+    send::<context::EventWaitCall<u64>>();
+    send::<context::ContinueAsNew<u64>>();
+    send::<inspect::Subscription>();
+    send_sync::<testing::TestClock>();
+    send::<schedule::Schedule>();
+    send_sync::<schedule::Tick>();
 }

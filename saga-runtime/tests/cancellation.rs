@@ -14,8 +14,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use saga_runtime::inspect::{EventKind, ListFilter};
 use saga_runtime::prelude::*;
-use saga_runtime::{Error, EventKind, Instance, ListFilter, TestClock};
+use saga_runtime::testing::TestClock;
+use saga_runtime::{Error, Instance};
 
 use helpers::{drop_after, until_status, wait_until, within};
 

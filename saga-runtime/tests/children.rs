@@ -16,8 +16,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use saga_runtime::inspect::EventKind;
 use saga_runtime::prelude::*;
-use saga_runtime::{ChildFailed, Engine, Error, EventKind, Instance, TestClock};
+use saga_runtime::testing::TestClock;
+use saga_runtime::{ChildFailed, Engine, Error, Instance};
 use tokio::sync::Notify;
 
 use helpers::{fresh, kinds, until_status, wait_until, within};
@@ -714,8 +716,11 @@ impl Workflow for Expedition {
         Box::pin(async move { Ok(ctx.child("book-flight", book_flight, trip).await?) })
     }
 
-    fn children(&self) -> Vec<saga_runtime::ChildNeed> {
-        vec![saga_runtime::ChildNeed::of("book-flight", &book_flight)]
+    fn children(&self) -> Vec<saga_runtime::__private::ChildNeed> {
+        vec![saga_runtime::__private::ChildNeed::of(
+            "book-flight",
+            &book_flight,
+        )]
     }
 }
 

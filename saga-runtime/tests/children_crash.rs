@@ -33,8 +33,8 @@ use std::time::Duration;
 
 use crash_world::parent::{self, Launch, Trigger};
 use crash_world::{ChildEnv, Rng, mix};
+use saga_runtime::inspect::{EventKind, ListFilter};
 use saga_runtime::prelude::*;
-use saga_runtime::{EventKind, ListFilter};
 
 /// The callee: every call is a fsynced line of `calls.log` (`F key` or
 /// `R key`), and each key takes effect once (a file created with

@@ -10,8 +10,11 @@ mod helpers;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use saga_runtime::inspect::EventKind;
 use saga_runtime::prelude::*;
-use saga_runtime::{Clock, Engine, Error, EventKind, TestClock};
+use saga_runtime::testing::TestClock;
+use saga_runtime::time::Clock;
+use saga_runtime::{Engine, Error};
 
 use helpers::{Reopenable, fresh, on_postgres, until_status, wait_until, within};
 
@@ -259,7 +262,8 @@ async fn retention_removes_the_runs_that_ended_longer_ago_while_the_loop_goes_on
 async fn a_continued_instance_keeps_its_queue_slot() {
     let keys = Arc::new(Keys::default());
     let engine =
-        fresh(builder(&keys)().queue(saga_runtime::Queue::new("loops").concurrency(1))).await;
+        fresh(builder(&keys)().queue(saga_runtime::queue::Queue::new("loops").concurrency(1)))
+            .await;
     engine.register(kid).unwrap();
     engine.register(looper).unwrap();
     let first = engine

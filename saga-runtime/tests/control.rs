@@ -14,8 +14,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+use saga_runtime::inspect::EventKind;
 use saga_runtime::prelude::*;
-use saga_runtime::{Engine, Error, EventKind, Instance, TestClock};
+use saga_runtime::testing::TestClock;
+use saga_runtime::{Engine, Error, Instance};
 use tokio::sync::Semaphore;
 
 use helpers::{engine_on, fresh, kinds, wait_until, within};

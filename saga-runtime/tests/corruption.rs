@@ -30,8 +30,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use saga_runtime::inspect::ListFilter;
 use saga_runtime::prelude::*;
-use saga_runtime::{Error, FailureKind, ListFilter};
+use saga_runtime::{Error, FailureKind};
 
 use helpers::{until_status, within};
 use rng::Rng;

@@ -10,8 +10,9 @@ mod helpers;
 use std::sync::Mutex;
 
 use helpers::{until_status, within};
+use saga_runtime::inspect::EventKind;
 use saga_runtime::prelude::*;
-use saga_runtime::{Error, EventKind, FailureKind};
+use saga_runtime::{Error, FailureKind};
 
 /// The keys the quality check ran with, across both releases.
 static RAN: Mutex<Vec<String>> = Mutex::new(Vec::new());

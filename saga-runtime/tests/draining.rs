@@ -11,8 +11,9 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+use saga_runtime::inspect::EventKind;
 use saga_runtime::prelude::*;
-use saga_runtime::{EventKind, TestClock};
+use saga_runtime::testing::TestClock;
 use tokio::sync::Semaphore;
 
 use child::DataDir;

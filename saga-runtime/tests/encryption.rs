@@ -434,7 +434,7 @@ async fn a_missing_key_parks_a_replaying_instance_blocked_until_the_key_is_given
     let charges = helpers::kinds(&run)
         .await
         .into_iter()
-        .filter(|k| matches!(k, saga_runtime::EventKind::StepCompleted { step, .. } if step == "charge"))
+        .filter(|k| matches!(k, saga_runtime::inspect::EventKind::StepCompleted { step, .. } if step == "charge"))
         .count();
     assert_eq!(charges, 1);
     drop(run);

@@ -4,8 +4,8 @@
 
 use std::sync::Mutex;
 
-use saga_runtime::TestClock;
 use saga_runtime::prelude::*;
+use saga_runtime::testing::TestClock;
 
 #[derive(Debug)]
 enum PaymentError {
@@ -102,8 +102,8 @@ async fn attempts_of(run: &(impl AsRef<Instance> + ?Sized), step: &str) -> usize
         .unwrap()
         .iter()
         .filter(|e| {
-            matches!(&e.kind, saga_runtime::EventKind::StepFailed { step: s, .. }
-                | saga_runtime::EventKind::StepRetrying { step: s, .. } if s == step)
+            matches!(&e.kind, saga_runtime::inspect::EventKind::StepFailed { step: s, .. }
+                | saga_runtime::inspect::EventKind::StepRetrying { step: s, .. } if s == step)
         })
         .count()
 }

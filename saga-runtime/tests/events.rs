@@ -14,8 +14,10 @@ mod helpers;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use saga_runtime::inspect::EventKind;
 use saga_runtime::prelude::*;
-use saga_runtime::{Error, EventKind, Instance, Sent, TestClock};
+use saga_runtime::testing::TestClock;
+use saga_runtime::{Error, Instance, Sent};
 
 use child::{DataDir, child_dir, report};
 

@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use saga_runtime::TestClock;
 use saga_runtime::prelude::*;
+use saga_runtime::testing::TestClock;
 use tokio::sync::Semaphore;
 
 use helpers::{quiet, within};

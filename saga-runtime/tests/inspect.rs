@@ -8,9 +8,9 @@ mod helpers;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use saga_runtime::TestClock;
 use saga_runtime::inspect::{CompensationOutcome, InspectedSlot, Inspection, StepState, WaitState};
 use saga_runtime::prelude::*;
+use saga_runtime::testing::TestClock;
 use serde_json::json;
 
 use helpers::{wait_until, within};

@@ -13,8 +13,10 @@ use std::time::Duration;
 mod helpers;
 
 use saga_runtime::inspect::InspectedSlot;
+use saga_runtime::inspect::{EventKind, ListFilter};
 use saga_runtime::prelude::*;
-use saga_runtime::{Error, EventKind, FailureKind, Instance, ListFilter, TestClock};
+use saga_runtime::testing::TestClock;
+use saga_runtime::{Error, FailureKind, Instance};
 
 use helpers::{until_status, within};
 
@@ -411,7 +413,7 @@ async fn zero_and_enormous_durations_neither_panic_nor_overflow() {
         ("max", Duration::MAX),
         (
             "days",
-            saga_runtime::IntoDuration::into_duration("99999999 days").unwrap(),
+            saga_runtime::time::IntoDuration::into_duration("99999999 days").unwrap(),
         ),
     ] {
         let run = engine

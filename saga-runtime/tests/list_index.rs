@@ -17,9 +17,11 @@ mod helpers;
 use std::path::Path;
 use std::sync::Arc;
 
+use saga_runtime::StartOptions;
+use saga_runtime::inspect::{ListFilter, Page};
 use saga_runtime::prelude::*;
 use saga_runtime::store::SledStore;
-use saga_runtime::{ListFilter, Page, StartOptions, TestClock};
+use saga_runtime::testing::TestClock;
 
 use child::DataDir;
 use counting_store::CountingStore;

@@ -9,8 +9,9 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use saga_runtime::Engine;
 use saga_runtime::prelude::*;
-use saga_runtime::{Engine, TestClock};
+use saga_runtime::testing::TestClock;
 
 use helpers::within;
 

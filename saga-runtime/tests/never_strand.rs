@@ -13,9 +13,11 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
+use saga_runtime::inspect::ListFilter;
 use saga_runtime::prelude::*;
 use saga_runtime::store::{IndexRow, StoreFuture};
-use saga_runtime::{Engine, Error, ListFilter, TestClock};
+use saga_runtime::testing::TestClock;
+use saga_runtime::{Engine, Error};
 
 use helpers::{engine_on, until_status, wait_until, within};
 
@@ -443,11 +445,10 @@ async fn reads_show_only_durable_state() {
     within("the send", sender).await.unwrap().unwrap();
     assert_eq!(within("the result", run.result()).await.unwrap(), 7);
     let history = within("the history", run.history()).await.unwrap();
-    assert!(
-        history
-            .iter()
-            .any(|e| matches!(e.kind, saga_runtime::EventKind::EventDelivered { .. }))
-    );
+    assert!(history.iter().any(|e| matches!(
+        e.kind,
+        saga_runtime::inspect::EventKind::EventDelivered { .. }
+    )));
 }
 
 #[step(name = "hold-seat", read_only, rollback = free_seat)]

@@ -11,7 +11,8 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
 use saga_runtime::prelude::*;
-use saga_runtime::{BoxFuture, Error, Instance, TestClock};
+use saga_runtime::testing::TestClock;
+use saga_runtime::{BoxFuture, Error, Instance};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use helpers::{until_status, within};

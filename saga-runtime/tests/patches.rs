@@ -11,8 +11,9 @@ mod helpers;
 
 use std::sync::{Arc, Mutex};
 
+use saga_runtime::inspect::EventKind;
 use saga_runtime::prelude::*;
-use saga_runtime::{Engine, Error, EventKind};
+use saga_runtime::{Engine, Error};
 
 use helpers::{Reopenable, until_status, within};
 

@@ -16,8 +16,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+use saga_runtime::Error;
+use saga_runtime::inspect::EventKind;
 use saga_runtime::prelude::*;
-use saga_runtime::{Error, EventKind, Queue};
+use saga_runtime::queue::Queue;
 
 use helpers::{postgres, within};
 
@@ -80,12 +82,12 @@ async fn order(ctx: WorkflowContext, item: String) -> Result<u64, WorkflowError>
 /// The events of `subscription`, per instance, until `n` instances
 /// completed.
 async fn events_until_completed(
-    subscription: &mut saga_runtime::Subscription,
+    subscription: &mut saga_runtime::inspect::Subscription,
     n: usize,
-) -> BTreeMap<String, Vec<saga_runtime::Event>> {
-    let mut seen: BTreeMap<String, Vec<saga_runtime::Event>> = BTreeMap::new();
-    let completed = |seen: &BTreeMap<String, Vec<saga_runtime::Event>>| {
-        let done = |events: &&Vec<saga_runtime::Event>| {
+) -> BTreeMap<String, Vec<saga_runtime::inspect::Event>> {
+    let mut seen: BTreeMap<String, Vec<saga_runtime::inspect::Event>> = BTreeMap::new();
+    let completed = |seen: &BTreeMap<String, Vec<saga_runtime::inspect::Event>>| {
+        let done = |events: &&Vec<saga_runtime::inspect::Event>| {
             events
                 .iter()
                 .any(|e| e.kind == EventKind::InstanceCompleted)
@@ -101,7 +103,10 @@ async fn events_until_completed(
 
 /// Asserts that a subscriber was told each instance's history, once and in
 /// order.
-async fn told_as_stored(engine: &Engine, seen: &BTreeMap<String, Vec<saga_runtime::Event>>) {
+async fn told_as_stored(
+    engine: &Engine,
+    seen: &BTreeMap<String, Vec<saga_runtime::inspect::Event>>,
+) {
     for (id, events) in seen {
         let history = engine.instance(id).await.unwrap().history().await.unwrap();
         let told: Vec<_> = events.iter().map(|e| (e.seq, e.kind.clone())).collect();
@@ -154,7 +159,7 @@ async fn workflows_run_and_roll_back_on_postgres() {
     let listed = engine.list(&ListFilter::default()).await.unwrap();
     assert_eq!(listed.len(), 2);
     // Filtered in the database, by the index's columns.
-    let ids = |listed: Vec<saga_runtime::InstanceInfo>| -> Vec<String> {
+    let ids = |listed: Vec<saga_runtime::inspect::InstanceInfo>| -> Vec<String> {
         listed.into_iter().map(|i| i.id).collect()
     };
     let complete = ListFilter::all().status(Status::Complete);

@@ -34,8 +34,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use helpers::postgres;
+use saga_runtime::Error;
+use saga_runtime::inspect::EventKind;
 use saga_runtime::prelude::*;
-use saga_runtime::{Error, EventKind};
 
 const ORDERS: u64 = 300;
 const LEASE: Duration = Duration::from_secs(1);

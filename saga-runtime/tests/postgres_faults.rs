@@ -416,6 +416,128 @@ async fn a_reader_creates_nothing_and_needs_only_read_privileges() {
     drop_role(&admin, &role).await;
 }
 
+/// A schema that a newer release migrated: a worker and a reader of this
+/// release open it while its newer migrations declare this release
+/// compatible (`compatible_from`), and refuse it with a typed error that
+/// says to upgrade once one does not; nothing stored is lost either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newer_schema_opens_only_while_it_declares_this_release_compatible() {
+    let schema = postgres::fresh_schema("newer").await;
+    let admin = postgres::admin().await;
+    let url = postgres::database_url();
+    let runs = Arc::new(Runs::default());
+    let worker = || {
+        Engine::builder()
+            .postgres_schema(&schema)
+            .provide_arc(runs.clone())
+            .register(three_steps)
+            .connect(&url)
+    };
+    let reader = || {
+        Engine::builder()
+            .postgres_schema(&schema)
+            .connect_read_only(&url)
+    };
+    let engine = worker().await.unwrap_or_else(|e| postgres::missing(e));
+    let run = engine.start(three_steps, "kept", 1).await.unwrap();
+    assert_eq!(within("the result", run.result()).await.unwrap(), 7);
+    engine.close().await;
+    let ours: i32 = admin
+        .query_one(
+            &format!("SELECT max(version) FROM {schema}.migrations"),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+
+    // An additive migration of the next release: compatible from ours.
+    admin
+        .batch_execute(&format!(
+            "CREATE TABLE {schema}.from_the_future (n integer);
+             INSERT INTO {schema}.migrations (version, compatible_from) VALUES ({}, {ours})",
+            ours + 1
+        ))
+        .await
+        .unwrap();
+    let engine = worker().await.expect("a compatible newer schema opens");
+    let run = engine.start(three_steps, "after", 2).await.unwrap();
+    assert_eq!(within("the result", run.result()).await.unwrap(), 9);
+    let kept = engine.instance("kept").await.unwrap();
+    assert_eq!(within("the result", kept.result::<u64>()).await.unwrap(), 7);
+    engine.close().await;
+    let read = reader().await.expect("a reader opens it too");
+    assert_eq!(read.list(&ListFilter::all()).await.unwrap().len(), 2);
+    read.close().await;
+    // This release ran no migration of its own over it.
+    let newest: i32 = admin
+        .query_one(
+            &format!("SELECT max(version) FROM {schema}.migrations"),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(newest, ours + 1);
+
+    // A migration after it that this release may not use.
+    admin
+        .batch_execute(&format!(
+            "INSERT INTO {schema}.migrations (version, compatible_from) VALUES ({}, {})",
+            ours + 2,
+            ours + 1
+        ))
+        .await
+        .unwrap();
+    for err in [
+        worker().await.map(drop).unwrap_err(),
+        reader().await.map(drop).unwrap_err(),
+    ] {
+        assert!(
+            matches!(
+                &err,
+                Error::SchemaNewer { version, compatible_from, release, .. }
+                    if *version == ours + 2 && *compatible_from == ours + 1 && *release == ours
+            ),
+            "{err}"
+        );
+        assert!(err.to_string().contains("upgrade this worker"), "{err}");
+    }
+    // A row without `compatible_from` (written before the rule) counts
+    // as compatible from its own version only.
+    admin
+        .batch_execute(&format!(
+            "DELETE FROM {schema}.migrations WHERE version = {};
+             UPDATE {schema}.migrations SET compatible_from = NULL WHERE version = {}",
+            ours + 2,
+            ours + 1
+        ))
+        .await
+        .unwrap();
+    let err = worker().await.map(drop).unwrap_err();
+    assert!(matches!(&err, Error::SchemaNewer { .. }), "{err}");
+
+    // Back to what this release knows: everything is there.
+    admin
+        .batch_execute(&format!(
+            "DELETE FROM {schema}.migrations WHERE version > {ours}"
+        ))
+        .await
+        .unwrap();
+    let engine = worker().await.unwrap();
+    let mut ids: Vec<String> = engine
+        .list(&ListFilter::all())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|i| i.id)
+        .collect();
+    ids.sort();
+    assert_eq!(ids, ["after", "kept"]);
+    engine.close().await;
+    postgres::drop_schema(&schema).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_refuses_a_schema_another_role_made() {
     let schema = postgres::fresh_schema("owner").await;

@@ -38,7 +38,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use helpers::postgres;
 use saga_runtime::prelude::*;
-use saga_runtime::{CatchUp, Clock, Schedule, Sleep, Tick};
+use saga_runtime::schedule::{CatchUp, Schedule, Tick};
+use saga_runtime::time::{Clock, Sleep};
 
 const SCHEDULE: &str = "every-second";
 const TICKS: i64 = 200;

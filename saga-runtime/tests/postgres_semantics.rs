@@ -35,7 +35,7 @@ mod queues;
 mod replay_check;
 #[path = "retention.rs"]
 mod retention;
-#[path = "rollback.rs"]
+#[path = "rollback/main.rs"]
 mod rollback;
 #[path = "schedules.rs"]
 mod schedules;

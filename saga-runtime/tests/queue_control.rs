@@ -19,7 +19,9 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use saga_runtime::prelude::*;
-use saga_runtime::{Engine, EngineBuilder, Error, Queue, TestClock};
+use saga_runtime::queue::Queue;
+use saga_runtime::testing::TestClock;
+use saga_runtime::{Engine, EngineBuilder, Error};
 use tokio::sync::Semaphore;
 
 use helpers::{fresh, until_status, wait_until, within};
@@ -239,12 +241,12 @@ async fn bring_to(place: Place, engine: &Engine, till: &Till, clock: &TestClock)
 async fn released(engine: &Engine, id: &str) {
     let instance = engine.instance(id).await.unwrap();
     wait_until("the slot given back", || async {
-        instance
-            .history()
-            .await
-            .unwrap()
-            .iter()
-            .any(|e| matches!(e.kind, saga_runtime::EventKind::SlotReleased { .. }))
+        instance.history().await.unwrap().iter().any(|e| {
+            matches!(
+                e.kind,
+                saga_runtime::inspect::EventKind::SlotReleased { .. }
+            )
+        })
     })
     .await;
 }

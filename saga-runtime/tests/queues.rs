@@ -22,7 +22,9 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use saga_runtime::prelude::*;
-use saga_runtime::{Engine, EngineBuilder, Error, Queue, TestClock};
+use saga_runtime::queue::Queue;
+use saga_runtime::testing::TestClock;
+use saga_runtime::{Engine, EngineBuilder, Error};
 use tokio::sync::Semaphore;
 
 use helpers::{Reopenable, fresh, wait_until, within};
@@ -182,7 +184,7 @@ async fn subscribers_are_told_when_an_instance_leaves_its_queue() {
     let mut left = Vec::new();
     while left.is_empty() {
         let event = within("a dequeue", events.recv()).await.unwrap();
-        if let saga_runtime::EventKind::Dequeued { queue } = &event.kind {
+        if let saga_runtime::inspect::EventKind::Dequeued { queue } = &event.kind {
             assert_eq!(queue, "bank-api");
             left.push(event.instance.clone());
         }
@@ -191,7 +193,10 @@ async fn subscribers_are_told_when_an_instance_leaves_its_queue() {
     bank.open_gate();
     while left.len() < 2 {
         let event = within("the second dequeue", events.recv()).await.unwrap();
-        if matches!(event.kind, saga_runtime::EventKind::Dequeued { .. }) {
+        if matches!(
+            event.kind,
+            saga_runtime::inspect::EventKind::Dequeued { .. }
+        ) {
             left.push(event.instance.clone());
         }
     }
@@ -244,7 +249,7 @@ async fn a_queue_never_runs_more_than_its_concurrency() {
 }
 
 /// The count of `status` in `counts`.
-fn in_status(counts: &saga_runtime::InstanceCounts, status: Status) -> u64 {
+fn in_status(counts: &saga_runtime::inspect::InstanceCounts, status: Status) -> u64 {
     counts
         .statuses
         .iter()
@@ -272,7 +277,7 @@ async fn instance_counts_give_each_status_and_each_queues_depth() {
     );
     assert_eq!(counts.statuses.len(), Status::ALL.len());
     assert_eq!(depth_of(&counts, "bank-api"), (3, 2));
-    let oldest = |counts: &saga_runtime::InstanceCounts| {
+    let oldest = |counts: &saga_runtime::inspect::InstanceCounts| {
         counts
             .queues
             .iter()
@@ -300,7 +305,7 @@ async fn instance_counts_give_each_status_and_each_queues_depth() {
     assert_eq!(oldest(&counts), None);
 }
 
-fn depth_of(counts: &saga_runtime::InstanceCounts, name: &str) -> (u64, u64) {
+fn depth_of(counts: &saga_runtime::inspect::InstanceCounts, name: &str) -> (u64, u64) {
     let d = counts.queues.iter().find(|d| d.queue == name).unwrap();
     (d.waiting, d.started)
 }
@@ -857,7 +862,11 @@ fn releasing(bank: &std::sync::Arc<Bank>, clock: &TestClock) -> EngineBuilder {
 }
 
 /// Whether the history of `id` has an event that `is` picks.
-async fn told(engine: &Engine, id: &str, is: fn(&saga_runtime::EventKind) -> bool) -> bool {
+async fn told(
+    engine: &Engine,
+    id: &str,
+    is: fn(&saga_runtime::inspect::EventKind) -> bool,
+) -> bool {
     let history = engine.instance(id).await.unwrap().history().await.unwrap();
     history.iter().any(|e| is(&e.kind))
 }
@@ -887,7 +896,7 @@ async fn a_queue_that_releases_while_waiting_lends_a_sleepers_slot() {
         for id in &ids {
             let status = engine.instance(id).await.unwrap().status().await.unwrap();
             let released = told(&engine, id, |k| {
-                matches!(k, saga_runtime::EventKind::SlotReleased { .. })
+                matches!(k, saga_runtime::inspect::EventKind::SlotReleased { .. })
             })
             .await;
             asleep += usize::from(status == Status::Waiting && released);
@@ -906,7 +915,7 @@ async fn a_queue_that_releases_while_waiting_lends_a_sleepers_slot() {
     assert!(
         told(&engine, "nap-2", |k| matches!(
             k,
-            saga_runtime::EventKind::Requeued { .. }
+            saga_runtime::inspect::EventKind::Requeued { .. }
         ))
         .await
     );
@@ -967,7 +976,7 @@ async fn a_sleeper_that_gave_its_slot_back_survives_a_reopen_without_one() {
     wait_until("both gave their slot back", || async {
         engine.instance_counts().await.unwrap().queues[0].started == 2
             && told(&engine, "r-1", |k| {
-                matches!(k, saga_runtime::EventKind::SlotReleased { .. })
+                matches!(k, saga_runtime::inspect::EventKind::SlotReleased { .. })
             })
             .await
     })
@@ -1046,7 +1055,7 @@ async fn a_parent_waiting_for_its_child_gives_its_slot_back() {
         assert!(
             told(&engine, id, |k| matches!(
                 k,
-                saga_runtime::EventKind::Requeued { .. }
+                saga_runtime::inspect::EventKind::Requeued { .. }
             ))
             .await,
             "{id} went on without waiting for a slot"
@@ -1108,7 +1117,7 @@ async fn a_sleeper_paused_without_its_slot_asks_for_one_only_once_resumed() {
         .unwrap();
     wait_until("it gave its slot back", || async {
         told(&engine, "paused-nap", |k| {
-            matches!(k, saga_runtime::EventKind::SlotReleased { .. })
+            matches!(k, saga_runtime::inspect::EventKind::SlotReleased { .. })
         })
         .await
     })
@@ -1122,7 +1131,7 @@ async fn a_sleeper_paused_without_its_slot_asks_for_one_only_once_resumed() {
     assert!(
         !told(&engine, "paused-nap", |k| matches!(
             k,
-            saga_runtime::EventKind::Requeued { .. }
+            saga_runtime::inspect::EventKind::Requeued { .. }
         ))
         .await
     );
@@ -1132,7 +1141,7 @@ async fn a_sleeper_paused_without_its_slot_asks_for_one_only_once_resumed() {
     assert!(
         told(&engine, "paused-nap", |k| matches!(
             k,
-            saga_runtime::EventKind::Requeued { .. }
+            saga_runtime::inspect::EventKind::Requeued { .. }
         ))
         .await
     );
@@ -1166,8 +1175,8 @@ async fn a_queued_instance_terminated_with_rollback_ends_at_once() {
     assert!(
         !kinds.iter().any(|k| matches!(
             k,
-            saga_runtime::EventKind::RollbackStepCompleted { .. }
-                | saga_runtime::EventKind::RollbackStepFailed { .. }
+            saga_runtime::inspect::EventKind::RollbackStepCompleted { .. }
+                | saga_runtime::inspect::EventKind::RollbackStepFailed { .. }
         )),
         "nothing was started, so nothing is compensated: {kinds:?}"
     );
@@ -1183,7 +1192,7 @@ async fn a_queued_instance_terminated_with_rollback_ends_at_once() {
 }
 
 /// The limits the store holds for `queue`, as `instance_counts` gives them.
-async fn stored_limits(engine: &Engine, queue: &str) -> Option<saga_runtime::QueueLimits> {
+async fn stored_limits(engine: &Engine, queue: &str) -> Option<saga_runtime::queue::QueueLimits> {
     let counts = engine.instance_counts().await.unwrap();
     counts.queues.iter().find(|d| d.queue == queue)?.stored
 }

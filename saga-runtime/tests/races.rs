@@ -9,8 +9,9 @@ mod helpers;
 
 use std::time::Duration;
 
+use saga_runtime::inspect::EventKind;
 use saga_runtime::prelude::*;
-use saga_runtime::{EventKind, TestClock};
+use saga_runtime::testing::TestClock;
 
 use helpers::{until_status, within};
 

@@ -12,8 +12,9 @@ use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use saga_runtime::Error;
+use saga_runtime::inspect::ListFilter;
 use saga_runtime::prelude::*;
-use saga_runtime::{Error, ListFilter};
 
 use child::{DataDir, child_dir, report};
 use helpers::within;

@@ -43,9 +43,12 @@ async fn run_then_replay<W1: Workflow<Input = ()>, W2: Workflow<Input = ()>>(
     dir: &Path,
     probe: &Arc<Probe>,
     first: W1,
-    ready: impl Fn(&[saga_runtime::Event]) -> bool,
+    ready: impl Fn(&[saga_runtime::inspect::Event]) -> bool,
     second: W2,
-) -> (Result<W2::Output, Error>, saga_runtime::InstanceInfo) {
+) -> (
+    Result<W2::Output, Error>,
+    saga_runtime::inspect::InstanceInfo,
+) {
     let engine = Engine::builder()
         .provide_arc(probe.clone())
         .open(dir)
@@ -72,11 +75,11 @@ async fn run_then_replay<W1: Workflow<Input = ()>, W2: Workflow<Input = ()>>(
     (result, info)
 }
 
-fn completed(step: &'static str) -> impl Fn(&[saga_runtime::Event]) -> bool {
+fn completed(step: &'static str) -> impl Fn(&[saga_runtime::inspect::Event]) -> bool {
     move |history| {
         history
             .iter()
-            .any(|e| matches!(&e.kind, saga_runtime::EventKind::StepCompleted { step: s, .. } if s == step))
+            .any(|e| matches!(&e.kind, saga_runtime::inspect::EventKind::StepCompleted { step: s, .. } if s == step))
     }
 }
 

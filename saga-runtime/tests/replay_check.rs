@@ -17,9 +17,10 @@ mod orders;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+use saga_runtime::inspect::EventKind;
 use saga_runtime::prelude::*;
+use saga_runtime::testing::TestClock;
 use saga_runtime::testing::{History, ReplayError, Replayed, replay};
-use saga_runtime::{EventKind, TestClock};
 
 use helpers::{fresh, kinds, until_status, wait_until, within};
 use orders::{

@@ -9,8 +9,10 @@ mod helpers;
 
 use std::time::Duration;
 
+use saga_runtime::inspect::EventKind;
 use saga_runtime::prelude::*;
-use saga_runtime::{EngineBuilder, Error, EventKind, Instance, TestClock};
+use saga_runtime::testing::TestClock;
+use saga_runtime::{EngineBuilder, Error, Instance};
 
 use helpers::{wait_until, within};
 
@@ -153,7 +155,7 @@ async fn sweep_removes_instances_finished_longer_ago_than_the_retention() {
         );
     }
     let listed: Vec<String> = engine
-        .list(&saga_runtime::ListFilter::all())
+        .list(&saga_runtime::inspect::ListFilter::all())
         .await
         .unwrap()
         .into_iter()

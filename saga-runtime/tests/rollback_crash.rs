@@ -25,8 +25,9 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use saga_runtime::inspect::{EventKind, ListFilter};
 use saga_runtime::prelude::*;
-use saga_runtime::{Error, EventKind, FailureKind, ListFilter};
+use saga_runtime::{Error, FailureKind};
 
 use child::{DataDir, child_dir, report};
 use helpers::{kinds, within};

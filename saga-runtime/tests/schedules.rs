@@ -16,9 +16,10 @@ mod helpers;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use saga_runtime::prelude::*;
-use saga_runtime::{
-    CatchUp, Clock, Engine, EngineBuilder, Error, Overlap, Schedule, ScheduleInfo, TestClock, Tick,
-};
+use saga_runtime::schedule::{CatchUp, Overlap, Schedule, ScheduleInfo, Tick};
+use saga_runtime::testing::TestClock;
+use saga_runtime::time::Clock;
+use saga_runtime::{Engine, EngineBuilder, Error};
 
 use helpers::{Reopenable, fresh, until_status, wait_until};
 

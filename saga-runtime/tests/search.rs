@@ -11,8 +11,9 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
+use saga_runtime::inspect::{Cursor, EventKind, InstanceInfo, MAX_TAGS};
 use saga_runtime::prelude::*;
-use saga_runtime::{Cursor, Error, EventKind, InstanceInfo, MAX_TAGS, StartOptions};
+use saga_runtime::{Error, StartOptions};
 
 use helpers::{Reopenable, fresh, kinds, until_status, within};
 

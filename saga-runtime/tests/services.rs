@@ -5,8 +5,8 @@
 
 use std::sync::Mutex;
 
-use saga_runtime::TestClock;
 use saga_runtime::prelude::*;
+use saga_runtime::testing::TestClock;
 
 /// A payments client that remembers what it did.
 #[derive(Default)]

@@ -17,9 +17,10 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use saga_runtime::EngineBuilder;
 use saga_runtime::prelude::*;
 use saga_runtime::store::SledStore;
-use saga_runtime::{EngineBuilder, TestClock};
+use saga_runtime::testing::TestClock;
 
 use child::DataDir;
 use counting_store::{CountingStore, Reads};

@@ -13,8 +13,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use saga_runtime::Error;
+use saga_runtime::inspect::EventKind;
 use saga_runtime::prelude::*;
-use saga_runtime::{Error, EventKind, TestClock};
+use saga_runtime::testing::TestClock;
 
 /// What the steps of one test saw, shared with them as a service.
 struct Probe {
@@ -35,7 +37,7 @@ impl Probe {
         self.times
             .lock()
             .unwrap()
-            .push(saga_runtime::Clock::now(&self.clock));
+            .push(saga_runtime::time::Clock::now(&self.clock));
     }
 }
 
@@ -406,7 +408,7 @@ async fn history_records_steps_started_together_in_call_order() {
             .unwrap()
             .into_iter()
             .filter_map(|e| match e.kind {
-                saga_runtime::EventKind::StepStarted { step, .. } => Some(step),
+                saga_runtime::inspect::EventKind::StepStarted { step, .. } => Some(step),
                 _ => None,
             })
             .collect();

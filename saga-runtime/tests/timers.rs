@@ -13,8 +13,10 @@ mod helpers;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use saga_runtime::inspect::EventKind;
 use saga_runtime::prelude::*;
-use saga_runtime::{Clock, EventKind, TestClock};
+use saga_runtime::testing::TestClock;
+use saga_runtime::time::Clock;
 
 use child::{DataDir, child_dir, report};
 use helpers::within;
@@ -111,7 +113,7 @@ fn kill_while_sleeping(test: &str, dir: &DataDir) -> u64 {
     lucky
 }
 
-fn sleep_events(history: &[saga_runtime::Event]) -> (Vec<SystemTime>, Vec<SystemTime>) {
+fn sleep_events(history: &[saga_runtime::inspect::Event]) -> (Vec<SystemTime>, Vec<SystemTime>) {
     let started = history
         .iter()
         .filter_map(|e| match &e.kind {
@@ -273,7 +275,7 @@ async fn thousands_of_instances_sleep_at_once_and_all_wake() {
     }
     within("every sleep", clock.wait_for_sleepers(N)).await;
     let waiting = engine
-        .list(&saga_runtime::ListFilter::all().status(Status::Waiting))
+        .list(&saga_runtime::inspect::ListFilter::all().status(Status::Waiting))
         .await
         .unwrap();
     assert_eq!(waiting.len(), N);
@@ -407,15 +409,15 @@ impl Clock for OwnClock {
         self.0.now()
     }
 
-    fn sleep_until(&self, deadline: SystemTime) -> saga_runtime::Sleep {
+    fn sleep_until(&self, deadline: SystemTime) -> saga_runtime::time::Sleep {
         self.0.sleep_until(deadline)
     }
 
-    fn event_deadline(&self, deadline: SystemTime) -> saga_runtime::Sleep {
+    fn event_deadline(&self, deadline: SystemTime) -> saga_runtime::time::Sleep {
         self.0.event_deadline(deadline)
     }
 
-    fn timeout_at(&self, deadline: SystemTime) -> saga_runtime::Sleep {
+    fn timeout_at(&self, deadline: SystemTime) -> saga_runtime::time::Sleep {
         self.0.timeout_at(deadline)
     }
 }

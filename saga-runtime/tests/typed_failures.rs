@@ -14,7 +14,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use saga_runtime::prelude::*;
-use saga_runtime::{Codec, CodecError, Engine, Error, FailureKind, Sealed, TestClock};
+use saga_runtime::testing::TestClock;
+use saga_runtime::{Codec, CodecError, Engine, Error, FailureKind, Sealed};
 
 use helpers::{Reopenable, fresh, until_status, within};
 

@@ -23,8 +23,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use saga_runtime::inspect::{EventKind, ListFilter};
 use saga_runtime::prelude::*;
-use saga_runtime::{Error, EventKind, FailureKind, ListFilter, TestClock};
+use saga_runtime::testing::TestClock;
+use saga_runtime::{Error, FailureKind};
 
 use helpers::{kinds, until_status, within};
 

@@ -5,7 +5,7 @@
 #![deny(warnings)]
 
 use saga_runtime::prelude::*;
-use saga_runtime::ChildNeed;
+use saga_runtime::__private::ChildNeed;
 
 #[workflow(name = "book-flight")]
 async fn book_flight(_ctx: WorkflowContext, seats: u32) -> Result<u32, WorkflowError> {

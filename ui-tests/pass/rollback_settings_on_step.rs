@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use saga_runtime::prelude::*;
-use saga_runtime::TestClock;
+use saga_runtime::testing::TestClock;
 
 static REFUND_ATTEMPTS: AtomicU32 = AtomicU32::new(0);
 

@@ -20,9 +20,10 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
 use saga_runtime::prelude::*;
-use saga_runtime::{
-    BoxFuture, Engine, Queue, RollbackInput, RollbackRegistration, Schedule, TestClock, Tick,
-};
+use saga_runtime::queue::Queue;
+use saga_runtime::schedule::{Schedule, Tick};
+use saga_runtime::testing::TestClock;
+use saga_runtime::{BoxFuture, Engine, RollbackInput, RollbackRegistration};
 
 /// A directory removed when dropped.
 pub struct TempDir(pub PathBuf);

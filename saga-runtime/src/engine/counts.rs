@@ -43,7 +43,7 @@ pub struct QueueDepth {
     pub declared: Option<crate::queue::QueueLimits>,
     /// Its limits as the store holds them: those every worker takes by
     /// (`None`: none stored yet; see
-    /// [`Queue::replaces_stored_limits`](crate::Queue::replaces_stored_limits)).
+    /// [`Queue::replaces_stored_limits`](crate::queue::Queue::replaces_stored_limits)).
     pub stored: Option<crate::queue::QueueLimits>,
 }
 

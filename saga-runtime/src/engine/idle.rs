@@ -12,14 +12,14 @@ impl Engine {
     /// its tasks (drivers, step and compensation bodies, dispatchers,
     /// alarms) is woken or running, no write waits for a flush and no call
     /// for the store. What is left waits on something outside: an event,
-    /// time moving on (a [`TestClock`](crate::TestClock) that is not
+    /// time moving on (a [`TestClock`](crate::testing::TestClock) that is not
     /// advanced), a control call, or whatever a step body awaits that is
     /// not the engine's. It is the barrier a test needs before checking
     /// that something did *not* happen:
     ///
     /// ```
     /// use saga_runtime::prelude::*;
-    /// use saga_runtime::TestClock;
+    /// use saga_runtime::testing::TestClock;
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), saga_runtime::Error> {

@@ -94,9 +94,9 @@ fn shut_down(runner: &Runner) -> Vec<tokio::task::JoinHandle<()>> {
 /// Options of an engine before it opens.
 pub struct EngineBuilder {
     clock: Arc<dyn Clock>,
-    /// The clock, when it is a [`crate::TestClock`]: the shared timer of
+    /// The clock, when it is a [`crate::time::clock::TestClock`]: the shared timer of
     /// hibernating instances counts each with it (`run::alarms`).
-    test_clock: Option<crate::TestClock>,
+    test_clock: Option<crate::time::clock::TestClock>,
     max_payload: usize,
     caps: InstanceCaps,
     retention: Duration,
@@ -121,7 +121,7 @@ pub struct EngineBuilder {
 
 impl EngineBuilder {
     /// Declares a queue that [`Engine::start_on`] starts instances on,
-    /// with its limits (see [`Queue`](crate::Queue)). Declare the same
+    /// with its limits (see [`Queue`](crate::queue::Queue)). Declare the same
     /// queues on every worker of a shared store. A bad declaration (a
     /// name off the step-name grammar, a limit of 0, a queue declared
     /// twice) is [`Error::InvalidQueue`] when the engine opens, before
@@ -129,7 +129,7 @@ impl EngineBuilder {
     ///
     /// ```
     /// # use saga_runtime::prelude::*;
-    /// # use saga_runtime::Queue;
+    /// # use saga_runtime::queue::Queue;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), saga_runtime::Error> {
     /// let engine = Engine::builder()
@@ -153,7 +153,7 @@ impl EngineBuilder {
     ///
     /// ```
     /// # use saga_runtime::prelude::*;
-    /// # use saga_runtime::Queue;
+    /// # use saga_runtime::queue::Queue;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), saga_runtime::Error> {
     /// let double = workflow_fn("double", |_ctx: WorkflowContext, n: u64| async move {
@@ -179,10 +179,10 @@ impl EngineBuilder {
         crate::queue::Queues::new(self.queues.clone(), self.default_queue.clone())
     }
 
-    /// The clock the engine reads and sleeps on; [`crate::TestClock`] in tests.
+    /// The clock the engine reads and sleeps on; [`crate::time::clock::TestClock`] in tests.
     pub fn clock(mut self, clock: impl Clock) -> Self {
         self.test_clock = (&clock as &dyn std::any::Any)
-            .downcast_ref::<crate::TestClock>()
+            .downcast_ref::<crate::time::clock::TestClock>()
             .cloned();
         self.clock = Arc::new(clock);
         self
@@ -363,11 +363,11 @@ impl EngineBuilder {
     /// interval) is the typed error of `open`, `temporary` or `connect`,
     /// before anything is stored. A schedule declared differently by
     /// another release takes the definition of whichever registered it
-    /// last. See [`Schedule`](crate::Schedule).
+    /// last. See [`Schedule`](crate::schedule::Schedule).
     ///
     /// ```
     /// # use saga_runtime::prelude::*;
-    /// # use saga_runtime::{Schedule, Tick};
+    /// # use saga_runtime::schedule::{Schedule, Tick};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), saga_runtime::Error> {
     /// let settle = workflow_fn("settle", |_ctx: WorkflowContext, at: i64| async move {
@@ -713,7 +713,7 @@ impl Engine {
     /// [`Error::MissingService`].
     ///
     /// A stored run-time schedule
-    /// ([`Schedules::create`](crate::Schedules::create)) of the workflow
+    /// ([`Schedules::create`](crate::schedule::Schedules::create)) of the workflow
     /// fires here from then on.
     pub fn register<W: Workflow>(&self, workflow: W) -> Result<()> {
         self.runner().register(Arc::new(workflow))?;
@@ -751,7 +751,7 @@ impl Engine {
     }
 
     /// The schedules of the store: pause, resume, list and trigger them
-    /// (see [`Schedules`](crate::Schedules)).
+    /// (see [`Schedules`](crate::schedule::Schedules)).
     pub fn schedules(&self) -> crate::schedule::control::Schedules<'_> {
         crate::schedule::control::Schedules::new(self.runner(), &self.handle.schedules)
     }

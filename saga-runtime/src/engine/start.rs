@@ -31,8 +31,8 @@ impl StartOptions {
 
     /// Tags the instance `key` = `value` (`list` finds it by its tags).
     /// Keys follow the step-name grammar (`[a-z0-9-]`, 1-64 characters);
-    /// values are at most [`MAX_TAG_VALUE_BYTES`](crate::MAX_TAG_VALUE_BYTES)
-    /// bytes; an instance holds at most [`MAX_TAGS`](crate::MAX_TAGS).
+    /// values are at most [`MAX_TAG_VALUE_BYTES`](crate::inspect::MAX_TAG_VALUE_BYTES)
+    /// bytes; an instance holds at most [`MAX_TAGS`](crate::inspect::MAX_TAGS).
     /// The same key again replaces the value.
     pub fn tag(mut self, key: impl Into<String>, value: impl Into<String>) -> StartOptions {
         self.tags.push((key.into(), value.into()));
@@ -144,7 +144,7 @@ pub struct StartOn<'a, W: Workflow> {
 
 impl<W: Workflow> StartOn<'_, W> {
     /// The instance's key (a customer, an account): at most the queue's
-    /// [`per_key`](crate::Queue::per_key) instances with one key hold a
+    /// [`per_key`](crate::queue::Queue::per_key) instances with one key hold a
     /// slot at once, and within a priority keys take turns. The
     /// instance-id grammar: 1-100 characters of `[A-Za-z0-9_-]`, not
     /// starting with `-` ([`Error::InvalidQueueKey`](crate::Error::InvalidQueueKey)
@@ -219,7 +219,7 @@ impl Engine {
     ///
     /// ```
     /// # use saga_runtime::prelude::*;
-    /// # use saga_runtime::Queue;
+    /// # use saga_runtime::queue::Queue;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), saga_runtime::Error> {
     /// let transfer = workflow_fn("transfer", |_ctx: WorkflowContext, cents: u64| async move {

@@ -421,6 +421,27 @@ pub enum Error {
         expected: i32,
     },
 
+    /// The PostgreSQL schema was migrated by a newer release, past what
+    /// this release may read and write: its newest migration declares that
+    /// only releases of schema version `compatible_from` or later may use
+    /// it, and this one is at `release`. Upgrade this worker (or reader)
+    /// to the release that migrated the schema, or a later one. (A newer
+    /// schema whose migrations are all additive declares an older
+    /// `compatible_from`, and this release opens it.)
+    #[error(
+        "the PostgreSQL schema {schema:?} is at migration version {version}, which only releases of schema version {compatible_from} or later may use, and this release is at schema version {release}; upgrade this worker to the release that migrated the schema, or a later one"
+    )]
+    SchemaNewer {
+        /// The schema.
+        schema: String,
+        /// Its migration version.
+        version: i32,
+        /// The oldest release schema version that may read and write it.
+        compatible_from: i32,
+        /// The schema version this release knows.
+        release: i32,
+    },
+
     /// The PostgreSQL schema, or a table in it, belongs to a role that the
     /// worker's role is not a member of: a worker does not adopt what
     /// another role made, which that role could read or change behind it.

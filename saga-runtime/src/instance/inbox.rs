@@ -62,7 +62,12 @@ async fn claim(runner: &Arc<Runner>) -> Result<()> {
     if workflows.is_empty() {
         return Ok(());
     }
-    for id in runner.core.journal.claim(&workflows, CLAIM_BATCH).await? {
+    let claimed = runner.core.journal.claim(&workflows, CLAIM_BATCH).await?;
+    // Loaded when due, not now (see `Journal::claim`).
+    for (id, at, deadline) in claimed.asleep {
+        runner.set_alarm(&id, at, deadline);
+    }
+    for id in claimed.may_run {
         runner.spawn_driver_if_runnable(&id).await;
     }
     Ok(())

@@ -151,7 +151,7 @@ impl Instance {
     /// pending event wait times out, on the engine's clock; `None` when it
     /// sleeps and waits for nothing. In a test,
     /// `clock.advance_to(run.next_wake().await?.unwrap())` moves a
-    /// [`TestClock`](crate::TestClock) to this instance's next wake, and no
+    /// [`TestClock`](crate::testing::TestClock) to this instance's next wake, and no
     /// further, whatever else sleeps.
     ///
     /// # Cancel safety
@@ -209,7 +209,7 @@ impl Instance {
     /// The events of run `run` of an instance that continued as new (run
     /// 0 is the first; [`Inspection::run`](crate::inspect::Inspection::run)
     /// is the current one), kept until retention removes it. An earlier
-    /// run ends with its hand-over, [`EventKind::ContinuedAsNew`](crate::EventKind::ContinuedAsNew).
+    /// run ends with its hand-over, [`EventKind::ContinuedAsNew`](crate::inspect::EventKind::ContinuedAsNew).
     /// [`Error::InvalidArgument`] for a run the instance does not keep.
     ///
     /// # Cancel safety
@@ -504,7 +504,7 @@ impl<O> Run<O> {
         name: &str,
         after: Option<u64>,
         timeout: std::time::Duration,
-    ) -> Result<Option<crate::Published<T>>> {
+    ) -> Result<Option<crate::instance::published::Published<T>>> {
         self.instance.wait_for_published(name, after, timeout).await
     }
 

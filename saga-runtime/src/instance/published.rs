@@ -78,8 +78,8 @@ impl Instance {
     /// interval ([`EngineBuilder::poll_interval`](crate::EngineBuilder::poll_interval)).
     /// [`Error::Closed`] when the engine closes meanwhile.
     ///
-    /// The timeout's deadline is, to a [`TestClock`](crate::TestClock), an
-    /// event wait's: [`TestClock::wait_for_event_waits`](crate::TestClock::wait_for_event_waits)
+    /// The timeout's deadline is, to a [`TestClock`](crate::testing::TestClock), an
+    /// event wait's: [`TestClock::wait_for_event_waits`](crate::testing::TestClock::wait_for_event_waits)
     /// counts it.
     ///
     /// # Cancel safety

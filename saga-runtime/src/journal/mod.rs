@@ -581,7 +581,13 @@ impl Journal {
 
     /// Hands a write to the flusher: its events reach subscribers once it
     /// is durable.
-    fn publish(&self, id: &str, state: &InstanceState, at: u64, events: Vec<crate::EventKind>) {
+    fn publish(
+        &self,
+        id: &str,
+        state: &InstanceState,
+        at: u64,
+        events: Vec<crate::model::history::EventKind>,
+    ) {
         let first = state.events - events.len() as u64;
         let events = events
             .into_iter()

@@ -293,7 +293,7 @@ mod tests {
         let history = journal.history("i").await.unwrap();
         assert_eq!(
             history.iter().map(|e| e.kind.clone()).collect::<Vec<_>>(),
-            [crate::EventKind::ContinuedAsNew { run: 1 }]
+            [crate::model::history::EventKind::ContinuedAsNew { run: 1 }]
         );
         // Run 0 is kept whole, and ends with the hand-over.
         assert_eq!(store.journal_range("i", seqs_of(0)).await.unwrap().len(), 2);

@@ -9,6 +9,15 @@ use super::{Change, Entry, Journal};
 use crate::error::Result;
 use crate::store::Told;
 
+/// The instances a claim took ([`Journal::claim`]).
+#[derive(Default)]
+pub(crate) struct Claimed {
+    /// Those that may run now.
+    pub(crate) may_run: Vec<String>,
+    /// Those that only wait for a later time: `(id, wake, deadline)`.
+    pub(crate) asleep: Vec<(String, u64, bool)>,
+}
+
 impl Journal {
     /// Whether the store is shared by workers and this engine writes it:
     /// other processes post intents here for it to take, and it claims the
@@ -32,11 +41,25 @@ impl Journal {
     /// Takes ownership of instances whose worker is gone (see
     /// [`Store::claim`]); their index entries are brought up to date, as
     /// on open, since their worker may have died between the two writes.
-    pub(crate) async fn claim(&self, workflows: &[&str], limit: usize) -> Result<Vec<String>> {
-        let claimed = self.store.claim(workflows, limit).await?;
-        crate::metrics::claimed(claimed.len());
-        for id in &claimed {
-            self.refresh_index(id).await;
+    /// On a store whose timer index is kept, those that only wait for a
+    /// later time are answered apart, with their timers, unread (their
+    /// entry filed the timer, so it agrees with their journal): they are
+    /// loaded when due, as at start-up.
+    pub(crate) async fn claim(&self, workflows: &[&str], limit: usize) -> Result<Claimed> {
+        let ids = self.store.claim(workflows, limit).await?;
+        crate::metrics::claimed(ids.len());
+        let now = self.now_millis();
+        let mut claimed = Claimed::default();
+        for id in ids {
+            if self.timers_kept()
+                && let Ok(Some((at, deadline))) = self.store.timer_of(&id).await
+                && at > now
+            {
+                claimed.asleep.push((id, at, deadline));
+                continue;
+            }
+            self.refresh_index(&id).await;
+            claimed.may_run.push(id);
         }
         Ok(claimed)
     }

@@ -225,7 +225,7 @@ pub enum EventKind {
         queue: String,
     },
     /// It gave its queue's slot back while it waits (the queue says
-    /// [`release_while_waiting`](crate::Queue::release_while_waiting)).
+    /// [`release_while_waiting`](crate::queue::Queue::release_while_waiting)).
     SlotReleased {
         /// The queue.
         queue: String,

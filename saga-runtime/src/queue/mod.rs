@@ -8,13 +8,16 @@
 //! Slots are derived from the instances' journals (taken, not finished),
 //! so a crash never leaks one.
 //!
-//! Also here: `order`, which waiting instance goes next (priority, then
-//! keys in turn, then first come first served), and `rate`, how many may
-//! start now by a queue's rate limit.
+//! Which waiting instance goes next: the highest priority, then keys in
+//! turn, then first come first served; a rate limit counts starts. The
+//! guide's queues chapter says each rule in full; [`QueueDepth`] is what
+//! `Engine::queue_depths` counts.
 
 pub(crate) mod order;
 pub(crate) mod rate;
 pub(crate) mod stored;
+
+pub use crate::engine::counts::QueueDepth;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -29,7 +32,7 @@ use crate::error::{Error, Result};
 /// refused when the engine opens ([`Error::InvalidQueue`]).
 ///
 /// ```
-/// # use saga_runtime::Queue;
+/// # use saga_runtime::queue::Queue;
 /// # use std::time::Duration;
 /// // At most 10 transfers against the bank's API at once, one per
 /// // customer, 4 on any one worker, and 100 begun per second.

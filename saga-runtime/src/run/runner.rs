@@ -605,7 +605,7 @@ impl Runner {
     /// Sets the alarm of `id`, which only waits, at `at` (`deadline`: an
     /// event wait's deadline): kept in memory only if it is among the next
     /// due (`run::alarms`).
-    fn set_alarm(self: &Arc<Self>, id: &str, at: u64, deadline: bool) {
+    pub(crate) fn set_alarm(self: &Arc<Self>, id: &str, at: u64, deadline: bool) {
         let ring = || {
             let runner = Arc::downgrade(self);
             move |id: InstanceId, at: u64| match runner.upgrade() {

@@ -24,7 +24,7 @@ pub const NEXT_FIRES_LISTED: usize = 3;
 ///
 /// ```
 /// # use saga_runtime::prelude::*;
-/// # use saga_runtime::{Schedule, Tick};
+/// # use saga_runtime::schedule::{Schedule, Tick};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), saga_runtime::Error> {
 /// let remind = workflow_fn("remind", |_ctx: WorkflowContext, at: i64| async move {
@@ -218,7 +218,7 @@ impl<'a> Schedules<'a> {
     ///
     /// ```
     /// # use saga_runtime::prelude::*;
-    /// # use saga_runtime::Schedule;
+    /// # use saga_runtime::schedule::Schedule;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), saga_runtime::Error> {
     /// let remind = workflow_fn("remind", |_ctx: WorkflowContext, who: String| async move {

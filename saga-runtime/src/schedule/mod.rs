@@ -1,15 +1,10 @@
 //! Schedules: a workflow started at every tick of a cron expression (in a
 //! time zone) or of a fixed interval, exactly once per tick.
 //!
-//! - `cron` parses cron expressions, `timing` turns them (or an interval)
-//!   into tick times, with the daylight-saving rules.
-//! - `state` is what the store keeps of each schedule: its definition, its
-//!   next fire time, whether it is paused, its last tick, and the ticks
-//!   decided on but maybe not started yet.
-//! - `firing` is the task of each schedule that fires its ticks: each
-//!   declared one, and each run-time one (created by
-//!   `engine.schedules().create`, its input stored as JSON) whose
-//!   workflow the engine registers; `control` is `engine.schedules()`.
+//! A [`Schedule`] is declared on the builder (`.schedule(..)`), or created
+//! at run time through [`Schedules`] (`engine.schedules()`), its input
+//! stored as JSON; [`ScheduleInfo`] is what the store keeps of one: its
+//! definition, its next fire time, whether it is paused and its last tick.
 //!
 //! A tick's instance id is `InstanceId::tick(schedule, at, 0)`, so a tick
 //! fired twice (two workers, a retry after a crash) starts one instance:
@@ -20,6 +15,8 @@ mod cron;
 pub(crate) mod firing;
 pub(crate) mod state;
 mod timing;
+
+pub use control::{NEXT_FIRES_LISTED, ScheduleInfo, Schedules};
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -106,7 +103,7 @@ impl Tick {
     }
 
     /// 0 for a tick of the schedule; n ≥ 1 for the n-th run started by
-    /// [`trigger`](crate::Schedules::trigger) in that second.
+    /// [`trigger`](crate::schedule::Schedules::trigger) in that second.
     pub fn manual(&self) -> u32 {
         self.manual
     }
@@ -130,7 +127,7 @@ impl Tick {
 ///
 /// ```
 /// # use saga_runtime::prelude::*;
-/// # use saga_runtime::{CatchUp, Schedule, Tick};
+/// # use saga_runtime::schedule::{CatchUp, Schedule, Tick};
 /// let settle = workflow_fn("settle", |_ctx: WorkflowContext, day: i64| async move {
 ///     Ok::<_, WorkflowError>(day)
 /// });
@@ -289,7 +286,7 @@ impl Schedule {
 
     /// The workflow each tick starts, and its input: the same for every
     /// tick, stored as JSON. This is how a run-time schedule
-    /// ([`Schedules::create`](crate::Schedules::create)) says what it
+    /// ([`Schedules::create`](crate::schedule::Schedules::create)) says what it
     /// starts, since a closure cannot be stored; `input` is checked
     /// against the workflow's input type here, and encoded (and decoded
     /// back) at once: one that cannot be is the error of `create` (or of

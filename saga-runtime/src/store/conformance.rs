@@ -16,7 +16,7 @@ where
     Fresh: std::future::Future<Output = S>,
 {
     let mut violations = Vec::new();
-    let checks: [(&str, Check); 8] = [
+    let checks: [(&str, Check); 9] = [
         ("create is once per id", create_is_once_per_id),
         ("appends read back in order", appends_read_back_in_order),
         (
@@ -36,6 +36,10 @@ where
         (
             "queue limits change only by compare-and-swap",
             queue_limits_swap_whole,
+        ),
+        (
+            "a kept timer index files each entry's wake",
+            timers_file_wakes,
         ),
     ];
     for (name, check) in checks {
@@ -245,5 +249,62 @@ fn queue_limits_swap_whole(store: &dyn Store) -> StoreFuture<'_, Result<(), Stri
             all == [("other".to_owned(), b"o".to_vec()), ("q".to_owned(), b"c".to_vec())],
             || format!("every queue's limits read {all:?}"),
         )))
+    })
+}
+
+/// On a store that keeps a timer index ([`Store::timers_kept`]): each
+/// active entry's wake is filed, replaced by the next write of the entry,
+/// and gone with a write that files none or with the instance; start-up
+/// reads the entries of those due and only the timers of the others.
+fn timers_file_wakes(store: &dyn Store) -> StoreFuture<'_, Result<(), String>> {
+    Box::pin(async move {
+        if !store.timers_kept() {
+            return Ok(Ok(()));
+        }
+        for id in ["a", "b", "c"] {
+            store.create(id, &row(id.as_bytes()), b"r0").await?;
+        }
+        let waking = |summary: &'static [u8], wake| IndexRow {
+            wake: Some(wake),
+            ..row(summary)
+        };
+        store.put_index("a", &waking(b"a1", (500, false)))?;
+        store.put_index("b", &waking(b"b1", (100, true)))?;
+        store.flush()?;
+        let filed = store.timers_after(None, 10).await?;
+        let after_b = store.timers_after(Some((100, "b")), 10).await?;
+        let set = store.active_entries_by(200).await?;
+        let may_run: Vec<&str> = set.may_run.iter().map(|(id, _)| id.as_str()).collect();
+        let checks = expect(
+            filed == [(100, "b".into(), true), (500, "a".into(), false)],
+            || format!("timers filed: {filed:?}"),
+        )
+        .and(expect(after_b == [(500, "a".into(), false)], || {
+            format!("timers after b's: {after_b:?}")
+        }))
+        .and(expect(
+            store.timer_of("a").await? == Some((500, false))
+                && store.timer_of("c").await?.is_none(),
+            || "timer_of answers another timer".into(),
+        ))
+        .and(expect(
+            set.asleep == [("a".into(), 500, false)] && may_run == ["b", "c"],
+            || {
+                format!(
+                    "active by 200: {may_run:?} may run, {:?} asleep",
+                    set.asleep
+                )
+            },
+        ));
+        if checks.is_err() {
+            return Ok(checks);
+        }
+        store.put_index("a", &row(b"a2"))?;
+        store.remove("b")?;
+        store.flush()?;
+        let filed = store.timers_after(None, 10).await?;
+        Ok(expect(filed.is_empty(), || {
+            format!("timers left after a write without and a removal: {filed:?}")
+        }))
     })
 }

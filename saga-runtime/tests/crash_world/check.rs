@@ -4,8 +4,8 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 
+use saga_runtime::inspect::{Event, EventKind, ListFilter};
 use saga_runtime::prelude::*;
-use saga_runtime::{Event, EventKind, ListFilter};
 
 use super::{Plan, Scenario, StepId, forward_key, program, rollback_key};
 

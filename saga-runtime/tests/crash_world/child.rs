@@ -16,8 +16,9 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use saga_runtime::context::StepFuture;
 use saga_runtime::prelude::*;
-use saga_runtime::{BoxFuture, Error, StepFuture};
+use saga_runtime::{BoxFuture, Error};
 
 use super::{ChildEnv, EVENT_TYPE, EventPlan, Plan, Scenario, StepId, forward_key, program};
 

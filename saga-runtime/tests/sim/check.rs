@@ -2,7 +2,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use saga_runtime::{EventKind, Status};
+use saga_runtime::Status;
+use saga_runtime::inspect::EventKind;
 
 use super::run::Finished;
 use super::workload::{COMPENSATED, Effect};
@@ -38,7 +39,7 @@ fn completed_steps_never_run_again(run: &Finished, violations: &mut Vec<String>)
 
 /// Whether an instance waits for an event of a type that came and was
 /// not delivered: what a lost wake-up leaves until the wait's deadline.
-pub(crate) fn missed_event(history: &[saga_runtime::Event]) -> Option<String> {
+pub(crate) fn missed_event(history: &[saga_runtime::inspect::Event]) -> Option<String> {
     let (mut received, mut delivered) = (0i64, 0i64);
     let mut waiting = None;
     for event in history {
@@ -82,7 +83,7 @@ enum Started {
     Child(String),
 }
 
-fn segment(history: &[saga_runtime::Event]) -> Segment {
+fn segment(history: &[saga_runtime::inspect::Event]) -> Segment {
     let mut segment = Segment::default();
     for event in history {
         match &event.kind {

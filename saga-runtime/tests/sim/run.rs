@@ -7,8 +7,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use saga_runtime::inspect::Event;
+use saga_runtime::testing::TestClock;
 use saga_runtime::testing::sim::{Journals, SimDisk, SimFaults, SimRng, TraceHash};
-use saga_runtime::{Engine, Event, Status, TestClock};
+use saga_runtime::{Engine, Status};
 use tokio::task::JoinHandle;
 
 use super::check;
@@ -117,7 +119,7 @@ impl World {
             rng,
             disk,
             faults,
-            started_at: saga_runtime::Clock::now(&clock),
+            started_at: saga_runtime::time::Clock::now(&clock),
             armed_handled: 0,
             clock,
             effects,
@@ -135,7 +137,7 @@ impl World {
     }
 
     fn note(&mut self, line: String) {
-        let at = saga_runtime::Clock::now(&self.clock)
+        let at = saga_runtime::time::Clock::now(&self.clock)
             .duration_since(self.started_at)
             .unwrap_or_default();
         let line = format!("[{:>7}s] {line}", at.as_secs());
@@ -392,7 +394,10 @@ impl World {
         let Some(engine) = self.engine.clone() else {
             return false;
         };
-        let Ok(listed) = engine.list(&saga_runtime::ListFilter::default()).await else {
+        let Ok(listed) = engine
+            .list(&saga_runtime::inspect::ListFilter::default())
+            .await
+        else {
             return false;
         };
         if listed.is_empty() || listed.iter().any(|info| !info.status.is_terminal()) {
@@ -413,7 +418,10 @@ impl World {
         let Some(engine) = self.engine.clone() else {
             return;
         };
-        let Ok(listed) = engine.list(&saga_runtime::ListFilter::default()).await else {
+        let Ok(listed) = engine
+            .list(&saga_runtime::inspect::ListFilter::default())
+            .await
+        else {
             return;
         };
         for info in listed.iter().filter(|i| i.status == Status::Waiting) {
@@ -424,7 +432,7 @@ impl World {
                 continue;
             };
             if let Some(missed) = check::missed_event(&history) {
-                let at = saga_runtime::Clock::now(&self.clock);
+                let at = saga_runtime::time::Clock::now(&self.clock);
                 self.seen_violations
                     .push(format!("{}: {missed} (clock at {at:?})", info.id));
             }
@@ -453,7 +461,7 @@ impl World {
             // before stay as they were, paused ones included (as documented).
             let engine = self.engine();
             let listed = engine
-                .list(&saga_runtime::ListFilter::default())
+                .list(&saga_runtime::inspect::ListFilter::default())
                 .await
                 .unwrap_or_default();
             for info in listed {
@@ -507,7 +515,7 @@ impl World {
             durable: BTreeMap::new(),
         };
         let listed = engine
-            .list(&saga_runtime::ListFilter::default())
+            .list(&saga_runtime::inspect::ListFilter::default())
             .await
             .unwrap_or_default();
         for info in &listed {

@@ -1,6 +1,7 @@
-//! A sled store that notes every instance whose journal or index entry the
-//! engine reads through it, and every walk of the whole index: tests of
-//! what start-up reads (`tests/startup.rs`).
+//! A store (sled, or PostgreSQL) that notes every instance whose journal
+//! or index entry the engine reads through it, and every walk of the whole
+//! index: tests of what start-up reads (`tests/startup.rs`,
+//! `tests/postgres_startup.rs`). Every other call is passed on as it is.
 
 #![allow(dead_code)]
 
@@ -11,8 +12,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use saga_runtime::Error;
 use saga_runtime::store::{
-    Accept, ActiveSet, IndexEntry, IndexPage, IndexQuery, IndexRow, RowOf, SledStore, Store,
-    StoreFuture,
+    Accept, ActiveSet, IndexEntry, IndexPage, IndexQuery, IndexRow, QueueTake, QueueTaken, RowOf,
+    Store, StoreFuture, TailPosition, TailRecords, Told,
 };
 
 /// What the engine read through a [`CountingStore`].
@@ -55,7 +56,7 @@ impl Reads {
 }
 
 pub(crate) struct CountingStore {
-    inner: SledStore,
+    inner: Box<dyn Store>,
     reads: Mutex<Reads>,
     /// `close` is not passed on: the store is left as by a process that
     /// died (its marks of what it wrote stay).
@@ -63,16 +64,16 @@ pub(crate) struct CountingStore {
 }
 
 impl CountingStore {
-    pub(crate) fn new(inner: SledStore) -> CountingStore {
+    pub(crate) fn new(inner: impl Store) -> CountingStore {
         CountingStore {
-            inner,
+            inner: Box::new(inner),
             reads: Mutex::default(),
             dies: AtomicBool::new(false),
         }
     }
 
     /// A store whose engine does not close it cleanly.
-    pub(crate) fn dying(inner: SledStore) -> CountingStore {
+    pub(crate) fn dying(inner: impl Store) -> CountingStore {
         let store = CountingStore::new(inner);
         store.dies.store(true, Ordering::SeqCst);
         store
@@ -122,6 +123,15 @@ impl Store for CountingStore {
     }
     fn append(&self, id: &str, seq: u64, record: &[u8]) -> Result<(), Error> {
         self.inner.append(id, seq, record)
+    }
+    fn append_indexed(
+        &self,
+        id: &str,
+        seq: u64,
+        record: &[u8],
+        index: &IndexRow<'_>,
+    ) -> Result<(), Error> {
+        self.inner.append_indexed(id, seq, record, index)
     }
     fn journal<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Vec<(u64, Vec<u8>)>> {
         self.read_journal(id);
@@ -281,5 +291,106 @@ impl Store for CountingStore {
     }
     fn remove_schedule<'a>(&'a self, name: &'a str, old: &'a [u8]) -> StoreFuture<'a, bool> {
         self.inner.remove_schedule(name, old)
+    }
+
+    // The rest, passed on (a store shared by workers needs them all).
+
+    fn index_entries_where<'a>(
+        &'a self,
+        status: Option<&'a str>,
+        workflow: Option<&'a str>,
+    ) -> StoreFuture<'a, Vec<(String, Vec<u8>)>> {
+        Box::pin(async move {
+            let entries = self.inner.index_entries_where(status, workflow).await?;
+            self.read_all(&entries);
+            Ok(entries)
+        })
+    }
+    fn explain_page<'a>(&'a self, query: &'a IndexQuery<'a>) -> StoreFuture<'a, Option<String>> {
+        self.inner.explain_page(query)
+    }
+    fn backfill_index<'a>(&'a self, id: &'a str, index: &'a IndexRow<'_>) -> StoreFuture<'a, ()> {
+        self.inner.backfill_index(id, index)
+    }
+    fn server_clock(&self) -> bool {
+        self.inner.server_clock()
+    }
+    fn owner_of<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> StoreFuture<'a, Option<(String, std::time::SystemTime)>> {
+        self.inner.owner_of(id)
+    }
+    fn disown(&self, id: &str) -> Result<(), Error> {
+        self.inner.disown(id)
+    }
+    fn flushes_inline(&self) -> bool {
+        self.inner.flushes_inline()
+    }
+    fn settle(&self) -> StoreFuture<'_, ()> {
+        self.inner.settle()
+    }
+    fn quiet(&self) -> bool {
+        self.inner.quiet()
+    }
+    fn read_only(&self) -> bool {
+        self.inner.read_only()
+    }
+    fn shared(&self) -> bool {
+        self.inner.shared()
+    }
+    fn tail_start(&self) -> StoreFuture<'_, Option<TailPosition>> {
+        self.inner.tail_start()
+    }
+    fn tail<'a>(
+        &'a self,
+        from: &'a TailPosition,
+        limit: usize,
+    ) -> StoreFuture<'a, (TailRecords, TailPosition)> {
+        self.inner.tail(from, limit)
+    }
+    fn changes(&self, what: Told) -> Option<tokio::sync::watch::Receiver<u64>> {
+        self.inner.changes(what)
+    }
+    fn owns(&self, id: &str) -> bool {
+        self.inner.owns(id)
+    }
+    fn claim<'a>(&'a self, workflows: &'a [&'a str], limit: usize) -> StoreFuture<'a, Vec<String>> {
+        self.inner.claim(workflows, limit)
+    }
+    fn take_queued<'a>(&'a self, take: &'a QueueTake<'a>) -> StoreFuture<'a, QueueTaken> {
+        self.inner.take_queued(take)
+    }
+    fn post<'a>(&'a self, id: &'a str, intent: &'a [u8]) -> StoreFuture<'a, String> {
+        self.inner.post(id, intent)
+    }
+    fn posts(&self, limit: usize) -> StoreFuture<'_, Vec<(i64, String, Vec<u8>)>> {
+        self.inner.posts(limit)
+    }
+    fn answer_post<'a>(&'a self, n: i64, answer: &'a [u8]) -> StoreFuture<'a, ()> {
+        self.inner.answer_post(n, answer)
+    }
+    fn answer<'a>(&'a self, token: &'a str) -> StoreFuture<'a, Option<Option<Vec<u8>>>> {
+        self.inner.answer(token)
+    }
+    fn forget_post<'a>(&'a self, token: &'a str) -> StoreFuture<'a, ()> {
+        self.inner.forget_post(token)
+    }
+    fn owner_live<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<bool>> {
+        self.inner.owner_live(id)
+    }
+    fn queue_limits<'a>(&'a self, name: &'a str) -> StoreFuture<'a, Option<Vec<u8>>> {
+        self.inner.queue_limits(name)
+    }
+    fn all_queue_limits(&self) -> StoreFuture<'_, Vec<(String, Vec<u8>)>> {
+        self.inner.all_queue_limits()
+    }
+    fn swap_queue_limits<'a>(
+        &'a self,
+        name: &'a str,
+        old: Option<&'a [u8]>,
+        new: &'a [u8],
+    ) -> StoreFuture<'a, bool> {
+        self.inner.swap_queue_limits(name, old, new)
     }
 }

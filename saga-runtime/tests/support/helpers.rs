@@ -7,7 +7,9 @@
 use std::future::Future;
 use std::time::Duration;
 
-use saga_runtime::{Engine, EventKind, Instance, Status, TestClock};
+use saga_runtime::inspect::EventKind;
+use saga_runtime::testing::TestClock;
+use saga_runtime::{Engine, Instance, Status};
 
 /// How long any one wait of a test may take before the test fails: far
 /// beyond what a slow, loaded machine needs, so no test depends on speed.

@@ -93,7 +93,7 @@ pub struct PublishedValue {
     pub name: String,
     /// The value.
     pub value: PayloadView,
-    /// Its version, as [`Published::version`](crate::Published::version).
+    /// Its version, as [`Published::version`](crate::inspect::Published::version).
     pub version: u64,
     /// When it was published.
     pub published_at: SystemTime,

@@ -22,7 +22,8 @@ use crate::error::{Error, Result};
 /// The most rows of dead workers one sweep deletes.
 const SWEEP_LIMIT: u32 = 100;
 
-/// Adds `worker` with a fresh lease, and sweeps the rows of dead workers.
+/// Adds `worker` with a fresh lease and its release (the schema version
+/// it knows: see `timers`), and sweeps the rows of dead workers.
 pub(super) async fn join(
     client: &Client,
     schema: &str,
@@ -33,11 +34,11 @@ pub(super) async fn join(
     let added = client
         .execute(
             &format!(
-                "INSERT INTO {schema}.workers (name, expires_at)
-                 VALUES ($1, now() + $2::bigint * interval '1 millisecond')
+                "INSERT INTO {schema}.workers (name, expires_at, release)
+                 VALUES ($1, now() + $2::bigint * interval '1 millisecond', $3)
                  ON CONFLICT (name) DO NOTHING"
             ),
-            &[&worker, &millis(lease)],
+            &[&worker, &millis(lease), &super::schema::VERSION],
         )
         .await?;
     if added == 1 {

@@ -6,8 +6,9 @@
 //!   `seq`, `journal::runs`: a `bigint` holds runs up to 2^31 - 1, and
 //!   run 0 is every release's layout, so no migration rewrites rows), and
 //!   `instances (id, summary, owner, workflow, status, active)`, the
-//!   index, in one schema (default `saga`); [`schema`] migrates it on
-//!   connect.
+//!   index, and `timers (id, wake, deadline, filed_by)`, the wakes of the
+//!   instances that only wait ([`timers`]), in one schema (default
+//!   `saga`); [`schema`] migrates it on connect.
 //! - **Who writes.** Every worker (engine) drives the instances it owns:
 //!   those it started, and those it claimed. Each worker holds a lease
 //!   ([`lease`]), renewed by every flush and by a heartbeat, and while a
@@ -70,6 +71,8 @@ mod schedules;
 mod schema;
 mod server;
 mod ssl_options;
+mod timer_reads;
+mod timers;
 mod tls;
 mod writers;
 
@@ -147,6 +150,10 @@ pub struct PgStore {
     calls: Arc<AtomicUsize>,
     /// Writes queued with nobody waiting that the thread has not applied.
     unapplied: Arc<AtomicUsize>,
+    /// Whether the timers are trusted (`timers`): this worker keeps them,
+    /// and no live worker of a release that does not was registered when
+    /// it connected.
+    timers_trusted: bool,
 }
 
 /// Counts one call while its caller waits for the answer.
@@ -203,8 +210,8 @@ impl PgStore {
             .map_err(|e| Error::Store(format!("could not start the PostgreSQL thread: {e}")))?;
         // Cancel safety: dropped here, the receiver tells the thread, which
         // ends the lease it just took; nothing here waits for the thread.
-        match started.await {
-            Ok(Ok(())) => Ok(PgStore {
+        let store = match started.await {
+            Ok(Ok(())) => PgStore {
                 schema,
                 jobs,
                 unordered,
@@ -215,12 +222,30 @@ impl PgStore {
                 patience,
                 calls: Arc::default(),
                 unapplied,
-            }),
-            Ok(Err(e)) => Err(e),
-            Err(_) => Err(Error::Store(
-                "the PostgreSQL thread stopped while connecting".into(),
-            )),
+                timers_trusted: false,
+            },
+            Ok(Err(e)) => return Err(e),
+            Err(_) => {
+                return Err(Error::Store(
+                    "the PostgreSQL thread stopped while connecting".into(),
+                ));
+            }
+        };
+        store.trust_timers().await
+    }
+
+    /// Trusts the timers unless a live worker of a release that keeps
+    /// none is registered (see `timers`).
+    async fn trust_timers(mut self) -> Result<PgStore> {
+        if !self.read_only {
+            self.timers_trusted = !self.older_workers().await?;
+            if !self.timers_trusted {
+                tracing::info!(
+                    "a worker of a release before runs on this schema: every waiting instance is resumed, as that release does"
+                );
+            }
         }
+        Ok(self)
     }
 
     /// Sends a job to the store's thread and awaits its answer, at most
@@ -427,6 +452,35 @@ impl Store for PgStore {
                 other => Err(other.unexpected()),
             }
         })
+    }
+
+    fn active_entries_by(&self, now: u64) -> StoreFuture<'_, super::ActiveSet> {
+        if !self.timers_trusted {
+            return Box::pin(async move {
+                let may_run = self.active_entries().await?;
+                Ok(super::ActiveSet {
+                    may_run,
+                    asleep: Vec::new(),
+                })
+            });
+        }
+        Box::pin(self.active_by(now))
+    }
+
+    fn timers_kept(&self) -> bool {
+        self.timers_trusted
+    }
+
+    fn timer_of<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<(u64, bool)>> {
+        Box::pin(self.timer(id))
+    }
+
+    fn timers_after<'a>(
+        &'a self,
+        after: Option<(u64, &'a str)>,
+        limit: usize,
+    ) -> StoreFuture<'a, Vec<(u64, String, bool)>> {
+        Box::pin(self.timers_from(after, limit))
     }
 
     fn index_entries_where<'a>(

@@ -9,6 +9,39 @@
 //! nothing: a schema that is missing or older than this release is an
 //! error naming it.
 //!
+//! # Newer schemas and rolling deploys
+//!
+//! Each applied migration's row in `migrations` keeps, beside its
+//! version, `compatible_from`: the oldest release schema version
+//! ([`VERSION`] of a release) that may still read and write the schema at
+//! that version. A migration that only adds (a table, a nullable column,
+//! an index that nothing relies on) keeps the `compatible_from` of the
+//! version before it ([`COMPATIBLE_FROM`]), so the workers of the release
+//! before go on opening the schema during a rolling deploy; one that
+//! changes what an older release reads or writes raises it to its own
+//! version. A release opens a schema newer than its own `VERSION` only if
+//! `VERSION >= compatible_from` (the largest over the versions it does not
+//! know; a row without one counts as its own version), and otherwise
+//! refuses it with [`Error::SchemaNewer`], which says to upgrade the
+//! worker. It then runs no migration: it knows none of them.
+//!
+//! The rule starts with the release that brought it (schema version 11):
+//! every release before refuses any schema newer than its own, so once the
+//! first worker of a release migrates past 10, a worker of the release
+//! before that restarts cannot connect until it is upgraded.
+//!
+//! # Indexes on large tables
+//!
+//! A migration runs in one transaction, under the lock above, so it must
+//! not build an index on a table that may be large (`journal`,
+//! `instances`): `CREATE INDEX` would hold off every writer until it is
+//! built. Such an index is built after the migration's commit, with
+//! `CREATE INDEX CONCURRENTLY IF NOT EXISTS` on a connection of its own
+//! (outside any transaction), and nothing may rely on it for correctness:
+//! a build cut short leaves an `INVALID` index, which the next worker's
+//! build drops (`DROP INDEX CONCURRENTLY`) and makes again. Migration 11
+//! needs none: its only index is on the new (empty) `timers` table.
+//!
 //! A worker adopts only a schema of its own: the schema and every table
 //! in it must belong to the worker's role, or to a role it is a member of,
 //! and no trigger that saga did not make may sit on its tables (another
@@ -180,10 +213,43 @@ const MIGRATIONS: &[&str] = &[
          limits bytea NOT NULL,
          updated_at timestamptz NOT NULL DEFAULT now()
      );",
+    // 11: the timers of the instances that only wait (`IndexRow::wake`),
+    // in a table of their own (`timers`), so a status change never
+    // rewrites them: one row per waiting instance, its wake on the
+    // engine's clock, whether that is an event wait's deadline, and the
+    // digest of the index entry that filed it (a writer of a release
+    // before changes the entry without the timer: the timer is then not
+    // trusted). And each worker's release (its schema version), so the
+    // others tell whether a worker that keeps no timers is alive. Only
+    // additive, and no index on a table that may be large: compatible
+    // from version 10.
+    "CREATE TABLE {s}.timers (
+         id text PRIMARY KEY,
+         wake bigint NOT NULL,
+         deadline boolean NOT NULL,
+         filed_by bytea NOT NULL
+     );
+     CREATE INDEX timers_wake ON {s}.timers (wake, id COLLATE \"C\");
+     ALTER TABLE {s}.workers ADD COLUMN release integer;",
 ];
 
 /// The newest schema version this release knows.
 pub(super) const VERSION: i32 = MIGRATIONS.len() as i32;
+
+/// For the versions since the compatibility rule began (see the module
+/// docs), the oldest release schema version that may still read and
+/// write the schema at that version: `(version, compatible_from)`. A
+/// version missing here (every one before the rule) is compatible from
+/// itself only.
+const COMPATIBLE_FROM: &[(i32, i32)] = &[(11, 10)];
+
+/// The `compatible_from` that migration `version` declares.
+fn compatible_from(version: i32) -> i32 {
+    COMPATIBLE_FROM
+        .iter()
+        .find(|(v, _)| *v == version)
+        .map_or(version, |(_, from)| *from)
+}
 
 /// Checks that `schema` is a plain SQL identifier, so it can be spliced
 /// into statements unquoted, and not one of PostgreSQL's own schemas (or
@@ -216,8 +282,8 @@ pub(super) fn validate(schema: &str) -> Result<()> {
 }
 
 /// Creates the schema and applies the migrations it lacks. A database
-/// migrated by a newer release is refused: this one would not know its
-/// tables.
+/// migrated by a newer release is opened as it is if its migrations
+/// declare this release compatible, and refused otherwise (module docs).
 pub(super) async fn migrate(client: &mut Client, schema: &str) -> Result<(), PgFailure> {
     let tx = client.transaction().await?;
     // Namespaced by schema: advisory locks are database-wide.
@@ -233,15 +299,24 @@ pub(super) async fn migrate(client: &mut Client, schema: &str) -> Result<(), PgF
          CREATE TABLE IF NOT EXISTS {schema}.migrations (
              version integer PRIMARY KEY,
              applied_at timestamptz NOT NULL DEFAULT now()
-         );"
+         );
+         DO $$ BEGIN
+             -- Looked up first: an ALTER locks the table even when it adds nothing.
+             IF NOT EXISTS (SELECT 1 FROM pg_attribute
+                            WHERE attrelid = '{schema}.migrations'::regclass
+                              AND attname = 'compatible_from' AND NOT attisdropped) THEN
+                 ALTER TABLE {schema}.migrations ADD COLUMN compatible_from integer;
+             END IF;
+         END $$;"
     ))
     .await?;
     let have = version(&tx, schema).await?;
     for (i, migration) in MIGRATIONS.iter().enumerate().skip(have as usize) {
+        let version = i as i32 + 1;
         tx.batch_execute(&migration.replace("{s}", schema)).await?;
         tx.execute(
-            &format!("INSERT INTO {schema}.migrations (version) VALUES ($1)"),
-            &[&(i as i32 + 1)],
+            &format!("INSERT INTO {schema}.migrations (version, compatible_from) VALUES ($1, $2)"),
+            &[&version, &compatible_from(version)],
         )
         .await?;
     }
@@ -273,8 +348,8 @@ pub(super) async fn check(client: &Client, schema: &str) -> Result<(), PgFailure
 }
 
 /// The schema's migration version (0 without a `migrations` table); a
-/// version newer than this release knows is refused: this release would
-/// not know its tables.
+/// version newer than this release knows is refused unless every version
+/// past it declares this release compatible (module docs).
 async fn version(client: &impl GenericClient, schema: &str) -> Result<i32, PgFailure> {
     let row = client
         .query_one(
@@ -285,17 +360,30 @@ async fn version(client: &impl GenericClient, schema: &str) -> Result<i32, PgFai
     if !row.get::<_, bool>(0) {
         return Ok(0);
     }
+    // `compatible_from` through jsonb: a reader finds a table that a
+    // release before the rule made, without the column.
     let row = client
         .query_one(
-            &format!("SELECT coalesce(max(version), 0) FROM {schema}.migrations"),
-            &[],
+            &format!(
+                "SELECT coalesce(max(version), 0),
+                        max(coalesce((to_jsonb(m) ->> 'compatible_from')::integer, version))
+                            FILTER (WHERE version > $1)
+                 FROM {schema}.migrations m"
+            ),
+            &[&VERSION],
         )
         .await?;
     let have: i32 = row.get(0);
-    if have > VERSION {
-        return Err(PgFailure::Other(Error::Store(format!(
-            "the PostgreSQL schema {schema:?} is at version {have}, newer than this release knows ({VERSION}); upgrade saga-runtime"
-        ))));
+    let needs: Option<i32> = row.get(1);
+    if let Some(compatible_from) = needs
+        && compatible_from > VERSION
+    {
+        return Err(PgFailure::Other(Error::SchemaNewer {
+            schema: schema.to_owned(),
+            version: have,
+            compatible_from,
+            release: VERSION,
+        }));
     }
     Ok(have)
 }

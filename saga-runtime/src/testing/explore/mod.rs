@@ -87,7 +87,7 @@ pub struct Explorer<W: Workflow> {
 ///
 /// It is deterministic: scenarios run one after the other on a
 /// current-thread runtime of their own, on a
-/// [`TestClock`](crate::TestClock) moved to each next sleep, retry or
+/// [`TestClock`](crate::testing::TestClock) moved to each next sleep, retry or
 /// deadline, and a simulated store ([`sim`](crate::testing::sim)) that
 /// answers at once. No real time passes, and the same workflow and input
 /// give the same report. Your test doubles answer at once too: a step

@@ -12,7 +12,7 @@
 //!
 //! A run puts them together on a current-thread Tokio runtime with paused
 //! time (`tokio::runtime::Builder::new_current_thread().enable_time()
-//! .start_paused(true)`), a [`TestClock`](crate::TestClock) that the run
+//! .start_paused(true)`), a [`TestClock`](crate::testing::TestClock) that the run
 //! moves, and engines built with
 //! [`random_seed`](crate::EngineBuilder::random_seed):
 //!

@@ -100,6 +100,8 @@ pub(in crate::store::postgres) async fn apply(
                         &index.queue_key,
                         &index.priority,
                         &index.queue_taken,
+                        &index.wake,
+                        &index.deadline,
                     ],
                 )
                 .await?;
@@ -125,6 +127,8 @@ pub(in crate::store::postgres) async fn apply(
                     &index.queue_key,
                     &index.priority,
                     &index.queue_taken,
+                    &index.wake,
+                    &index.deadline,
                 ],
             )
             .await?;

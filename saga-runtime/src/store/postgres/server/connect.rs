@@ -8,7 +8,7 @@ use tokio_postgres::{Client, Config, Statement};
 use crate::store::postgres::fault::{PgFailure, bounded};
 use crate::store::postgres::ssl_options::SslMode;
 
-use crate::store::postgres::{lease, tls};
+use crate::store::postgres::{lease, timers, tls};
 
 use crate::codec::{NEEDS_SEALED, SEALED_FORMAT_VERSION};
 use crate::store::postgres::page::{fact_sets, fact_values, queue_sets};
@@ -310,8 +310,9 @@ async fn prepare_writes(
         )))
         .await?;
     // A record that changes the index: both in one statement, the
-    // row update being the fence. An instance that stops needing a
-    // driver (ended, paused) is told on the schema's channel.
+    // row update being the fence, and the instance's timer with them
+    // (`timers`). An instance that stops needing a driver (ended,
+    // paused) is told on the schema's channel.
     let append_indexed = client
         .prepare(&format!(
             "WITH u AS (UPDATE {s}.instances SET summary = $5, workflow = $6, status = $7, active = $8,
@@ -319,14 +320,15 @@ async fn prepare_writes(
                                        | (needs & {NEEDS_SEALED})
                                        | (CASE WHEN {sealed_record} THEN {NEEDS_SEALED} ELSE 0 END),
                                {}, {}
-                        WHERE id = $1 AND owner = $4 RETURNING 1),
+                        WHERE id = $1 AND owner = $4 RETURNING 1){},
              j AS (INSERT INTO {s}.journal (id, seq, record)
                    SELECT $1, $2, $3 FROM u ON CONFLICT DO NOTHING RETURNING 1)
              SELECT (SELECT count(*) FROM u), (SELECT count(*) FROM j),
                     (SELECT record = $3 FROM {s}.journal WHERE id = $1 AND seq = $2),
                     (SELECT count(pg_notify('{channel}', 'stopped')) FROM u WHERE NOT $8)",
             fact_sets(9),
-            queue_sets(16)
+            queue_sets(16),
+            timers::filing(s, "$1", "$5", "$8", "$20", "$21")
         ))
         .await?;
     // Many appends in one statement; the fence has a row per instance.
@@ -363,13 +365,17 @@ async fn prepare_writes(
                            WHERE x.id = r.id AND x.seq = r.seq AND x.record = r.record)"
         ))
         .await?;
-    // Derived data: written only while owned, and otherwise dropped.
+    // Derived data: written only while owned, and otherwise dropped;
+    // the timer with it.
     let put_index = client
         .prepare(&format!(
-            "UPDATE {s}.instances SET summary = $2, workflow = $3, status = $4, active = $5, {}, {}
-             WHERE id = $1 AND owner = $6",
+            "WITH u AS (UPDATE {s}.instances SET summary = $2, workflow = $3, status = $4, active = $5,
+                               {}, {}
+                        WHERE id = $1 AND owner = $6 RETURNING 1){}
+             SELECT count(*) FROM u",
             fact_sets(7),
-            queue_sets(13)
+            queue_sets(13),
+            timers::filing(s, "$1", "$2", "$5", "$17", "$18")
         ))
         .await?;
     // An instance of this worker's, or of no live worker's (a finished
@@ -379,7 +385,8 @@ async fn prepare_writes(
             "WITH i AS (DELETE FROM {s}.instances i WHERE i.id = $1 AND (i.owner = $2 OR {})
                         RETURNING i.id),
              j AS (DELETE FROM {s}.journal WHERE id IN (SELECT id FROM i)),
-             p AS (DELETE FROM {s}.inbox WHERE id IN (SELECT id FROM i))
+             p AS (DELETE FROM {s}.inbox WHERE id IN (SELECT id FROM i)),
+             t AS (DELETE FROM {s}.timers WHERE id IN (SELECT id FROM i))
              SELECT count(*) FROM i",
             lease::orphan(s)
         ))

@@ -70,6 +70,9 @@ pub(in crate::store::postgres) struct Row {
     pub(in crate::store::postgres) queue_key: Option<String>,
     pub(in crate::store::postgres) priority: Option<i32>,
     pub(in crate::store::postgres) queue_taken: Option<bool>,
+    /// Its timer, if it only waits (`IndexRow::wake`; see `timers`).
+    pub(in crate::store::postgres) wake: Option<i64>,
+    pub(in crate::store::postgres) deadline: bool,
 }
 
 impl Row {
@@ -95,6 +98,10 @@ impl Row {
             queue_key: queue.and_then(|q| q.key.map(str::to_owned)),
             priority: queue.map(|q| q.priority),
             queue_taken: queue.map(|q| q.taken),
+            wake: index
+                .wake
+                .map(|(at, _)| crate::store::postgres::timers::to_db(at)),
+            deadline: index.wake.is_some_and(|(_, deadline)| deadline),
         }
     }
 }
@@ -152,6 +159,8 @@ pub(in crate::store::postgres) enum Read {
     OwnerOf(String),
     /// A read or a swap of schedule states (see `schedules`).
     Schedule(crate::store::postgres::schedules::ScheduleCall),
+    /// A read of the timers (see `timers`).
+    Timers(crate::store::postgres::timers::TimerRead),
 }
 
 pub(in crate::store::postgres) enum ReadAnswer {
@@ -169,6 +178,7 @@ pub(in crate::store::postgres) enum ReadAnswer {
     Ids(Vec<String>),
     Owner(Option<(String, SystemTime)>),
     Schedule(crate::store::postgres::schedules::ScheduleAnswer),
+    Timers(crate::store::postgres::timers::TimerAnswer),
     Done,
 }
 

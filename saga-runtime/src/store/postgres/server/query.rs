@@ -225,6 +225,7 @@ pub(in crate::store::postgres) async fn query(
             ReadAnswer::Owner(row.map(|row| (row.get(0), row.get(1))))
         }
         Read::Schedule(call) => ReadAnswer::Schedule(call.run(&conn.client).await?),
+        Read::Timers(read) => ReadAnswer::Timers(read.run(&conn.client, worker).await?),
     })
 }
 
