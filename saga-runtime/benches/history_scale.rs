@@ -11,6 +11,11 @@
 //! and their journals and index entries are copied under new ids, the bytes
 //! the engine wrote.
 //!
+//! Then, in this process: the first page of a selective filter (the
+//! waiting instances; a tag `TAGGED` ended instances carry), and the
+//! retention rate (a sweep that removes every ended instance) beside the
+//! rate at which the engine starts and runs one-step instances.
+//!
 //! `cargo bench -p saga-runtime --bench history_scale`. Environment:
 //! `SAGA_SCALE_ENDED` (ended instances per size, comma-separated; default
 //! `100000,1000000`, a tenth as many asleep), `SAGA_SCALE_ROUNDS` (default
@@ -23,10 +28,17 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use saga_runtime::inspect::ListFilter;
+use saga_runtime::StartOptions;
+use saga_runtime::inspect::{ListFilter, Page};
 use saga_runtime::prelude::*;
 use saga_runtime::store::{IndexFacts, IndexQuery, IndexRow, SledStore, Store};
 use support::{Scratch, charge, header, row, thousands};
+
+/// Ended instances that carry the tag `batch=b7`, at every size.
+const TAGGED: usize = 100;
+
+/// The first page of a selective filter is this long.
+const PAGE: usize = 50;
 
 /// The argument a measuring child process is started with.
 const CHILD: &str = "--history-scale-child";
@@ -62,13 +74,25 @@ struct Template {
     facts: Vec<u8>,
     created_at: u64,
     status: &'static str,
+    workflow: &'static str,
+    /// Its tags, as the engine filed them.
+    tags: Vec<(String, String)>,
+    /// When it ended (ms since the Unix epoch).
+    finished_at: Option<u64>,
     active: bool,
     /// Its timer, as the engine filed it (a sleeper's wake).
     wake: Option<(u64, bool)>,
 }
 
 impl Template {
-    async fn read(store: &SledStore, id: &str, status: &'static str, active: bool) -> Template {
+    async fn read(
+        store: &SledStore,
+        id: &str,
+        (workflow, status): (&'static str, &'static str),
+        tags: &[(&str, &str)],
+        finished_at: Option<u64>,
+    ) -> Template {
+        let active = finished_at.is_none();
         // In start order, the only order whose positions keep start times.
         let query = IndexQuery {
             limit: 1,
@@ -90,6 +114,12 @@ impl Template {
             facts: entry.facts.expect("facts"),
             created_at,
             status,
+            workflow,
+            tags: tags
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            finished_at,
             active,
             wake: store.timer_of(id).await.expect("the template's timer"),
         }
@@ -99,16 +129,16 @@ impl Template {
     async fn copy(&self, store: &SledStore, id: &str) {
         let row = IndexRow {
             summary: &self.summary,
-            workflow: "",
+            workflow: self.workflow,
             status: self.status,
             active: self.active,
             wake: self.wake,
             facts: Some(IndexFacts {
                 encoded: &self.facts,
                 created_at: self.created_at,
-                finished_at: None,
+                finished_at: self.finished_at,
                 parent: None,
-                tags: &[],
+                tags: &self.tags,
                 rollback_failed: false,
                 failed_compensation: false,
                 queue: None,
@@ -127,11 +157,17 @@ impl Template {
 fn fill(dir: &Path, ended: usize, asleep: usize) -> Duration {
     let started = Instant::now();
     let runtime = runtime();
-    runtime.block_on(async {
+    let ended_at = runtime.block_on(async {
         let engine = Engine::open(dir).expect("open the store");
         engine.register(one_step).expect("register");
         engine.register(nap_a_day).expect("register");
         let run = engine.start(one_step, "tpl-ended", 1).await.expect("start");
+        run.result().await.expect("the template ends");
+        let tagged = StartOptions::new().tag("batch", "b7");
+        let run = engine
+            .start_with(one_step, "tpl-tagged", 1, tagged)
+            .await
+            .expect("start");
         run.result().await.expect("the template ends");
         engine
             .start(nap_a_day, "tpl-asleep", 1)
@@ -141,19 +177,30 @@ fn fill(dir: &Path, ended: usize, asleep: usize) -> Duration {
         while engine.list(&waiting).await.expect("list").is_empty() {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+        let mut ended_at = Vec::new();
+        for id in ["tpl-ended", "tpl-tagged"] {
+            let info = engine.instance(id).await.expect("a template");
+            let at = info.info().await.expect("its info").finished_at;
+            let ms = at.and_then(|at| at.duration_since(std::time::UNIX_EPOCH).ok());
+            ended_at.push(ms.map(|d| u64::try_from(d.as_millis()).expect("ms")));
+        }
         engine.close().await;
+        ended_at
     });
     let store = Arc::new(SledStore::open(dir).expect("open the store"));
-    let (done, sleeping) = runtime.block_on(async {
+    let (done, sleeping, tagged) = runtime.block_on(async {
+        let ended = ("one-step", "complete");
         (
-            Template::read(&store, "tpl-ended", "Complete", false).await,
-            Template::read(&store, "tpl-asleep", "Waiting", true).await,
+            Template::read(&store, "tpl-ended", ended, &[], ended_at[0]).await,
+            Template::read(&store, "tpl-asleep", ("nap-a-day", "waiting"), &[], None).await,
+            Template::read(&store, "tpl-tagged", ended, &[("batch", "b7")], ended_at[1]).await,
         )
     });
-    let (done, sleeping) = (Arc::new(done), Arc::new(sleeping));
+    let (done, sleeping, tagged) = (Arc::new(done), Arc::new(sleeping), Arc::new(tagged));
     std::thread::scope(|scope| {
         for part in 0..2 {
             let (store, done, sleeping) = (store.clone(), done.clone(), sleeping.clone());
+            let tagged = tagged.clone();
             let handle = runtime.handle().clone();
             scope.spawn(move || {
                 handle.block_on(async {
@@ -162,6 +209,9 @@ fn fill(dir: &Path, ended: usize, asleep: usize) -> Duration {
                     }
                     for i in (part..asleep).step_by(2) {
                         sleeping.copy(&store, &format!("asleep-{i:08}")).await;
+                    }
+                    for i in (part..TAGGED).step_by(2) {
+                        tagged.copy(&store, &format!("tagged-{i:08}")).await;
                     }
                 })
             });
@@ -337,7 +387,82 @@ fn measure_size(ended: usize, rounds: usize) -> Size {
         &mib(size.saga.settled),
         "(what resumed in the background)",
     );
+    pages_and_retention(scratch.path(), &workload);
     size
+}
+
+/// In this process, on the store of `ended` instances: the first page of
+/// a selective filter (median of 5), then the retention rate, against the
+/// rate at which this engine starts and runs instances. The sweep removes
+/// every ended instance (a retention of a millisecond): run last.
+fn pages_and_retention(dir: &Path, workload: &str) {
+    let runtime = runtime();
+    runtime.block_on(async {
+        let engine = Engine::builder()
+            .retention(Duration::from_millis(1))
+            .register(one_step)
+            .register(nap_a_day)
+            .open(dir)
+            .expect("open the store");
+        let filters = [
+            (
+                "first page: waiting",
+                ListFilter::all().status(Status::Waiting),
+            ),
+            ("first page: a tag", ListFilter::all().tag("batch", "b7")),
+        ];
+        for (what, filter) in filters {
+            let mut times = Vec::new();
+            let mut found = 0;
+            for _ in 0..5 {
+                let started = Instant::now();
+                let page = engine
+                    .list_page(&filter, &Page::first(PAGE))
+                    .await
+                    .expect("a page");
+                times.push(started.elapsed());
+                found = page.instances.len();
+            }
+            times.sort();
+            row(
+                workload,
+                what,
+                &format!("{:.2} ms", times[2].as_secs_f64() * 1000.0),
+                &format!("{found} of a page of {PAGE} (target < 10 ms at 1M)"),
+            );
+        }
+        let starts = 2000;
+        let started = Instant::now();
+        let mut runs = Vec::with_capacity(starts);
+        for i in 0..starts {
+            let run = engine
+                .start(one_step, &format!("rate-{i}"), 1)
+                .await
+                .expect("start");
+            runs.push(run);
+        }
+        for run in runs {
+            run.result().await.expect("it ends");
+        }
+        let start_rate = starts as f64 / started.elapsed().as_secs_f64();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let swept = Instant::now();
+        let removed = engine.sweep_expired().await.expect("a sweep");
+        let sweep_rate = removed as f64 / swept.elapsed().as_secs_f64();
+        row(
+            workload,
+            "retention: removed per second",
+            &thousands(sweep_rate),
+            &format!(
+                "{} removed in {:.1} s; starts {}/s: {:.2}x (target >= 1)",
+                thousands(removed as f64),
+                swept.elapsed().as_secs_f64(),
+                thousands(start_rate),
+                sweep_rate / start_rate
+            ),
+        );
+        engine.close().await;
+    });
 }
 
 fn sizes() -> Vec<usize> {

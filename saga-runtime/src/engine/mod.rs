@@ -6,6 +6,7 @@
 
 pub(crate) mod counts;
 mod idle;
+mod list_rebuild;
 pub(crate) mod listing;
 pub(crate) mod queue_limits;
 pub(crate) mod retention;
@@ -647,6 +648,7 @@ impl EngineBuilder {
         runner.register_all(self.workflows)?;
         if !runner.core.journal.read_only() {
             crate::engine::retention::spawn_sweeper(&runner);
+            list_rebuild::spawn(&runner);
             crate::schedule::firing::spawn(&runner, &schedules);
         }
         crate::instance::inbox::spawn_inbox_reader(&runner);

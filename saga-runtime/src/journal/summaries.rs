@@ -42,6 +42,16 @@ impl Journal {
         Ok((self.summaries_of(set.may_run).await, set.asleep))
     }
 
+    /// The summary of `id` from its index entry (its state cached here
+    /// wins); `None` when it has no entry.
+    pub(crate) async fn summary_of(&self, id: &str) -> Result<Option<Result<Summary>>> {
+        let Some(bytes) = self.store.index(id).await? else {
+            return Ok(None);
+        };
+        let mut read = self.summaries_of(vec![(id.to_owned(), bytes)]).await;
+        Ok(read.pop().map(|(_, summary)| summary))
+    }
+
     /// Like [`Journal::summaries`], of the instances that may be in
     /// `status` and run `workflow` (`None`: any): the store may leave out
     /// the others, and the caller filters what it answers again.

@@ -39,6 +39,7 @@ pub(crate) use postgres::{DEFAULT_LEASE, DEFAULT_SCHEMA};
 pub use postgres::{PgOptions, PgStore};
 pub use query::{
     Accept, IndexEntry, IndexFacts, IndexPage, IndexQuery, PageOrder, PagePosition, QueueFacts,
+    RowOf,
 };
 pub use sled_store::SledStore;
 pub(crate) use sled_store::{LegacyInstance, wait_until_released};
@@ -344,6 +345,46 @@ pub trait Store: Send + Sync + 'static {
     fn timers_rebuilt(&self) -> Result<()> {
         Ok(())
     }
+    /// Whether this store keeps an index of the ended instances by end
+    /// time that every writer since it was built kept
+    /// ([`Store::ended_until`]): then retention walks it a batch at a
+    /// time and reads no other entry. The default keeps none, and
+    /// retention reads every entry.
+    fn ended_kept(&self) -> bool {
+        false
+    }
+    /// Up to `limit` instances filed as ended at or before `until`
+    /// (stored milliseconds), after `after` (`(ended, id)`, exclusive;
+    /// `None`: from the first), in end then id order: `(ended, id)`. A
+    /// key may be stale (the instance was removed, or restarted and ended
+    /// again later): the caller checks each against its entry and drops
+    /// the stale ones ([`Store::drop_ended`]).
+    fn ended_until<'a>(
+        &'a self,
+        _until: u64,
+        _after: Option<(u64, &'a str)>,
+        _limit: usize,
+    ) -> StoreFuture<'a, Vec<(u64, String)>> {
+        answered(Ok(Vec::new()))
+    }
+    /// Files `id` as ended at `ended`, for the rebuild of an index of
+    /// ended instances that a release before did not keep (writes of the
+    /// index file the others). The default keeps nothing.
+    fn file_ended(&self, _id: &str, _ended: u64) -> Result<()> {
+        Ok(())
+    }
+    /// Drops the key of `id` ended at `ended` from the index of ended
+    /// instances: it was removed, or the key is stale.
+    fn drop_ended(&self, _id: &str, _ended: u64) -> Result<()> {
+        Ok(())
+    }
+    /// Every ended instance was filed again (the rebuild of an index of
+    /// ended instances that a release before did not keep):
+    /// [`Store::ended_kept`] answers `true` from now on, until a release
+    /// that does not keep it writes the store.
+    fn ended_rebuilt(&self) -> Result<()> {
+        Ok(())
+    }
     /// The instances whose index entry may lag their journal (written by
     /// a process that did not close), for the repair on open: `None` when
     /// the store cannot tell (the default; or a release that keeps no
@@ -375,6 +416,25 @@ pub trait Store: Send + Sync + 'static {
             let entries = self.index_entries().await?;
             query::page_of_all(entries, query, accept).await
         })
+    }
+    /// Whether the store keeps indexes of its own for `list()`'s filters
+    /// that a release before did not keep: then the engine refiles every
+    /// entry, a batch at a time ([`Store::rebuild_lists`]), and pages walk
+    /// as without them meanwhile. The default keeps none.
+    fn lists_to_rebuild(&self) -> bool {
+        false
+    }
+    /// Refiles up to `limit` entries after `after` (id order; `None`: from
+    /// the first) in the store's indexes for `list()`'s filters, each row
+    /// made by `row_of`; answers the last id refiled, or `None` when no
+    /// entry is left, and then the indexes are trusted.
+    fn rebuild_lists<'a>(
+        &'a self,
+        _after: Option<&'a str>,
+        _limit: usize,
+        _row_of: RowOf<'a>,
+    ) -> StoreFuture<'a, Option<String>> {
+        answered(Ok(None))
     }
     /// The plan the store's own query of `query`'s page runs with
     /// (PostgreSQL's `EXPLAIN`), for operators and tests; `None` for a

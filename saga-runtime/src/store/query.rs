@@ -126,6 +126,23 @@ pub struct IndexPage {
 #[doc(hidden)]
 pub type Accept<'a> = &'a (dyn Fn(&IndexEntry) -> bool + Send + Sync);
 
+/// How the engine makes an instance's index row from its stored entry
+/// (id, summary, facts if any), for a store that refiles its own indexes
+/// of the rows ([`Store::rebuild_lists`](super::Store::rebuild_lists)):
+/// it hands the row to the store's continuation. An entry that does not
+/// read is skipped.
+#[doc(hidden)]
+pub type RowOf<'a> = &'a (
+        dyn Fn(
+    &str,
+    &[u8],
+    Option<&[u8]>,
+    &mut dyn FnMut(&super::IndexRow<'_>) -> crate::error::Result<()>,
+) -> crate::error::Result<()>
+            + Send
+            + Sync
+    );
+
 /// A page from every entry at once: for stores that keep no order of
 /// their own (test stores). It reads the whole index.
 pub(crate) fn page_of_all<'a>(

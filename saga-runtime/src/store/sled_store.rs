@@ -39,10 +39,21 @@
 //!   [`Store::timers_after`] drops when it finds the instance files
 //!   another (or none).
 //!
-//! The timers are trusted only when the marker's value is
-//! [`TIMERS_KEPT`]: a release before writes the marker empty (or removes
-//! it), and the engine then files every active instance's timer again
-//! before it trusts them ([`Store::timers_rebuilt`]).
+//! - `ended`: key `<big-endian u64 ms ended><id>`, empty: the ended
+//!   instances by end time, which retention walks (`ended`).
+//! - `lists` and `lists_of`: the instances by the facts `list()` filters
+//!   on (workflow, queue, parent, tag, ended or not), which a filtered
+//!   page walks (`lists`).
+//!
+//! The marker's value says which of the later trees are kept: its words,
+//! joined by `+` (`timers+ended+lists`). The timers are trusted only
+//! when it says `timers`: a release before writes the marker empty or
+//! `timers` alone (or removes it), and the engine then files every active
+//! instance's timer again before it trusts them
+//! ([`Store::timers_rebuilt`]); likewise `ended` ([`Store::ended_rebuilt`]).
+//! A release before rewrites the marker on open, before it writes
+//! anything else, so a word is never kept past a writer that did not
+//! keep its tree.
 //!
 //! The two new trees are kept only by releases that know them: a release
 //! before writes without them. So a marker that they are kept sits in
@@ -61,11 +72,14 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use super::{
-    Accept, ActiveSet, IndexEntry, IndexPage, IndexQuery, IndexRow, PageOrder, PagePosition, Store,
-    StoreFuture, answered,
+    Accept, ActiveSet, IndexEntry, IndexPage, IndexQuery, IndexRow, PageOrder, PagePosition, RowOf,
+    Store, StoreFuture, answered,
 };
 use crate::error::{Error, Result};
 use crate::store::failpoint::{self, Call};
+
+mod ended;
+mod lists;
 
 /// The sled store. Not yet a stable API (see [`Store`]).
 #[doc(hidden)]
@@ -80,9 +94,18 @@ pub struct SledStore {
     active: sled::Tree,
     dirty: sled::Tree,
     timers: sled::Tree,
+    ended: sled::Tree,
+    lists: sled::Tree,
+    lists_of: sled::Tree,
+    /// Held while the list indexes of an entry and the entry are written.
+    lists_lock: std::sync::Mutex<()>,
+    /// Whether `lists` is kept by every writer since it was built.
+    lists_trusted: std::sync::atomic::AtomicBool,
     /// Whether `timers` is kept by every writer since it was built (the
     /// marker said so at open, or the engine rebuilt it since).
     timers_trusted: std::sync::atomic::AtomicBool,
+    /// Whether `ended` is kept by every writer since it was built.
+    ended_trusted: std::sync::atomic::AtomicBool,
     /// The instances marked in `dirty` by this process.
     marked: std::sync::Mutex<std::collections::HashSet<String>>,
     path: Option<PathBuf>,
@@ -124,9 +147,14 @@ impl Drop for OpenHere {
 /// none sorts before it); the index walks of this release skip it.
 const KEPT_MARKER: &[u8] = b"\0saga:active-and-dirty-kept";
 
-/// The value of [`KEPT_MARKER`] that says the `timers` tree was kept too
-/// (a release before writes it empty).
-const TIMERS_KEPT: &[u8] = b"timers";
+/// The word of [`KEPT_MARKER`]'s value that says the `timers` tree was
+/// kept too (a release before writes it empty, or this word alone).
+const TIMERS_KEPT: &str = "timers";
+
+/// Whether the marker's value `value` has the word `word`.
+fn marker_says(value: &[u8], word: &str) -> bool {
+    value.split(|b| *b == b'+').any(|w| w == word.as_bytes())
+}
 
 /// An instance's timer as `active` and `timers` keep it: wake time (big
 /// endian), then 1 for an event wait's deadline; empty for none.
@@ -214,7 +242,13 @@ impl SledStore {
             active: db.open_tree("active").map_err(sled_error)?,
             dirty: db.open_tree("dirty").map_err(sled_error)?,
             timers: db.open_tree("timers").map_err(sled_error)?,
+            ended: db.open_tree("ended").map_err(sled_error)?,
+            lists: db.open_tree("lists").map_err(sled_error)?,
+            lists_of: db.open_tree("lists_of").map_err(sled_error)?,
+            lists_lock: std::sync::Mutex::new(()),
+            lists_trusted: std::sync::atomic::AtomicBool::new(false),
             timers_trusted: std::sync::atomic::AtomicBool::new(false),
+            ended_trusted: std::sync::atomic::AtomicBool::new(false),
             marked: std::sync::Mutex::default(),
             db,
             path,
@@ -222,10 +256,21 @@ impl SledStore {
             _open_here: None,
         };
         let marker = store.index.get(KEPT_MARKER).map_err(sled_error)?;
-        let trusted = marker.is_some_and(|value| value.as_ref() == TIMERS_KEPT);
+        let says = |word| marker.as_ref().is_some_and(|v| marker_says(v, word));
+        // A store without instances has nothing to file.
+        let empty = store
+            .index
+            .iter()
+            .keys()
+            .all(|k| k.is_ok_and(|k| !is_instance_key(&k)));
+        let ordering = std::sync::atomic::Ordering::SeqCst;
+        store.timers_trusted.store(says(TIMERS_KEPT), ordering);
         store
-            .timers_trusted
-            .store(trusted, std::sync::atomic::Ordering::SeqCst);
+            .ended_trusted
+            .store(empty || says(ended::ENDED), ordering);
+        store
+            .lists_trusted
+            .store(empty || says(lists::LISTS), ordering);
         Ok(store)
     }
 
@@ -459,19 +504,28 @@ impl SledStore {
         let mut marked = crate::lock::lock(&self.marked);
         self.dirty.clear().map_err(sled_error)?;
         marked.clear();
-        Self::insert(&self.index, KEPT_MARKER, self.marker_value())
+        Self::insert(&self.index, KEPT_MARKER, &self.marker_value())
     }
 
-    /// What [`KEPT_MARKER`] says: the timers are kept too, once trusted.
-    fn marker_value(&self) -> &'static [u8] {
-        if self
-            .timers_trusted
-            .load(std::sync::atomic::Ordering::SeqCst)
-        {
-            TIMERS_KEPT
-        } else {
-            &[]
+    /// What [`KEPT_MARKER`] says: the later trees that are trusted.
+    fn marker_value(&self) -> Vec<u8> {
+        let ordering = std::sync::atomic::Ordering::SeqCst;
+        let words = [
+            (self.timers_trusted.load(ordering), TIMERS_KEPT),
+            (self.ended_trusted.load(ordering), ended::ENDED),
+            (self.lists_trusted.load(ordering), lists::LISTS),
+        ];
+        let kept: Vec<&str> = words.iter().filter(|w| w.0).map(|w| w.1).collect();
+        kept.join("+").into_bytes()
+    }
+
+    /// Writes what the marker says now, where the marker says the other
+    /// trees are kept too (else the repair on the next open sets it).
+    fn note_marker(&self) -> Result<()> {
+        if self.index.contains_key(KEPT_MARKER).map_err(sled_error)? {
+            Self::insert(&self.index, KEPT_MARKER, &self.marker_value())?;
         }
+        Ok(())
     }
 
     fn create_now(&self, id: &str, row: &IndexRow<'_>, record: &[u8]) -> Result<bool> {
@@ -498,6 +552,13 @@ impl SledStore {
             None
         };
         self.drop_old_timer(id, old)?;
+        if let Some(at) = ended::ended_at(row) {
+            self.file_ended_now(id, at)?;
+        }
+        {
+            let _lock = crate::lock::lock(&self.lists_lock);
+            self.file_lists(id, row)?;
+        }
         self.put_facts(id, row)?;
         Self::insert(&self.journal, &key(id, 0), record)?;
         Ok(true)
@@ -552,6 +613,11 @@ impl SledStore {
     /// A page: walks `by_start` (or `index`, in id order) from the
     /// query's cursor, and stops once the page is full.
     fn page_now(&self, query: &IndexQuery<'_>, accept: Accept<'_>) -> Result<IndexPage> {
+        if self.lists_trusted.load(std::sync::atomic::Ordering::SeqCst)
+            && let Some(fact) = lists::walked_fact(query)
+        {
+            return self.page_by_fact(query, accept, &fact);
+        }
         let mut page = IndexPage::default();
         let mut take = |entry: IndexEntry| {
             if accept(&entry) {
@@ -772,12 +838,20 @@ impl Store for SledStore {
 
     fn put_index(&self, id: &str, index: &IndexRow<'_>) -> Result<()> {
         self.refuse_if_read_only()?;
+        // Filed before the entry says it ended.
+        if let Some(at) = ended::ended_at(index) {
+            self.file_ended_now(id, at)?;
+        }
         let old = if index.active {
             self.add_active_with(id, index.wake)?
         } else {
             None
         };
-        Self::insert(&self.index, id.as_bytes(), index.summary)?;
+        {
+            let _lock = crate::lock::lock(&self.lists_lock);
+            self.file_lists(id, index)?;
+            Self::insert(&self.index, id.as_bytes(), index.summary)?;
+        }
         if index.active {
             self.drop_old_timer(id, old)?;
         } else {
@@ -817,12 +891,47 @@ impl Store for SledStore {
     fn timers_rebuilt(&self) -> Result<()> {
         self.timers_trusted
             .store(true, std::sync::atomic::Ordering::SeqCst);
-        // Said by the marker only where the marker says the other trees
-        // are kept too (else the repair on the next open sets it).
-        if self.index.contains_key(KEPT_MARKER).map_err(sled_error)? {
-            Self::insert(&self.index, KEPT_MARKER, TIMERS_KEPT)?;
-        }
-        Ok(())
+        self.note_marker()
+    }
+
+    fn ended_kept(&self) -> bool {
+        self.ended_trusted.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn ended_until<'a>(
+        &'a self,
+        until: u64,
+        after: Option<(u64, &'a str)>,
+        limit: usize,
+    ) -> StoreFuture<'a, Vec<(u64, String)>> {
+        answered(self.ended_until_now(until, after, limit))
+    }
+
+    fn file_ended(&self, id: &str, ended: u64) -> Result<()> {
+        self.file_ended_now(id, ended)
+    }
+
+    fn drop_ended(&self, id: &str, ended: u64) -> Result<()> {
+        self.drop_ended_now(id, ended)
+    }
+
+    fn lists_to_rebuild(&self) -> bool {
+        !self.read_only && !self.lists_trusted.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn rebuild_lists<'a>(
+        &'a self,
+        after: Option<&'a str>,
+        limit: usize,
+        row_of: RowOf<'a>,
+    ) -> StoreFuture<'a, Option<String>> {
+        answered(self.rebuild_lists_now(after, limit, row_of))
+    }
+
+    fn ended_rebuilt(&self) -> Result<()> {
+        self.ended_trusted
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.note_marker()
     }
 
     fn active_entries(&self) -> StoreFuture<'_, Vec<(String, Vec<u8>)>> {
@@ -906,6 +1015,7 @@ impl Store for SledStore {
         }
         self.index.remove(id.as_bytes()).map_err(sled_error)?;
         self.drop_active(id)?;
+        self.drop_lists(id)?;
         failpoint::after(Call::Write, n)
     }
 

@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use saga_runtime::Error;
 use saga_runtime::store::{
-    Accept, ActiveSet, IndexPage, IndexQuery, IndexRow, QueueTake, QueueTaken, Store, StoreFuture,
-    TailPosition, TailRecords, Told,
+    Accept, ActiveSet, IndexEntry, IndexPage, IndexQuery, IndexRow, QueueTake, QueueTaken, RowOf,
+    Store, StoreFuture, TailPosition, TailRecords, Told,
 };
 
 /// What the engine read through a [`CountingStore`].
@@ -29,6 +29,10 @@ pub(crate) struct Reads {
     /// Per instance: how many reads of its journal alone (its state was
     /// loaded).
     pub(crate) journals: BTreeMap<String, usize>,
+    /// Keys read from the index of ended instances (retention).
+    pub(crate) ended_keys: usize,
+    /// Entries read by the walks of `list()`'s pages.
+    pub(crate) page_entries: usize,
 }
 
 impl Reads {
@@ -195,6 +199,30 @@ impl Store for CountingStore {
     fn timers_rebuilt(&self) -> Result<(), Error> {
         self.inner.timers_rebuilt()
     }
+    fn ended_kept(&self) -> bool {
+        self.inner.ended_kept()
+    }
+    fn ended_until<'a>(
+        &'a self,
+        until: u64,
+        after: Option<(u64, &'a str)>,
+        limit: usize,
+    ) -> StoreFuture<'a, Vec<(u64, String)>> {
+        Box::pin(async move {
+            let keys = self.inner.ended_until(until, after, limit).await?;
+            self.reads.lock().unwrap().ended_keys += keys.len();
+            Ok(keys)
+        })
+    }
+    fn file_ended(&self, id: &str, ended: u64) -> Result<(), Error> {
+        self.inner.file_ended(id, ended)
+    }
+    fn drop_ended(&self, id: &str, ended: u64) -> Result<(), Error> {
+        self.inner.drop_ended(id, ended)
+    }
+    fn ended_rebuilt(&self) -> Result<(), Error> {
+        self.inner.ended_rebuilt()
+    }
     fn lagging(&self) -> StoreFuture<'_, Option<Vec<String>>> {
         self.inner.lagging()
     }
@@ -209,7 +237,25 @@ impl Store for CountingStore {
         query: &'a IndexQuery<'a>,
         accept: Accept<'a>,
     ) -> StoreFuture<'a, IndexPage> {
-        self.inner.index_page(query, accept)
+        Box::pin(async move {
+            // Every entry the walk reads is put to the engine's test.
+            let counted = |entry: &IndexEntry| {
+                self.reads.lock().unwrap().page_entries += 1;
+                accept(entry)
+            };
+            self.inner.index_page(query, &counted).await
+        })
+    }
+    fn lists_to_rebuild(&self) -> bool {
+        self.inner.lists_to_rebuild()
+    }
+    fn rebuild_lists<'a>(
+        &'a self,
+        after: Option<&'a str>,
+        limit: usize,
+        row_of: RowOf<'a>,
+    ) -> StoreFuture<'a, Option<String>> {
+        self.inner.rebuild_lists(after, limit, row_of)
     }
     fn unindexed(&self, limit: usize) -> StoreFuture<'_, Vec<String>> {
         self.reads.lock().unwrap().whole_index += 1;
