@@ -23,6 +23,7 @@ const TIMEOUT: &str = "timeout";
 const READ_ONLY: &str = "read_only";
 const HANDLER: &str = "handler";
 const REDACT: &str = "redact";
+const UPDATES: &str = "updates";
 
 const STEP_KEYS: &[&str] = &[
     NAME,
@@ -39,7 +40,7 @@ const ROLLBACK_KEYS: &[&str] = &[RETRIES, DELAY, BACKOFF, TIMEOUT];
 /// `rollback(handler = .., ..)` on a step: the handler and settings that
 /// override its own for this step.
 const STEP_ROLLBACK_KEYS: &[&str] = &[HANDLER, RETRIES, DELAY, BACKOFF, TIMEOUT];
-const WORKFLOW_KEYS: &[&str] = &[NAME, ROLLBACK];
+const WORKFLOW_KEYS: &[&str] = &[NAME, ROLLBACK, UPDATES];
 
 /// A value of each key, for messages.
 const EXAMPLES: &[(&str, &str)] = &[
@@ -52,6 +53,7 @@ const EXAMPLES: &[(&str, &str)] = &[
     (BACKOFF, "\"exponential\""),
     (TIMEOUT, "\"10 minutes\""),
     (REDACT, "[\"card\"]"),
+    (UPDATES, "[\"approve\"]"),
 ];
 
 /// The most retries a step or rollback handler may have (the runtime's
@@ -114,6 +116,9 @@ pub(crate) struct WorkflowArgs {
     /// `rollback = "concurrent"`: compensations in reverse happens-before
     /// order (the default, `"sequential"`, is reverse start order).
     pub(crate) concurrent_rollback: bool,
+    /// `updates = ["approve"]`: the names `ctx.take_update` takes, each
+    /// valid and once.
+    pub(crate) updates: Vec<LitStr>,
 }
 
 impl StepArgs {
@@ -196,6 +201,8 @@ impl WorkflowArgs {
                     parsed.concurrent_rollback =
                         errors.ok(rollback_order(&value)).unwrap_or_default();
                 }
+                // updates = ["approve", "cancel"]
+                UPDATES => parsed.updates = updates_value(&value, errors),
                 // name = "bank-transfer"
                 _ => {
                     name_seen = true;
@@ -420,6 +427,35 @@ fn redact_value(value: &Expr, errors: &mut Errors) -> Vec<LitStr> {
             }) => names.push(name.clone()),
             other => errors.spanned(other, message),
         }
+    }
+    names
+}
+
+/// `["approve", "cancel"]`: update names, spelled as step names, each
+/// once.
+fn updates_value(value: &Expr, errors: &mut Errors) -> Vec<LitStr> {
+    let message = "`updates` takes an array of the update names the workflow takes with \
+                   `ctx.take_update`, e.g. `updates = [\"approve\"]`";
+    let Expr::Array(array) = value else {
+        errors.spanned(value, message);
+        return Vec::new();
+    };
+    let mut names: Vec<LitStr> = Vec::new();
+    for element in &array.elems {
+        let Some(name) = errors.ok(checked_name(element, "update name")) else {
+            continue;
+        };
+        if names.iter().any(|seen| seen.value() == name.value()) {
+            errors.spanned(
+                &name,
+                format!(
+                    "the update {:?} is listed twice: list it once",
+                    name.value()
+                ),
+            );
+            continue;
+        }
+        names.push(name);
     }
     names
 }

@@ -134,6 +134,7 @@ pub use crate::workflow::continuation::ContinueAsNew;
 pub use crate::workflow::key::{IdempotencyKey, StepContext};
 pub use crate::workflow::service::Service;
 pub use crate::workflow::step::StepFuture;
+pub use crate::workflow::updates::Update;
 pub use crate::workflow::wait::EventWaitCall;
 pub use crate::workflow::{FnWorkflow, RollbackOrder, Workflow, WorkflowFuture, workflow_fn};
 

@@ -239,7 +239,7 @@ impl<'a> EventSender<'a> {
 /// at most 800 bytes, which every store keeps.
 const MAX_EVENT_ID_CHARS: usize = 200;
 
-fn check_event_id(event_id: &str) -> Result<()> {
+pub(crate) fn check_event_id(event_id: &str) -> Result<()> {
     let chars = event_id.chars().count();
     if chars == 0 || chars > MAX_EVENT_ID_CHARS {
         return Err(Error::InvalidArgument(format!(

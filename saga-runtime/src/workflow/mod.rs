@@ -26,6 +26,7 @@ pub(crate) mod service;
 pub(crate) mod step;
 pub(crate) mod step_table;
 pub(crate) mod tagging;
+pub(crate) mod updates;
 pub(crate) mod wait;
 
 use std::future::Future;
@@ -119,6 +120,14 @@ pub trait Workflow: Send + Sync + 'static {
     /// [`RollbackOrder::Sequential`].
     fn rollback_order(&self) -> RollbackOrder {
         RollbackOrder::Sequential
+    }
+
+    /// The updates it takes (`ctx.take_update`), by name:
+    /// `#[workflow(.., updates = ["approve"])]` lists them. An update of
+    /// another name sent to its instances is refused at once
+    /// ([`Error::UpdateNotDeclared`](crate::Error::UpdateNotDeclared)).
+    fn updates(&self) -> Vec<&'static str> {
+        Vec::new()
     }
 }
 
@@ -218,6 +227,8 @@ pub(crate) trait ErasedWorkflow: Send + Sync + 'static {
 
     fn order_of_rollback(&self) -> RollbackOrder;
 
+    fn updates_taken(&self) -> Vec<&'static str>;
+
     fn run_erased(
         &self,
         ctx: WorkflowContext,
@@ -248,6 +259,10 @@ impl<W: Workflow> ErasedWorkflow for W {
 
     fn order_of_rollback(&self) -> RollbackOrder {
         self.rollback_order()
+    }
+
+    fn updates_taken(&self) -> Vec<&'static str> {
+        self.updates()
     }
 
     fn run_erased(
