@@ -41,7 +41,10 @@ pub(crate) fn updates_fn(
             );
         }
     }
-    for name in declared {
+    // A take whose name is not a literal has its error already: no
+    // second one for the declared name it meant.
+    let names_valid = errors.is_empty();
+    for name in declared.iter().filter(|_| names_valid) {
         if !taken.iter().any(|t| t.value() == name.value()) {
             errors.spanned(
                 name,

@@ -290,6 +290,18 @@ async fn an_update_from_another_worker_is_handled_by_the_owner() {
     .await
     .unwrap();
     assert_eq!(again, 60);
+    // The client does not register the workflow: the owner refuses an
+    // undeclared name as it takes the request from its inbox.
+    let undeclared = within(
+        "the refusal",
+        remote.update_with_id::<u64, _>("cancel", "cancel-6", &()),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&undeclared, Error::Refused { reason, .. } if reason.contains("no update named \"cancel\"")),
+        "{undeclared}"
+    );
     assert_eq!(requests_and_replies(&run).await, (1, 1));
     client.close().await;
     owner.close().await;

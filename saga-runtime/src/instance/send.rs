@@ -15,6 +15,7 @@ use crate::journal::queued::Enqueue;
 use crate::journal::{Change, InstanceState};
 use crate::run::runner::Runner;
 use crate::workflow::Workflow;
+use crate::workflow::updates::{UPDATE_EVENT_PREFIX, check_declared};
 
 /// What a send did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -191,6 +192,17 @@ impl<'a> EventSender<'a> {
     /// The record that stores the event, or none for a duplicate.
     fn change(&self, state: &InstanceState, payload: Payload) -> Result<(Option<Change>, Sent)> {
         let event_type = self.event_type.clone();
+        // An update, posted by a worker that does not know the workflow:
+        // refused here if the workflow would never take it.
+        if let Some(update) = event_type.strip_prefix(UPDATE_EVENT_PREFIX) {
+            let registered = self.runner.workflow(&state.workflow);
+            check_declared(
+                registered.as_deref(),
+                &self.instance,
+                &state.workflow,
+                update,
+            )?;
+        }
         let Some(event_id) = &self.event_id else {
             admits_event(state, &self.instance)?;
             let change = Change::EventReceived {

@@ -12,7 +12,7 @@ use crate::instance::Instance;
 use crate::instance::published::next_event_of;
 use crate::instance::send::{EventSender, check_event_id};
 use crate::model::status::Status;
-use crate::workflow::updates::{UpdateRequest, update_event_type};
+use crate::workflow::updates::{UpdateRequest, check_declared, update_event_type};
 
 /// What the instance's state says of an update before it is sent.
 struct Before {
@@ -118,22 +118,11 @@ impl Instance {
     }
 
     /// Refuses a name the workflow does not declare, when this engine
-    /// knows the workflow (a worker that does not register it leaves the
-    /// check to the owner's `take_update`, which never takes it).
+    /// knows the workflow (otherwise the owner refuses it as it takes the
+    /// request from its inbox).
     fn check_declared(&self, workflow: &str, name: &str) -> Result<()> {
-        let Some(registered) = self.runner.workflow(workflow) else {
-            return Ok(());
-        };
-        let declared = registered.updates_taken();
-        if declared.contains(&name) {
-            return Ok(());
-        }
-        Err(Error::UpdateNotDeclared {
-            id: self.id.to_string(),
-            workflow: workflow.to_owned(),
-            update: name.to_owned(),
-            declared: declared.iter().map(|d| (*d).to_owned()).collect(),
-        })
+        let registered = self.runner.workflow(workflow);
+        check_declared(registered.as_deref(), &self.id, workflow, name)
     }
 
     /// Waits until the workflow replies to `update_id`, or the instance

@@ -20,6 +20,7 @@ use crate::error::failure::WaitError;
 use crate::error::{Error, Result};
 use crate::journal::Change;
 use crate::time::duration::IntoDuration;
+use crate::workflow::ErasedWorkflow;
 use crate::workflow::context::{Ctx, Mode, WorkflowContext};
 
 /// The prefix of the event type an update travels as: `saga:update:` and
@@ -29,6 +30,30 @@ pub(crate) const UPDATE_EVENT_PREFIX: &str = "saga:update:";
 /// The event type the update `name` travels as.
 pub(crate) fn update_event_type(name: &str) -> String {
     format!("{UPDATE_EVENT_PREFIX}{name}")
+}
+
+/// Refuses the update `name` to instance `id` of `workflow` when the
+/// workflow is `registered` here and does not declare the name: it would
+/// never take it. An engine without the workflow lets it pass.
+pub(crate) fn check_declared(
+    registered: Option<&dyn ErasedWorkflow>,
+    id: &str,
+    workflow: &str,
+    name: &str,
+) -> Result<()> {
+    let Some(registered) = registered else {
+        return Ok(());
+    };
+    let declared = registered.updates_taken();
+    if declared.contains(&name) {
+        return Ok(());
+    }
+    Err(Error::UpdateNotDeclared {
+        id: id.to_owned(),
+        workflow: workflow.to_owned(),
+        update: name.to_owned(),
+        declared: declared.iter().map(|d| (*d).to_owned()).collect(),
+    })
 }
 
 /// What an update's event carries: its id and the caller's request.
