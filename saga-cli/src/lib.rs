@@ -548,6 +548,8 @@ pub mod guide {
     pub mod waits_and_children {}
     #[doc = include_str!("../../book/src/published-state.md")]
     pub mod published_state {}
+    #[doc = include_str!("../../book/src/updates.md")]
+    pub mod updates {}
     #[doc = include_str!("../../book/src/changing-workflows.md")]
     pub mod changing_workflows {}
     #[doc = include_str!("../../book/src/schedules.md")]
