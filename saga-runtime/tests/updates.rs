@@ -220,7 +220,7 @@ async fn an_update_sent_early_is_held_until_taken_and_counts_as_a_pending_event(
         })
     };
     within("the held update", async {
-        while run.inspect().await.unwrap().pending_events.len() < 1 {
+        while run.inspect().await.unwrap().pending_events.is_empty() {
             tokio::task::yield_now().await;
         }
     })

@@ -163,6 +163,6 @@ impl<T> Update<T> {
             };
             Ok((Some(change), ()))
         })?;
-        scope.core.journal.flush().await.map_err(Error::from)
+        scope.core.journal.flush().await
     }
 }
