@@ -24,6 +24,7 @@ const READ_ONLY: &str = "read_only";
 const HANDLER: &str = "handler";
 const REDACT: &str = "redact";
 const UPDATES: &str = "updates";
+const VALIDATOR: &str = "validator";
 
 const STEP_KEYS: &[&str] = &[
     NAME,
@@ -40,7 +41,7 @@ const ROLLBACK_KEYS: &[&str] = &[RETRIES, DELAY, BACKOFF, TIMEOUT];
 /// `rollback(handler = .., ..)` on a step: the handler and settings that
 /// override its own for this step.
 const STEP_ROLLBACK_KEYS: &[&str] = &[HANDLER, RETRIES, DELAY, BACKOFF, TIMEOUT];
-const WORKFLOW_KEYS: &[&str] = &[NAME, ROLLBACK, UPDATES];
+const WORKFLOW_KEYS: &[&str] = &[NAME, ROLLBACK, UPDATES, VALIDATOR];
 
 /// A value of each key, for messages.
 const EXAMPLES: &[(&str, &str)] = &[
@@ -54,6 +55,7 @@ const EXAMPLES: &[(&str, &str)] = &[
     (TIMEOUT, "\"10 minutes\""),
     (REDACT, "[\"card\"]"),
     (UPDATES, "[\"approve\"]"),
+    (VALIDATOR, "check_update"),
 ];
 
 /// The most retries a step or rollback handler may have (the runtime's
@@ -119,6 +121,10 @@ pub(crate) struct WorkflowArgs {
     /// `updates = ["approve"]`: the names `ctx.take_update` takes, each
     /// valid and once.
     pub(crate) updates: Vec<LitStr>,
+    /// `validator = check_update`: a `fn(&str, &serde_json::Value) ->
+    /// Result<(), String>` that rejects a request before anything is
+    /// recorded.
+    pub(crate) validator: Option<Path>,
 }
 
 impl StepArgs {
@@ -203,6 +209,8 @@ impl WorkflowArgs {
                 }
                 // updates = ["approve", "cancel"]
                 UPDATES => parsed.updates = updates_value(&value, errors),
+                // validator = check_update
+                VALIDATOR => parsed.validator = validator_path(value, errors),
                 // name = "bank-transfer"
                 _ => {
                     name_seen = true;
@@ -404,6 +412,21 @@ fn handler_path(value: Expr, errors: &mut Errors) -> Option<Path> {
                 other,
                 "expected the path of the rollback handler, e.g. `rollback = refund_account`; \
                  the handler is an `async fn` marked #[rollback]",
+            );
+            None
+        }
+    }
+}
+
+/// The path of an update validator, `validator = check_update`.
+fn validator_path(value: Expr, errors: &mut Errors) -> Option<Path> {
+    match value {
+        Expr::Path(path) if path.qself.is_none() => Some(path.path),
+        other => {
+            errors.spanned(
+                other,
+                "expected the path of the update validator, e.g. `validator = check_update`, \
+                 a `fn(update: &str, request: &serde_json::Value) -> Result<(), String>`",
             );
             None
         }

@@ -78,7 +78,7 @@ pub(crate) fn workflow(args: TokenStream, item: TokenStream) -> TokenStream {
         let local = steps::local_item_names(&workflow.item.block);
         let services = steps::workflow_services(&body, &local);
         let children = children::children_fn(&body.children, &local);
-        let updates = updates::updates_fn(&args.updates, &body, errors);
+        let updates = updates::updates_fn(&args.updates, args.validator.as_ref(), &body, errors);
         let order = args.concurrent_rollback.then(|| {
             quote! {
                 fn rollback_order(&self) -> ::saga_runtime::RollbackOrder {

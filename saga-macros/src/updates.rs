@@ -6,7 +6,7 @@
 
 use proc_macro2::TokenStream;
 use quote::quote;
-use syn::LitStr;
+use syn::{LitStr, Path};
 
 use crate::body::BodySummary;
 use crate::errors::Errors;
@@ -19,6 +19,7 @@ const UPDATE: &str = "update";
 /// when none is declared: the default takes none).
 pub(crate) fn updates_fn(
     declared: &[LitStr],
+    validator: Option<&Path>,
     body: &BodySummary,
     errors: &mut Errors,
 ) -> TokenStream {
@@ -57,12 +58,24 @@ pub(crate) fn updates_fn(
             );
         }
     }
+    let validate = validator.map(|validator| {
+        quote! {
+            fn validate_update(
+                &self,
+                update: &str,
+                request: &::saga_runtime::__private::serde_json::Value,
+            ) -> ::core::result::Result<(), ::std::string::String> {
+                #validator(update, request)
+            }
+        }
+    });
     if declared.is_empty() {
-        return TokenStream::new();
+        return quote!(#validate);
     }
     quote! {
         fn updates(&self) -> ::std::vec::Vec<&'static str> {
             ::std::vec![#(#declared),*]
         }
+        #validate
     }
 }

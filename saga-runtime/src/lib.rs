@@ -173,6 +173,7 @@ pub mod __private {
     pub use crate::workflow::macro_support::*;
     pub use ::core;
     pub use ::serde;
+    pub use ::serde_json;
     pub use ::std;
 
     /// Starts a step now (its start order is the call order), recording

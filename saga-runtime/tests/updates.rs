@@ -4,7 +4,8 @@
 //! the reply. An update is handled at most once: a caller that retries
 //! with the same id gets the same reply, even one whose earlier call was
 //! dropped at any await. An update to an ended instance, or of a name the
-//! workflow does not declare, is refused at once. The workflows are
+//! workflow does not declare, or that its validator rejects, is refused
+//! at once, with nothing recorded. The workflows are
 //! written with `#[workflow]` and `#[step]`, as users write them.
 
 #[path = "support/helpers.rs"]
@@ -44,6 +45,23 @@ async fn order(ctx: WorkflowContext, total: u64) -> Result<u64, WorkflowError> {
     approved.reply(&total).await?;
     ctx.wait_for_event::<()>("ship", "ship", "7 days").await?;
     Ok(charge(&ctx, total).await?)
+}
+
+/// Takes one approval, as `order` does, of a discount of at most 50.
+#[workflow(name = "checked-order", updates = ["approve"], validator = check_approval)]
+async fn checked_order(ctx: WorkflowContext, total: u64) -> Result<u64, WorkflowError> {
+    let approved = ctx.take_update::<Approval>("approve", "7 days").await?;
+    let total = total.saturating_sub(approved.request.discount);
+    approved.reply(&total).await?;
+    Ok(total)
+}
+
+/// The validator of `checked_order`'s updates.
+fn check_approval(update: &str, request: &serde_json::Value) -> Result<(), String> {
+    match request["discount"].as_u64() {
+        Some(discount) if discount <= 50 => Ok(()),
+        _ => Err(format!("{update}: the discount must be 0-50")),
+    }
 }
 
 /// Sleeps a day, then takes one approval and replies with the discount.
@@ -195,6 +213,33 @@ async fn an_update_the_workflow_takes_without_replying_ends_the_call_with_a_type
             if update_id == "approval-4"),
         "{unanswered}"
     );
+    engine.close().await;
+}
+
+/// A validator rejects a request before anything is recorded; the
+/// workflow then takes a valid one.
+#[tokio::test]
+async fn an_update_its_validator_rejects_is_refused_and_nothing_is_recorded() {
+    let engine = helpers::fresh(Engine::builder().register(checked_order)).await;
+    let run = engine.start(checked_order, "checked-1", 100).await.unwrap();
+    let rejected = run
+        .update_with_id::<u64, _>("approve", "greedy", &approval(80))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&rejected, Error::UpdateRejected { update, reason, .. }
+            if update == "approve" && reason.contains("0-50")),
+        "{rejected}"
+    );
+    assert_eq!(requests_and_replies(&run).await, (0, 0));
+    let total: u64 = within(
+        "the reply",
+        run.update_with_id("approve", "fair", &approval(20)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(total, 80);
+    assert_eq!(within("the result", run.result()).await.unwrap(), 80);
     engine.close().await;
 }
 

@@ -98,6 +98,18 @@ pub enum Error {
         declared: Vec<String>,
     },
 
+    /// The workflow's update validator rejected the request, before
+    /// anything was recorded. Fix the request, or send another.
+    #[error("instance {id:?} rejected update {update:?}: {reason}")]
+    UpdateRejected {
+        /// The instance.
+        id: String,
+        /// The update's name.
+        update: String,
+        /// What the validator said.
+        reason: String,
+    },
+
     /// The instance ended without replying to the update `update_id`: it
     /// took it and did not reply, or ended before taking it. Nothing more
     /// will answer it; start another instance or send it elsewhere.

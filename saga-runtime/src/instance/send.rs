@@ -15,7 +15,7 @@ use crate::journal::queued::Enqueue;
 use crate::journal::{Change, InstanceState};
 use crate::run::runner::Runner;
 use crate::workflow::Workflow;
-use crate::workflow::updates::{UPDATE_EVENT_PREFIX, check_declared};
+use crate::workflow::updates::{UPDATE_EVENT_PREFIX, UpdateRequest, check_update};
 
 /// What a send did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -196,11 +196,14 @@ impl<'a> EventSender<'a> {
         // refused here if the workflow would never take it.
         if let Some(update) = event_type.strip_prefix(UPDATE_EVENT_PREFIX) {
             let registered = self.runner.workflow(&state.workflow);
-            check_declared(
+            let request = payload.decode::<UpdateRequest<serde_json::Value>>().ok();
+            let request = request.as_ref().map(|r| &r.request);
+            check_update(
                 registered.as_deref(),
                 &self.instance,
                 &state.workflow,
                 update,
+                request,
             )?;
         }
         let Some(event_id) = &self.event_id else {

@@ -12,7 +12,7 @@ use crate::instance::Instance;
 use crate::instance::published::next_event_of;
 use crate::instance::send::{EventSender, check_event_id};
 use crate::model::status::Status;
-use crate::workflow::updates::{UpdateRequest, check_declared, update_event_type};
+use crate::workflow::updates::{UpdateRequest, check_update, update_event_type};
 
 /// What the instance's state says of an update before it is sent.
 struct Before {
@@ -84,7 +84,19 @@ impl Instance {
         crate::names::check_name("update name", name).map_err(Error::InvalidArgument)?;
         check_event_id(update_id)?;
         let before = self.before_update(update_id).await?;
-        self.check_declared(&before.workflow, name)?;
+        // Checked here when this engine knows the workflow; otherwise by
+        // the owner as it takes the request from its inbox.
+        let registered = self.runner.workflow(&before.workflow);
+        let value = serde_json::to_value(request).map_err(|e| {
+            Error::InvalidArgument(format!("the request of update {name:?} is not JSON: {e}"))
+        })?;
+        check_update(
+            registered.as_deref(),
+            &self.id,
+            &before.workflow,
+            name,
+            Some(&value),
+        )?;
         if before.status.is_terminal() && before.reply.is_none() {
             return Err(Error::InvalidState {
                 id: self.id.to_string(),
@@ -115,14 +127,6 @@ impl Instance {
                 status: state.status,
             })
             .await
-    }
-
-    /// Refuses a name the workflow does not declare, when this engine
-    /// knows the workflow (otherwise the owner refuses it as it takes the
-    /// request from its inbox).
-    fn check_declared(&self, workflow: &str, name: &str) -> Result<()> {
-        let registered = self.runner.workflow(workflow);
-        check_declared(registered.as_deref(), &self.id, workflow, name)
     }
 
     /// Waits until the workflow replies to `update_id`, or the instance

@@ -129,6 +129,16 @@ pub trait Workflow: Send + Sync + 'static {
     fn updates(&self) -> Vec<&'static str> {
         Vec::new()
     }
+
+    /// Checks an update's request before anything is recorded:
+    /// `#[workflow(.., validator = check_update)]` calls
+    /// `check_update(update, request)`. An `Err` refuses the update with
+    /// [`Error::UpdateRejected`](crate::Error::UpdateRejected), which
+    /// carries the reason. The default accepts every request.
+    fn validate_update(&self, update: &str, request: &serde_json::Value) -> Result<(), String> {
+        let _ = (update, request);
+        Ok(())
+    }
 }
 
 /// The order a workflow's compensations run in.
@@ -229,6 +239,8 @@ pub(crate) trait ErasedWorkflow: Send + Sync + 'static {
 
     fn updates_taken(&self) -> Vec<&'static str>;
 
+    fn update_valid(&self, update: &str, request: &serde_json::Value) -> Result<(), String>;
+
     fn run_erased(
         &self,
         ctx: WorkflowContext,
@@ -263,6 +275,10 @@ impl<W: Workflow> ErasedWorkflow for W {
 
     fn updates_taken(&self) -> Vec<&'static str> {
         self.updates()
+    }
+
+    fn update_valid(&self, update: &str, request: &serde_json::Value) -> Result<(), String> {
+        self.validate_update(update, request)
     }
 
     fn run_erased(

@@ -33,27 +33,38 @@ pub(crate) fn update_event_type(name: &str) -> String {
 }
 
 /// Refuses the update `name` to instance `id` of `workflow` when the
-/// workflow is `registered` here and does not declare the name: it would
-/// never take it. An engine without the workflow lets it pass.
-pub(crate) fn check_declared(
+/// workflow is `registered` here and does not declare the name (it would
+/// never take it), or its validator rejects `request` (when the request
+/// is at hand, in the clear). An engine without the workflow lets it pass.
+pub(crate) fn check_update(
     registered: Option<&dyn ErasedWorkflow>,
     id: &str,
     workflow: &str,
     name: &str,
+    request: Option<&serde_json::Value>,
 ) -> Result<()> {
     let Some(registered) = registered else {
         return Ok(());
     };
     let declared = registered.updates_taken();
-    if declared.contains(&name) {
-        return Ok(());
+    if !declared.contains(&name) {
+        return Err(Error::UpdateNotDeclared {
+            id: id.to_owned(),
+            workflow: workflow.to_owned(),
+            update: name.to_owned(),
+            declared: declared.iter().map(|d| (*d).to_owned()).collect(),
+        });
     }
-    Err(Error::UpdateNotDeclared {
-        id: id.to_owned(),
-        workflow: workflow.to_owned(),
-        update: name.to_owned(),
-        declared: declared.iter().map(|d| (*d).to_owned()).collect(),
-    })
+    if let Some(request) = request
+        && let Err(reason) = registered.update_valid(name, request)
+    {
+        return Err(Error::UpdateRejected {
+            id: id.to_owned(),
+            update: name.to_owned(),
+            reason,
+        });
+    }
+    Ok(())
 }
 
 /// What an update's event carries: its id and the caller's request.
