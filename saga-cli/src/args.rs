@@ -37,6 +37,8 @@ pub(crate) enum Command {
     History(HistoryArgs),
     /// Send an event to an instance.
     SendEvent(SendEventArgs),
+    /// Send an update to a running workflow and print its reply.
+    Update(UpdateArgs),
     /// Pause an instance at its next step boundary.
     Pause(IdArg),
     /// Resume a paused instance.
@@ -149,6 +151,24 @@ pub(crate) struct SendEventArgs {
     /// The payload, as JSON.
     #[arg(long = "json", value_name = "PAYLOAD", value_parser = parse_json)]
     pub(crate) payload: serde_json::Value,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct UpdateArgs {
+    /// The instance id.
+    pub(crate) id: String,
+    /// The update's name, as its workflow declares it.
+    pub(crate) name: String,
+    /// The request, as JSON.
+    #[arg(value_name = "JSON", value_parser = parse_json)]
+    pub(crate) request: serde_json::Value,
+    /// The update's id: a call again with the same id is handled once
+    /// and prints the same reply (default: a new id, printed on a timeout).
+    #[arg(long = "id", value_name = "UPDATE_ID")]
+    pub(crate) update_id: Option<String>,
+    /// How many seconds to wait for the reply.
+    #[arg(long, value_name = "SECONDS", default_value_t = 30)]
+    pub(crate) timeout: u64,
 }
 
 #[derive(Debug, clap::Args)]

@@ -8,7 +8,7 @@
 use std::io::Write;
 
 use crate::CliError;
-use crate::args::{IdArg, RestartArgs, SendEventArgs, TerminateArgs};
+use crate::args::{IdArg, RestartArgs, SendEventArgs, TerminateArgs, UpdateArgs};
 use crate::output::escape;
 use saga_runtime::Engine;
 use saga_runtime::Instance;
@@ -31,6 +31,40 @@ pub(crate) async fn send_event(
         &format!("take event {:?}", args.event_type),
     )?;
     report(engine, &instance, out).await
+}
+
+/// Sends an update and prints the workflow's reply as JSON. The update is
+/// kept when no reply comes within the timeout: a call again with the
+/// same `--id` prints its reply once there is one.
+pub(crate) async fn update(
+    engine: &Engine,
+    args: &UpdateArgs,
+    out: &mut impl Write,
+) -> Result<(), CliError> {
+    let instance = engine.instance(&args.id).await?;
+    let update_id = args.update_id.clone().unwrap_or_else(new_update_id);
+    let call =
+        instance.update_with_id::<serde_json::Value, _>(&args.name, &update_id, &args.request);
+    let waited = std::time::Duration::from_secs(args.timeout);
+    let Ok(reply) = tokio::time::timeout(waited, call).await else {
+        return Err(CliError::failed(format!(
+            "no reply to update {} of {} within {} seconds; it is kept: run again with --id {} to get its reply",
+            escape(&format!("{update_id:?}")),
+            args.id,
+            args.timeout,
+            escape(&update_id),
+        )));
+    };
+    writeln!(out, "{}", reply?)?;
+    Ok(())
+}
+
+/// An update id for a call that gave none: the time in nanoseconds.
+fn new_update_id() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("saga-cli-{nanos}")
 }
 
 pub(crate) async fn pause(

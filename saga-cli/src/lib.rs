@@ -35,6 +35,7 @@
 //! | `show ID [--json] [--key-file F]` | one instance as a timeline, with its rollback (a child's inside its parent's) |
 //! | `history ID [--run N] [--json]` | one instance's history: every event, in order (`--run`: an earlier run of one that continued as new) |
 //! | `send-event ID TYPE --json PAYLOAD` | sends an event |
+//! | `update ID NAME JSON [--id UPDATE_ID] [--timeout SECONDS]` | sends an update and prints the workflow's reply (through `--url`: in the process that runs the workflow) |
 //! | `pause ID`, `resume ID` | pauses at the next step boundary, resumes |
 //! | `terminate [--rollback] ID` | ends it, with or without compensation |
 //! | `restart [--from STEP] ID` | runs it again as a new generation |
@@ -336,6 +337,7 @@ pub(crate) async fn dispatch(
         Command::Show(a) => show::run(engine, a, codec, out, &style).await,
         Command::History(a) => history::run(engine, a, out).await,
         Command::SendEvent(a) => control::send_event(engine, a, out).await,
+        Command::Update(a) => control::update(engine, a, out).await,
         Command::Pause(a) => control::pause(engine, a, out).await,
         Command::Resume(a) => control::resume(engine, a, out).await,
         Command::Terminate(a) => control::terminate(engine, a, out).await,
@@ -548,6 +550,8 @@ pub mod guide {
     pub mod waits_and_children {}
     #[doc = include_str!("../../book/src/published-state.md")]
     pub mod published_state {}
+    #[doc = include_str!("../../book/src/updates.md")]
+    pub mod updates {}
     #[doc = include_str!("../../book/src/changing-workflows.md")]
     pub mod changing_workflows {}
     #[doc = include_str!("../../book/src/schedules.md")]

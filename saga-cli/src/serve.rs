@@ -69,7 +69,7 @@ use serde_json::json;
 
 use crate::args::{
     CheckArgs, Command, ExportArgs, HistoryArgs, IdArg, ListArgs, QueueAction, QueueSet,
-    QueuesArgs, RestartArgs, SchedulesArgs, SendEventArgs, ShowArgs, TerminateArgs,
+    QueuesArgs, RestartArgs, SchedulesArgs, SendEventArgs, ShowArgs, TerminateArgs, UpdateArgs,
 };
 use crate::{CliError, Colors, Embedded, dispatch};
 
@@ -543,6 +543,13 @@ fn admitted(command: &Command) -> Result<Access, String> {
             id: _,
             event_type: _,
             payload: _,
+        })
+        | Command::Update(UpdateArgs {
+            id: _,
+            name: _,
+            request: _,
+            update_id: _,
+            timeout: _,
         })
         | Command::Terminate(TerminateArgs { rollback: _, id: _ })
         | Command::Restart(RestartArgs { from: _, id: _ }) => Ok(Control),

@@ -407,6 +407,38 @@ async fn metrics_are_served_as_prometheus_text() {
     engine.close().await;
 }
 
+/// An order that takes one approval and replies with the new total.
+#[workflow(name = "approved", updates = ["approve"])]
+async fn approved(ctx: WorkflowContext, total: u64) -> Result<u64, WorkflowError> {
+    let approval = ctx.take_update::<u64>("approve", "7 days").await?;
+    let total = total.saturating_sub(approval.request);
+    approval.reply(&total).await?;
+    Ok(total)
+}
+
+/// `saga --url .. update ID NAME JSON` sends an update to the process that
+/// runs the workflow and prints its reply; a retry with the same `--id`
+/// prints it again, and an undeclared name is refused, exit code 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn saga_url_update_prints_the_workflows_reply() {
+    let engine = Engine::builder().register(approved).temporary().unwrap();
+    let run = engine.start(approved, "order-9", 100).await.unwrap();
+    let admin = serve_with_token(&engine, TOKEN).await;
+    let url = format!("http://{}", admin.local_addr());
+    let token = Some(TOKEN);
+    let args = ["update", "order-9", "approve", "10", "--id", "approval-9"];
+    let (code, out, error) = saga(&url, token, &args).await;
+    assert_eq!((code, out.trim()), (0, "90"), "{error}");
+    let (code, out, error) = saga(&url, token, &args).await;
+    assert_eq!((code, out.trim()), (0, "90"), "{error}");
+    assert_eq!(run.result().await.unwrap(), 90);
+    let (code, _, error) = saga(&url, token, &["update", "order-9", "cancel", "1"]).await;
+    assert_eq!(code, 1);
+    assert!(error.contains("no update named \"cancel\""), "{error}");
+    admin.shutdown().await;
+    engine.close().await;
+}
+
 /// An order held in a sleep. It runs no step: the process's Prometheus
 /// recorder (`metrics_are_served_as_prometheus_text`) counts `fulfil`'s.
 #[workflow(name = "held")]

@@ -23,6 +23,8 @@ const TIMEOUT: &str = "timeout";
 const READ_ONLY: &str = "read_only";
 const HANDLER: &str = "handler";
 const REDACT: &str = "redact";
+const UPDATES: &str = "updates";
+const VALIDATOR: &str = "validator";
 
 const STEP_KEYS: &[&str] = &[
     NAME,
@@ -39,7 +41,7 @@ const ROLLBACK_KEYS: &[&str] = &[RETRIES, DELAY, BACKOFF, TIMEOUT];
 /// `rollback(handler = .., ..)` on a step: the handler and settings that
 /// override its own for this step.
 const STEP_ROLLBACK_KEYS: &[&str] = &[HANDLER, RETRIES, DELAY, BACKOFF, TIMEOUT];
-const WORKFLOW_KEYS: &[&str] = &[NAME, ROLLBACK];
+const WORKFLOW_KEYS: &[&str] = &[NAME, ROLLBACK, UPDATES, VALIDATOR];
 
 /// A value of each key, for messages.
 const EXAMPLES: &[(&str, &str)] = &[
@@ -52,6 +54,8 @@ const EXAMPLES: &[(&str, &str)] = &[
     (BACKOFF, "\"exponential\""),
     (TIMEOUT, "\"10 minutes\""),
     (REDACT, "[\"card\"]"),
+    (UPDATES, "[\"approve\"]"),
+    (VALIDATOR, "check_update"),
 ];
 
 /// The most retries a step or rollback handler may have (the runtime's
@@ -114,6 +118,13 @@ pub(crate) struct WorkflowArgs {
     /// `rollback = "concurrent"`: compensations in reverse happens-before
     /// order (the default, `"sequential"`, is reverse start order).
     pub(crate) concurrent_rollback: bool,
+    /// `updates = ["approve"]`: the names `ctx.take_update` takes, each
+    /// valid and once.
+    pub(crate) updates: Vec<LitStr>,
+    /// `validator = check_update`: a `fn(&str, &serde_json::Value) ->
+    /// Result<(), String>` that rejects a request before anything is
+    /// recorded.
+    pub(crate) validator: Option<Path>,
 }
 
 impl StepArgs {
@@ -196,6 +207,10 @@ impl WorkflowArgs {
                     parsed.concurrent_rollback =
                         errors.ok(rollback_order(&value)).unwrap_or_default();
                 }
+                // updates = ["approve", "cancel"]
+                UPDATES => parsed.updates = updates_value(&value, errors),
+                // validator = check_update
+                VALIDATOR => parsed.validator = validator_path(value, errors),
                 // name = "bank-transfer"
                 _ => {
                     name_seen = true;
@@ -403,6 +418,21 @@ fn handler_path(value: Expr, errors: &mut Errors) -> Option<Path> {
     }
 }
 
+/// The path of an update validator, `validator = check_update`.
+fn validator_path(value: Expr, errors: &mut Errors) -> Option<Path> {
+    match value {
+        Expr::Path(path) if path.qself.is_none() => Some(path.path),
+        other => {
+            errors.spanned(
+                other,
+                "expected the path of the update validator, e.g. `validator = check_update`, \
+                 a `fn(update: &str, request: &serde_json::Value) -> Result<(), String>`",
+            );
+            None
+        }
+    }
+}
+
 /// `["card", "cvv"]`: string literals of parameter names.
 fn redact_value(value: &Expr, errors: &mut Errors) -> Vec<LitStr> {
     let message = "`redact` takes an array of the names of the step's inputs, \
@@ -420,6 +450,35 @@ fn redact_value(value: &Expr, errors: &mut Errors) -> Vec<LitStr> {
             }) => names.push(name.clone()),
             other => errors.spanned(other, message),
         }
+    }
+    names
+}
+
+/// `["approve", "cancel"]`: update names, spelled as step names, each
+/// once.
+fn updates_value(value: &Expr, errors: &mut Errors) -> Vec<LitStr> {
+    let message = "`updates` takes an array of the update names the workflow takes with \
+                   `ctx.take_update`, e.g. `updates = [\"approve\"]`";
+    let Expr::Array(array) = value else {
+        errors.spanned(value, message);
+        return Vec::new();
+    };
+    let mut names: Vec<LitStr> = Vec::new();
+    for element in &array.elems {
+        let Some(name) = errors.ok(checked_name(element, "update name")) else {
+            continue;
+        };
+        if names.iter().any(|seen| seen.value() == name.value()) {
+            errors.spanned(
+                &name,
+                format!(
+                    "the update {:?} is listed twice: list it once",
+                    name.value()
+                ),
+            );
+            continue;
+        }
+        names.push(name);
     }
     names
 }

@@ -50,6 +50,8 @@ const CONTEXT_CALLS: &[ContextCall] = &[
     ("sleep", "sleep name", "sleep", Some(1)),
     ("sleep_until", "sleep name", "sleep", None),
     ("wait_for_event", "event wait name", "event", Some(2)),
+    // The name is the update's too: the workflow declares it.
+    ("take_update", "update name", "update", Some(1)),
     (children::CHILD, "child name", "child", None),
 ];
 

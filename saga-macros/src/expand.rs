@@ -19,6 +19,7 @@ use crate::fallback;
 use crate::items::{cfg_attrs, hidden_handler_type, name_or_ident, workflow_value};
 use crate::lock;
 use crate::steps;
+use crate::updates;
 
 /// `#[step(..)]`.
 pub(crate) fn step(args: TokenStream, item: TokenStream) -> TokenStream {
@@ -77,6 +78,7 @@ pub(crate) fn workflow(args: TokenStream, item: TokenStream) -> TokenStream {
         let local = steps::local_item_names(&workflow.item.block);
         let services = steps::workflow_services(&body, &local);
         let children = children::children_fn(&body.children, &local);
+        let updates = updates::updates_fn(&args.updates, args.validator.as_ref(), &body, errors);
         let order = args.concurrent_rollback.then(|| {
             quote! {
                 fn rollback_order(&self) -> ::saga_runtime::RollbackOrder {
@@ -84,8 +86,12 @@ pub(crate) fn workflow(args: TokenStream, item: TokenStream) -> TokenStream {
                 }
             }
         });
-        let workflow =
-            workflow_tokens(&args, &workflow, checks, quote!(#services #children #order));
+        let workflow = workflow_tokens(
+            &args,
+            &workflow,
+            checks,
+            quote!(#services #children #order #updates),
+        );
         Some(quote!(#workflow #lock))
     })
 }

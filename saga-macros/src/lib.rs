@@ -35,6 +35,7 @@ mod lock;
 mod name;
 mod steps;
 mod types;
+mod updates;
 mod usage;
 
 use proc_macro::TokenStream;

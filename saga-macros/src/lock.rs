@@ -16,6 +16,7 @@
 //! patch bank-transfer fraud-check                 # ctx.patched name
 //! sleep bank-transfer settle                      # ctx.sleep / ctx.sleep_until name
 //! step bank-transfer double                       # inline ctx.step name
+//! update bank-transfer approve                    # ctx.take_update name (declared in updates = [..])
 //! step * debit-bank-a 5f0c8a1e9d3b7a24 debit_bank_a   # a #[step] fn: name, output hash, fn
 //! workflow bank-transfer
 //! ```
@@ -131,7 +132,7 @@ const FILE_NAME: &str = "saga.lock";
 const PATH_VAR: &str = "SAGA_LOCK_PATH";
 /// `SAGA_LOCK=update` writes the lock.
 const MODE_VAR: &str = "SAGA_LOCK";
-const UPDATE: &str = "update";
+const UPDATE_MODE: &str = "update";
 
 const WORKFLOW: &str = "workflow";
 const CALL: &str = "call";
@@ -140,6 +141,7 @@ const SLEEP: &str = "sleep";
 const EVENT: &str = "event";
 const CHILD: &str = "child";
 const PATCH: &str = "patch";
+const UPDATE: &str = "update";
 /// The workflow field of a `#[step]` function's line: any workflow.
 const ANY: &str = "*";
 
@@ -175,7 +177,7 @@ impl Line {
         let count = match self.field(0) {
             WORKFLOW => 2,
             STEP if self.field(1) == ANY => 5,
-            CALL | STEP | SLEEP | EVENT | CHILD | PATCH => 3,
+            CALL | STEP | SLEEP | EVENT | CHILD | PATCH | UPDATE => 3,
             _ => return false,
         };
         self.0.len() == count
@@ -283,7 +285,7 @@ impl Lock {
             Some(path) => Path::new(&manifest_dir).join(path),
             None => Path::new(&manifest_dir).join(FILE_NAME),
         };
-        let update = std::env::var(MODE_VAR).is_ok_and(|mode| mode == UPDATE);
+        let update = std::env::var(MODE_VAR).is_ok_and(|mode| mode == UPDATE_MODE);
         if update {
             return Some(Lock {
                 path,
@@ -534,8 +536,8 @@ fn check_retired_patches(
     }
 }
 
-/// The literal `ctx.step`/`ctx.sleep`/`ctx.wait_for_event`/`ctx.child`
-/// names, both ways.
+/// The literal `ctx.step`/`ctx.sleep`/`ctx.wait_for_event`/`ctx.child`/
+/// `ctx.take_update` names, both ways.
 fn check_literal_names(
     lock: &Lock,
     workflow: &str,
@@ -550,7 +552,7 @@ fn check_literal_names(
             not_locked(workflow, used, errors);
         }
     }
-    let literal_kinds = [STEP, SLEEP, EVENT, CHILD];
+    let literal_kinds = [STEP, SLEEP, EVENT, CHILD, UPDATE];
     for line in &lock.lines {
         let kind = line.field(0);
         let is_literal = literal_kinds.contains(&kind) && line.field(1) == workflow;

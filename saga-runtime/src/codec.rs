@@ -90,7 +90,7 @@ pub(crate) fn kinds_needed(bytes: &[u8]) -> u32 {
 /// How many kinds of journal record this release reads (the variants of
 /// `journal::Change`): a store shared by workers leaves instances that
 /// need more to a worker of a newer release.
-pub(crate) const RECORD_KINDS: u32 = 44;
+pub(crate) const RECORD_KINDS: u32 = 45;
 
 /// No decode may claim more memory than this, whatever its length prefixes
 /// say, so corrupt bytes cannot exhaust memory.

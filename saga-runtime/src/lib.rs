@@ -184,12 +184,14 @@ pub mod inspect {
     pub use crate::store::PageOrder;
 }
 
-/// The futures that [`WorkflowContext`]'s durable calls return, for code
+/// What [`WorkflowContext`]'s durable calls return: their futures, and the
+/// [`Update`](context::Update) a workflow takes and replies to, for code
 /// that names their types (to store one, or to pass it on).
 pub mod context {
     pub use crate::workflow::child::ChildCall;
     pub use crate::workflow::continuation::ContinueAsNew;
     pub use crate::workflow::step::StepFuture;
+    pub use crate::workflow::updates::Update;
     pub use crate::workflow::wait::EventWaitCall;
 }
 
@@ -215,6 +217,7 @@ pub mod __private {
     pub use crate::workflow::macro_support::*;
     pub use ::core;
     pub use ::serde;
+    pub use ::serde_json;
     pub use ::std;
 
     /// Starts a step now (its start order is the call order), recording

@@ -423,8 +423,8 @@ async fn payload_shapes_bincode_cannot_hold_survive_a_restart() {
 /// release would write it: the format version, the time, then a record
 /// kind past the last one this release knows.
 fn record_of_a_newer_release() -> Vec<u8> {
-    // Version 2; `at` = 1000 ms (varint 251, 232, 3); kind 44; a body.
-    vec![2, 251, 232, 3, 44, 1, 7]
+    // Version 2; `at` = 1000 ms (varint 251, 232, 3); kind 45; a body.
+    vec![2, 251, 232, 3, 45, 1, 7]
 }
 
 #[tokio::test]

@@ -1,5 +1,5 @@
 //! The core semantics suite again, on PostgreSQL: steps, retries,
-//! rollback order, child workflows, waits and timers, control, `Engine::idle`, retention, limits, patches, published state, typed failures, the replay check, continue-as-new, queues, tags and search, schedules (the cost
+//! rollback order, child workflows, waits and timers, control, `Engine::idle`, retention, limits, patches, published state, updates with a reply, typed failures, the replay check, continue-as-new, queues, tags and search, schedules (the cost
 //! of the 2,000th event included). The files are the
 //! same as the sled suite's; in this binary `helpers::fresh` gives each
 //! engine a schema of its own on the test database instead of a temporary
@@ -47,3 +47,5 @@ mod steps;
 mod timers;
 #[path = "typed_failures.rs"]
 mod typed_failures;
+#[path = "updates.rs"]
+mod updates;

@@ -81,6 +81,48 @@ pub enum Error {
         event_id: String,
     },
 
+    /// `update(name, ..)` named an update the instance's workflow does not
+    /// declare (`#[workflow(updates = [..])]`): it would never take it.
+    /// Nothing was sent. Use a name the workflow declares.
+    #[error(
+        "instance {id:?} runs workflow {workflow:?}, which takes no update named {update:?}; it takes {declared:?}"
+    )]
+    UpdateNotDeclared {
+        /// The instance.
+        id: String,
+        /// Its workflow.
+        workflow: String,
+        /// The update asked for.
+        update: String,
+        /// The updates the workflow declares.
+        declared: Vec<String>,
+    },
+
+    /// The workflow's update validator rejected the request, before
+    /// anything was recorded. Fix the request, or send another.
+    #[error("instance {id:?} rejected update {update:?}: {reason}")]
+    UpdateRejected {
+        /// The instance.
+        id: String,
+        /// The update's name.
+        update: String,
+        /// What the validator said.
+        reason: String,
+    },
+
+    /// The instance ended without replying to the update `update_id`: it
+    /// took it and did not reply, or ended before taking it. Nothing more
+    /// will answer it; start another instance or send it elsewhere.
+    #[error("instance {id:?} ended ({status}) without replying to update {update_id:?}")]
+    UpdateNotAnswered {
+        /// The instance.
+        id: String,
+        /// The update's id.
+        update_id: String,
+        /// How the instance ended.
+        status: Status,
+    },
+
     /// `restart_from(step)` named a step the instance never started.
     /// Use a name from `history()`.
     #[error(

@@ -13,12 +13,14 @@ pub(crate) mod kin;
 pub(crate) mod post;
 pub(crate) mod published;
 pub(crate) mod send;
+pub(crate) mod update;
 
 use std::collections::BTreeMap;
 use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::error::failure::{Failure, FailureKind};
@@ -506,6 +508,25 @@ impl<O> Run<O> {
         timeout: std::time::Duration,
     ) -> Result<Option<crate::instance::published::Published<T>>> {
         self.instance.wait_for_published(name, after, timeout).await
+    }
+
+    /// See [`Instance::update`].
+    pub async fn update<R: DeserializeOwned, Q: Serialize + ?Sized>(
+        &self,
+        name: &str,
+        request: &Q,
+    ) -> Result<R> {
+        self.instance.update(name, request).await
+    }
+
+    /// See [`Instance::update_with_id`].
+    pub async fn update_with_id<R: DeserializeOwned, Q: Serialize + ?Sized>(
+        &self,
+        name: &str,
+        update_id: &str,
+        request: &Q,
+    ) -> Result<R> {
+        self.instance.update_with_id(name, update_id, request).await
     }
 
     /// See [`Instance::pause`].

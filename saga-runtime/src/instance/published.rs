@@ -194,7 +194,7 @@ impl Instance {
 
 /// Waits for the next event of instance `id` (or a lag, after which the
 /// caller reads again); false when the engine closed.
-async fn next_event_of(events: &mut broadcast::Receiver<Event>, id: &str) -> bool {
+pub(crate) async fn next_event_of(events: &mut broadcast::Receiver<Event>, id: &str) -> bool {
     loop {
         match events.recv().await {
             Ok(event) if event.instance != id => {}

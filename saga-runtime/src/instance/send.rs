@@ -15,6 +15,7 @@ use crate::journal::queued::Enqueue;
 use crate::journal::{Change, InstanceState};
 use crate::run::runner::Runner;
 use crate::workflow::Workflow;
+use crate::workflow::updates::{UPDATE_EVENT_PREFIX, UpdateRequest, check_update};
 
 /// What a send did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -191,6 +192,20 @@ impl<'a> EventSender<'a> {
     /// The record that stores the event, or none for a duplicate.
     fn change(&self, state: &InstanceState, payload: Payload) -> Result<(Option<Change>, Sent)> {
         let event_type = self.event_type.clone();
+        // An update, posted by a worker that does not know the workflow:
+        // refused here if the workflow would never take it.
+        if let Some(update) = event_type.strip_prefix(UPDATE_EVENT_PREFIX) {
+            let registered = self.runner.workflow(&state.workflow);
+            let request = payload.decode::<UpdateRequest<serde_json::Value>>().ok();
+            let request = request.as_ref().map(|r| &r.request);
+            check_update(
+                registered.as_deref(),
+                &self.instance,
+                &state.workflow,
+                update,
+                request,
+            )?;
+        }
         let Some(event_id) = &self.event_id else {
             admits_event(state, &self.instance)?;
             let change = Change::EventReceived {
@@ -239,7 +254,7 @@ impl<'a> EventSender<'a> {
 /// at most 800 bytes, which every store keeps.
 const MAX_EVENT_ID_CHARS: usize = 200;
 
-fn check_event_id(event_id: &str) -> Result<()> {
+pub(crate) fn check_event_id(event_id: &str) -> Result<()> {
     let chars = event_id.chars().count();
     if chars == 0 || chars > MAX_EVENT_ID_CHARS {
         return Err(Error::InvalidArgument(format!(

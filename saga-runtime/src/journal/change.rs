@@ -76,6 +76,7 @@ impl Change {
                 | Change::ContinuedAsNew(_)
                 | Change::Published { .. }
                 | Change::ContinuedAsNewDated(_)
+                | Change::UpdateReplied { .. }
         )
     }
 }
@@ -138,6 +139,7 @@ impl CarriesPayloads for Entry {
             Change::ContinuedAsNew(continued) => continued.payloads_mut(),
             Change::Published { value, .. } => vec![value],
             Change::ContinuedAsNewDated(continued) => continued.payloads_mut(),
+            Change::UpdateReplied { reply, .. } => vec![reply],
         }
     }
 }
@@ -392,6 +394,15 @@ pub(crate) enum Change {
     /// sent within the engine's deduplication window, so a loop that
     /// continues for ever carries a bounded set (see `runs`).
     ContinuedAsNewDated(Box<Continued>),
+    /// The workflow answered the update `update_id` (`Update::reply`):
+    /// the caller of `Instance::update` gets `reply`. Takes no slot: the
+    /// state keeps each update's reply by its id, so a replay that replies
+    /// again writes nothing, and a caller that retries with the same id
+    /// reads this reply (see `workflow::updates`).
+    UpdateReplied {
+        update_id: String,
+        reply: Payload,
+    },
 }
 
 /// How an instance ended.
@@ -425,7 +436,7 @@ mod tests {
     /// variant appended without counting it fails here.
     #[test]
     fn the_last_kind_of_record_is_counted() {
-        let last = bytes(Change::ContinuedAsNewDated(Box::new(continued_dated())));
+        let last = bytes(update_replied());
         // The version, `at` (1000 as a varint: 251, 232, 3), then the kind.
         assert_eq!(u32::from(last[4]), Change::KINDS - 1);
         assert!(!crate::codec::from_newer_release(&last, 1, Change::KINDS));
@@ -488,6 +499,23 @@ mod tests {
         );
         assert_eq!(carried.payload, Payload::Json(b"8".to_vec()));
         assert_eq!(carried.sent_at, 1000);
+    }
+
+    /// The release before knew 44 kinds: an update's reply is a newer
+    /// release's record to it, so it leaves the instance alone.
+    #[test]
+    fn the_release_before_takes_an_update_reply_for_a_newer_releases_record() {
+        let reply = bytes(update_replied());
+        assert!(crate::codec::from_newer_release(&reply, 1, 44));
+        assert!(!crate::codec::from_newer_release(&reply, 1, 45));
+    }
+
+    /// The reply `9` to the update `"u"`.
+    fn update_replied() -> Change {
+        Change::UpdateReplied {
+            update_id: "u".into(),
+            reply: Payload::Json(b"9".to_vec()),
+        }
     }
 
     /// A published value, `"p"` = `7`.
@@ -566,6 +594,11 @@ mod tests {
                 change: Change::ContinuedAsNewDated(Box::new(continued_dated())),
             });
             assert_eq!(kinds_needed(&dated), 44, "at {at}");
+            let replied = encode_record(&Entry {
+                at,
+                change: update_replied(),
+            });
+            assert_eq!(kinds_needed(&replied), 45, "at {at}");
             let started = encode_record(&Entry {
                 at,
                 change: Change::DriverStarted,
@@ -697,6 +730,10 @@ mod tests {
             bytes(published()),
             [2, 251, 232, 3, 42, 1, b'p', 1, 1, b'7']
         );
+        assert_eq!(
+            bytes(update_replied()),
+            [2, 251, 232, 3, 44, 1, b'u', 1, 1, b'9']
+        );
         // As `ContinuedAsNew`, each event id followed by when it was sent
         // (600_000 as a varint: 252, then 4 bytes).
         assert_eq!(
@@ -786,6 +823,7 @@ mod tests {
             Change::ContinuedAsNew(Box::new(continued())),
             published(),
             Change::ContinuedAsNewDated(Box::new(continued_dated())),
+            update_replied(),
         ];
         for change in new_kinds {
             assert!(change.reindexes(), "{change:?}");

@@ -110,6 +110,10 @@ pub(crate) struct InstanceState {
     /// (`ctx.publish`), this run. Never encoded.
     #[serde(skip)]
     pub(crate) published: BTreeMap<String, PublishedValue>,
+    /// The reply to each update the workflow answered (`Update::reply`),
+    /// by update id, this run. Never encoded.
+    #[serde(skip)]
+    pub(crate) update_replies: BTreeMap<String, Payload>,
 }
 
 /// The latest value of a published name, and how many times this
@@ -183,6 +187,7 @@ impl InstanceState {
             run_began_at: at,
             handed_over: None,
             published: BTreeMap::new(),
+            update_replies: BTreeMap::new(),
         }
     }
 

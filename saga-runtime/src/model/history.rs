@@ -250,6 +250,13 @@ pub enum EventKind {
         /// The published name.
         name: String,
     },
+    /// The workflow replied to the update `update_id`
+    /// ([`Update::reply`](crate::context::Update::reply)); the caller of
+    /// [`Instance::update`](crate::Instance::update) gets the reply.
+    UpdateReplied {
+        /// The update's id.
+        update_id: String,
+    },
 }
 
 impl EventKind {
@@ -415,6 +422,7 @@ impl fmt::Display for EventKind {
             ),
             EventKind::Patched { name } => write!(f, "patch {name:?} taken"),
             EventKind::Published { name } => write!(f, "published a new value of {name:?}"),
+            EventKind::UpdateReplied { update_id } => write!(f, "replied to update {update_id:?}"),
             EventKind::Dequeued { queue } => write!(f, "took a slot of queue {queue:?}"),
             EventKind::SlotReleased { queue } => {
                 write!(f, "gave its slot of queue {queue:?} back while it waits")

@@ -26,6 +26,7 @@ pub(crate) mod service;
 pub(crate) mod step;
 pub(crate) mod step_table;
 pub(crate) mod tagging;
+pub(crate) mod updates;
 pub(crate) mod wait;
 
 use std::future::Future;
@@ -119,6 +120,24 @@ pub trait Workflow: Send + Sync + 'static {
     /// [`RollbackOrder::Sequential`].
     fn rollback_order(&self) -> RollbackOrder {
         RollbackOrder::Sequential
+    }
+
+    /// The updates it takes (`ctx.take_update`), by name:
+    /// `#[workflow(.., updates = ["approve"])]` lists them. An update of
+    /// another name sent to its instances is refused at once
+    /// ([`Error::UpdateNotDeclared`](crate::Error::UpdateNotDeclared)).
+    fn updates(&self) -> Vec<&'static str> {
+        Vec::new()
+    }
+
+    /// Checks an update's request before anything is recorded:
+    /// `#[workflow(.., validator = check_update)]` calls
+    /// `check_update(update, request)`. An `Err` refuses the update with
+    /// [`Error::UpdateRejected`](crate::Error::UpdateRejected), which
+    /// carries the reason. The default accepts every request.
+    fn validate_update(&self, update: &str, request: &serde_json::Value) -> Result<(), String> {
+        let _ = (update, request);
+        Ok(())
     }
 }
 
@@ -218,6 +237,10 @@ pub(crate) trait ErasedWorkflow: Send + Sync + 'static {
 
     fn order_of_rollback(&self) -> RollbackOrder;
 
+    fn updates_taken(&self) -> Vec<&'static str>;
+
+    fn update_valid(&self, update: &str, request: &serde_json::Value) -> Result<(), String>;
+
     fn run_erased(
         &self,
         ctx: WorkflowContext,
@@ -248,6 +271,14 @@ impl<W: Workflow> ErasedWorkflow for W {
 
     fn order_of_rollback(&self) -> RollbackOrder {
         self.rollback_order()
+    }
+
+    fn updates_taken(&self) -> Vec<&'static str> {
+        self.updates()
+    }
+
+    fn update_valid(&self, update: &str, request: &serde_json::Value) -> Result<(), String> {
+        self.validate_update(update, request)
     }
 
     fn run_erased(

@@ -66,7 +66,8 @@ fn route(s: &mut InstanceState, seq: u64, at: u64, change: &Change) -> Applied {
         | C::FailureValue { .. }
         | C::Described { .. }
         | C::Patched { .. }
-        | C::Published { .. } => run::apply(s, seq, at, change),
+        | C::Published { .. }
+        | C::UpdateReplied { .. } => run::apply(s, seq, at, change),
         C::Dequeued | C::SlotReleased | C::Requeued => queue_slot::apply(s, seq, at, change),
         C::StepStarted { .. }
         | C::StepRetrying { .. }

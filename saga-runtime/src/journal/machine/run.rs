@@ -1,7 +1,7 @@
 //! An instance's life as a whole: its creation (or its import from the
 //! first release, or the beginning of a run after the first), its driver
 //! starting, what it records about itself (tags, parent, patches, the
-//! values it publishes, the typed error of its failure), being blocked, its end, a restart, and
+//! values it publishes, its replies to updates, the typed error of its failure), being blocked, its end, a restart, and
 //! the hand-over that ends its run (`journal::runs`).
 
 use super::{Applied, compensation, misrouted, one};
@@ -144,6 +144,15 @@ pub(super) fn apply(s: &mut InstanceState, seq: u64, at: u64, change: &Change) -
             };
             s.published.insert(name.clone(), latest);
             one(EventKind::Published { name: name.clone() })
+        }
+        Change::UpdateReplied { update_id, reply } => {
+            // The first reply stands: the workflow writes no second one.
+            s.update_replies
+                .entry(update_id.clone())
+                .or_insert_with(|| reply.clone());
+            one(EventKind::UpdateReplied {
+                update_id: update_id.clone(),
+            })
         }
         _ => misrouted(seq, "run"),
     }

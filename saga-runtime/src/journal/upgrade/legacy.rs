@@ -202,6 +202,7 @@ pub(crate) fn import(legacy: &LegacyInstance) -> Result<Imported, String> {
         run_began_at: record.created_at,
         handed_over: None,
         published: BTreeMap::new(),
+        update_replies: BTreeMap::new(),
     };
     Ok(Imported { state, history })
 }
