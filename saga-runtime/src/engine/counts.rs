@@ -8,6 +8,7 @@ use crate::engine::Engine;
 use crate::error::Result;
 use crate::instance::filter::{ListFilter, Page};
 use crate::model::status::Status;
+use crate::queue::QueueDepth;
 
 /// What [`Engine::instance_counts`] counted.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,30 +22,6 @@ pub struct InstanceCounts {
     pub queues: Vec<QueueDepth>,
     /// Index entries that did not read (damage; `saga check` says more).
     pub unreadable: u64,
-}
-
-/// One queue's depth (see [`InstanceCounts::queues`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct QueueDepth {
-    /// The queue's name.
-    pub queue: String,
-    /// Instances waiting for a slot (`Queued`).
-    pub waiting: u64,
-    /// Instances that left the queue's wait and have not ended: those
-    /// that hold a slot, paused or waiting ones included.
-    pub started: u64,
-    /// When the instance that has waited longest was created (`None`:
-    /// none waits).
-    pub oldest_waiting: Option<std::time::SystemTime>,
-    /// Its limits, as this engine declares them (`None`: this engine does
-    /// not declare it, as the `saga` command on a store does not; the
-    /// workers that take from it do).
-    pub declared: Option<crate::queue::QueueLimits>,
-    /// Its limits as the store holds them: those every worker takes by
-    /// (`None`: none stored yet; see
-    /// [`Queue::replaces_stored_limits`](crate::queue::Queue::replaces_stored_limits)).
-    pub stored: Option<crate::queue::QueueLimits>,
 }
 
 /// One queue's depth while counting.

@@ -13,11 +13,12 @@
 //! guide's queues chapter says each rule in full; [`QueueDepth`] is what
 //! `Engine::queue_depths` counts.
 
+mod depth;
 pub(crate) mod order;
 pub(crate) mod rate;
 pub(crate) mod stored;
 
-pub use crate::engine::counts::QueueDepth;
+pub use depth::QueueDepth;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

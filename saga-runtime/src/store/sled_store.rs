@@ -68,18 +68,25 @@
 //! sled recovers a prefix of its log after a crash, so a record is never
 //! kept while one written before it is lost.
 
-use std::io;
 use std::path::{Path, PathBuf};
 
 use super::{
-    Accept, ActiveSet, IndexEntry, IndexPage, IndexQuery, IndexRow, PageOrder, PagePosition, RowOf,
-    Store, StoreFuture, answered,
+    Accept, ActiveSet, IndexEntry, IndexPage, IndexQuery, IndexRow, PagePosition, RowOf, Store,
+    StoreFuture, answered,
 };
 use crate::error::{Error, Result};
 use crate::store::failpoint::{self, Call};
 
+mod active;
+mod dir;
 mod ended;
 mod lists;
+mod page;
+
+use active::timer_of_bytes;
+pub(crate) use dir::wait_until_released;
+use dir::{OpenHere, create_private_dir, open_error};
+use page::{split_start_key, start_key};
 
 /// The sled store. Not yet a stable API (see [`Store`]).
 #[doc(hidden)]
@@ -116,32 +123,6 @@ pub struct SledStore {
     _open_here: Option<OpenHere>,
 }
 
-/// The directories of the stores this process holds open (canonical
-/// paths): a second open of one is told apart from another process's
-/// lock, which sled reports alike.
-static OPEN_HERE: std::sync::Mutex<std::collections::BTreeSet<PathBuf>> =
-    std::sync::Mutex::new(std::collections::BTreeSet::new());
-
-/// A directory noted in [`OPEN_HERE`] while its store is open.
-struct OpenHere(PathBuf);
-
-impl OpenHere {
-    fn note(dir: PathBuf) -> OpenHere {
-        crate::lock::lock(&OPEN_HERE).insert(dir.clone());
-        OpenHere(dir)
-    }
-
-    fn holds(dir: &Path) -> bool {
-        crate::lock::lock(&OPEN_HERE).contains(dir)
-    }
-}
-
-impl Drop for OpenHere {
-    fn drop(&mut self) {
-        crate::lock::lock(&OPEN_HERE).remove(&self.0);
-    }
-}
-
 /// The key in `index` that says the `active` and `dirty` trees were kept
 /// by every writer since it was set. No instance id has a NUL byte (and
 /// none sorts before it); the index walks of this release skip it.
@@ -154,32 +135,6 @@ const TIMERS_KEPT: &str = "timers";
 /// Whether the marker's value `value` has the word `word`.
 fn marker_says(value: &[u8], word: &str) -> bool {
     value.split(|b| *b == b'+').any(|w| w == word.as_bytes())
-}
-
-/// An instance's timer as `active` and `timers` keep it: wake time (big
-/// endian), then 1 for an event wait's deadline; empty for none.
-fn timer_bytes(wake: Option<(u64, bool)>) -> Vec<u8> {
-    match wake {
-        Some((at, deadline)) => {
-            let mut bytes = at.to_be_bytes().to_vec();
-            bytes.push(u8::from(deadline));
-            bytes
-        }
-        None => Vec::new(),
-    }
-}
-
-/// The timer in `bytes` (see [`timer_bytes`]), if any.
-fn timer_of_bytes(bytes: &[u8]) -> Option<(u64, bool)> {
-    let at: [u8; 8] = bytes.get(..8)?.try_into().ok()?;
-    Some((u64::from_be_bytes(at), bytes.get(8) == Some(&1)))
-}
-
-/// The key in `timers` of `id`'s timer at `at`.
-fn timer_key(at: u64, id: &str) -> Vec<u8> {
-    let mut key = at.to_be_bytes().to_vec();
-    key.extend_from_slice(id.as_bytes());
-    key
 }
 
 /// Whether `key` of the `index` tree is an instance's (not the marker).
@@ -366,123 +321,6 @@ impl SledStore {
         Ok(())
     }
 
-    /// Adds `id` to `active` with its timer `wake` (before its entry says
-    /// so), its timer key in `timers` first; the timer it had before goes
-    /// afterwards, from `timers` ([`SledStore::drop_old_timer`]). Answers
-    /// that old timer.
-    fn add_active_with(&self, id: &str, wake: Option<(u64, bool)>) -> Result<Option<(u64, bool)>> {
-        let old = self.active.get(id.as_bytes()).map_err(sled_error)?;
-        let new = timer_bytes(wake);
-        if old
-            .as_ref()
-            .is_some_and(|old| old.as_ref() == new.as_slice())
-        {
-            return Ok(None);
-        }
-        if let Some((at, deadline)) = wake {
-            Self::insert(&self.timers, &timer_key(at, id), &[u8::from(deadline)])?;
-        }
-        Self::insert(&self.active, id.as_bytes(), &new)?;
-        Ok(old.and_then(|old| timer_of_bytes(&old)))
-    }
-
-    /// Removes the timer key of `id` at `old` (it files another now).
-    fn drop_old_timer(&self, id: &str, old: Option<(u64, bool)>) -> Result<()> {
-        if let Some((at, _)) = old {
-            self.timers.remove(timer_key(at, id)).map_err(sled_error)?;
-        }
-        Ok(())
-    }
-
-    /// Adds `id` to `active` (before its entry says so) unless it is there.
-    fn add_active(&self, id: &str) -> Result<()> {
-        if self
-            .active
-            .contains_key(id.as_bytes())
-            .map_err(sled_error)?
-        {
-            return Ok(());
-        }
-        Self::insert(&self.active, id.as_bytes(), &[])
-    }
-
-    /// Removes `id` from `active` (after its entry no longer says so),
-    /// and then its timer.
-    fn drop_active(&self, id: &str) -> Result<()> {
-        if let Some(old) = self.active.remove(id.as_bytes()).map_err(sled_error)? {
-            self.drop_old_timer(id, timer_of_bytes(&old))?;
-        }
-        Ok(())
-    }
-
-    /// See [`Store::timers_after`].
-    fn timers_after_now(
-        &self,
-        after: Option<(u64, &str)>,
-        limit: usize,
-    ) -> Result<Vec<(u64, String, bool)>> {
-        use std::ops::Bound;
-        let from = match after {
-            Some((at, id)) => Bound::Excluded(timer_key(at, id)),
-            None => Bound::Unbounded,
-        };
-        let mut out = Vec::new();
-        for entry in self.timers.range::<Vec<u8>, _>((from, Bound::Unbounded)) {
-            if out.len() >= limit {
-                break;
-            }
-            let (key, value) = entry.map_err(sled_error)?;
-            let Some(at) = key.get(..8).and_then(|at| <[u8; 8]>::try_from(at).ok()) else {
-                self.timers.remove(&key).map_err(sled_error)?;
-                continue;
-            };
-            let at = u64::from_be_bytes(at);
-            let id = String::from_utf8_lossy(&key[8..]).into_owned();
-            let deadline = value.first() == Some(&1);
-            let filed = self.active.get(id.as_bytes()).map_err(sled_error)?;
-            if filed.and_then(|f| timer_of_bytes(&f)) != Some((at, deadline)) {
-                // Stale: the instance files another timer, or none.
-                self.timers.remove(&key).map_err(sled_error)?;
-                continue;
-            }
-            out.push((at, id, deadline));
-        }
-        Ok(out)
-    }
-
-    /// The index entries of the instances in `active`; a key left there
-    /// without an entry (a removal cut short) goes.
-    fn active_entries_now(&self) -> Result<Vec<(String, Vec<u8>)>> {
-        // No timer is after the last moment: every entry is read.
-        Ok(self.active_entries_by_now(u64::MAX)?.may_run)
-    }
-
-    /// Like [`SledStore::active_entries_now`], leaving unread the entries
-    /// of the instances whose timer (their value in `active`) is after
-    /// `now`.
-    fn active_entries_by_now(&self, now: u64) -> Result<ActiveSet> {
-        let mut set = ActiveSet::default();
-        for pair in self.active.iter() {
-            let (key, timer) = pair.map_err(sled_error)?;
-            if let Some((at, deadline)) = timer_of_bytes(&timer)
-                && at > now
-            {
-                let id = String::from_utf8_lossy(&key).into_owned();
-                set.asleep.push((id, at, deadline));
-                continue;
-            }
-            match self.index.get(&key).map_err(sled_error)? {
-                Some(summary) => set
-                    .may_run
-                    .push((String::from_utf8_lossy(&key).into_owned(), summary.to_vec())),
-                None => {
-                    self.active.remove(&key).map_err(sled_error)?;
-                }
-            }
-        }
-        Ok(set)
-    }
-
     /// The ids marked in `dirty`, if the marks were kept since the marker
     /// was set (`None`: a release before wrote the store since, or none
     /// set it yet).
@@ -608,94 +446,6 @@ impl SledStore {
             },
             owner: None,
         }))
-    }
-
-    /// A page: walks `by_start` (or `index`, in id order) from the
-    /// query's cursor, and stops once the page is full.
-    fn page_now(&self, query: &IndexQuery<'_>, accept: Accept<'_>) -> Result<IndexPage> {
-        if self.lists_trusted.load(std::sync::atomic::Ordering::SeqCst)
-            && let Some(fact) = lists::walked_fact(query)
-        {
-            return self.page_by_fact(query, accept, &fact);
-        }
-        let mut page = IndexPage::default();
-        let mut take = |entry: IndexEntry| {
-            if accept(&entry) {
-                page.entries.push(entry);
-            }
-            page.entries.len() < query.limit
-        };
-        match query.order {
-            PageOrder::Started => {
-                let ms = |at: std::time::SystemTime| crate::time::clock::to_millis(at);
-                let from = match query.after {
-                    Some(after) => {
-                        let ms = u64::try_from(after.started_micros / 1000).unwrap_or(0);
-                        let mut key = start_key(&ms.to_be_bytes(), &after.id);
-                        // Just past the cursor's own key.
-                        key.push(0);
-                        key
-                    }
-                    None => query
-                        .started_from
-                        .map(ms)
-                        .unwrap_or(0)
-                        .to_be_bytes()
-                        .to_vec(),
-                };
-                let until = query.started_until.map(ms);
-                for key in self.by_start.range(from..).keys() {
-                    let key = key.map_err(sled_error)?;
-                    let Some((started, id)) = split_start_key(&key) else {
-                        continue;
-                    };
-                    if until.is_some_and(|until| started >= until) {
-                        return Ok(page_end(page, false));
-                    }
-                    if let Some(entry) = self.entry(id, started)?
-                        && !take(entry)
-                    {
-                        return Ok(page_end(page, true));
-                    }
-                }
-            }
-            PageOrder::Id => {
-                let prefix = query.id_prefix.unwrap_or("");
-                let from = match query.after {
-                    Some(after) if after.id.as_str() >= prefix => {
-                        let mut key = after.id.as_bytes().to_vec();
-                        key.push(0);
-                        key
-                    }
-                    _ => prefix.as_bytes().to_vec(),
-                };
-                for key in self.index.range(from..).keys() {
-                    let key = key.map_err(sled_error)?;
-                    if !is_instance_key(&key) {
-                        continue;
-                    }
-                    let id = String::from_utf8_lossy(&key).into_owned();
-                    if !id.starts_with(prefix) {
-                        return Ok(page_end(page, false));
-                    }
-                    let started = self
-                        .facts
-                        .get(&key)
-                        .map_err(sled_error)?
-                        .and_then(|f| f.get(..8).and_then(|b| b.try_into().ok()))
-                        .map_or(0, u64::from_be_bytes);
-                    if let Some(mut entry) = self.entry(&id, started)?
-                        && {
-                            entry.position.started_micros = 0;
-                            !take(entry)
-                        }
-                    {
-                        return Ok(page_end(page, true));
-                    }
-                }
-            }
-        }
-        Ok(page_end(page, false))
     }
 
     fn unindexed_now(&self, limit: usize) -> Result<Vec<String>> {
@@ -1092,32 +842,6 @@ fn key(id: &str, seq: u64) -> Vec<u8> {
     key
 }
 
-/// The `by_start` key of `id`, started at `started` (8 bytes).
-fn start_key(started: &[u8], id: &str) -> Vec<u8> {
-    let mut key = started.to_vec();
-    key.extend_from_slice(id.as_bytes());
-    key
-}
-
-fn split_start_key(key: &[u8]) -> Option<(u64, &str)> {
-    let (started, id) = key.split_at_checked(8)?;
-    Some((
-        u64::from_be_bytes(started.try_into().ok()?),
-        std::str::from_utf8(id).ok()?,
-    ))
-}
-
-/// A page as it ends: full (more may follow, from its last entry on) or
-/// at the end of the walk.
-fn page_end(mut page: IndexPage, full: bool) -> IndexPage {
-    page.next = if full {
-        page.entries.last().map(|e| e.position.clone())
-    } else {
-        None
-    };
-    page
-}
-
 fn seq_of(id: &str, suffix: &[u8]) -> Result<u64> {
     suffix
         .try_into()
@@ -1126,42 +850,6 @@ fn seq_of(id: &str, suffix: &[u8]) -> Result<u64> {
             what: format!("journal key of instance {id:?}"),
             detail: format!("a key suffix of {} bytes, not 8", suffix.len()),
         })
-}
-
-/// Waits (at most `within`) until no one holds the lock of the store in
-/// `path`: sled's IO threads may hold it a moment after the last handle of
-/// the store is dropped, and a reopen right after `close` must not see
-/// `StoreLocked` for that.
-pub(crate) async fn wait_until_released(path: &Path, within: std::time::Duration) {
-    let deadline = std::time::Instant::now() + within;
-    // sled locks the file `db` in its directory.
-    let Ok(file) = std::fs::File::open(path.join("db")) else {
-        return;
-    };
-    while std::time::Instant::now() < deadline {
-        match file.try_lock() {
-            Ok(()) => {
-                // Dropping `file` releases the probe's own lock.
-                let _ = file.unlock();
-                return;
-            }
-            Err(std::fs::TryLockError::WouldBlock) => {
-                tokio::time::sleep(std::time::Duration::from_millis(2)).await;
-            }
-            Err(std::fs::TryLockError::Error(_)) => return,
-        }
-    }
-}
-
-fn create_private_dir(path: &Path) -> io::Result<()> {
-    let mut builder = std::fs::DirBuilder::new();
-    builder.recursive(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::DirBuilderExt;
-        builder.mode(0o700);
-    }
-    builder.create(path)
 }
 
 /// sled's errors, as the store's: no sled type reaches the public API.
@@ -1176,19 +864,13 @@ fn sled_error(error: sled::Error) -> Error {
     }
 }
 
-fn open_error(path: &Path, error: sled::Error) -> Error {
-    match &error {
-        sled::Error::Io(io) if io.to_string().contains("could not acquire lock") => {
-            Error::StoreLocked {
-                path: PathBuf::from(path),
-            }
-        }
-        sled::Error::Corruption { at, .. } => Error::Corrupt {
-            what: format!("the sled store at {}", path.display()),
-            detail: format!(
-                "sled found damaged data at {at:?} and will not open it; restore the directory from a backup"
-            ),
-        },
-        _ => sled_error(error),
-    }
+/// A page as it ends: full (more may follow, from its last entry on) or
+/// at the end of the walk.
+fn page_end(mut page: IndexPage, full: bool) -> IndexPage {
+    page.next = if full {
+        page.entries.last().map(|e| e.position.clone())
+    } else {
+        None
+    };
+    page
 }
