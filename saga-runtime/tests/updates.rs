@@ -13,9 +13,9 @@ mod helpers;
 
 use std::time::Duration;
 
-use saga_runtime::prelude::*;
 use saga_runtime::Engine;
 use saga_runtime::inspect::EventKind;
+use saga_runtime::prelude::*;
 use saga_runtime::testing::TestClock;
 
 use helpers::{Reopenable, drop_after, until_status, within};
